@@ -1,0 +1,1 @@
+//! Placeholder: the broker shim arrives with its own issue (WAL segments, object storage, produce/fetch).

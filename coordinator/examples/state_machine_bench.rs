@@ -1,0 +1,222 @@
+//! Micro-benchmark of the metadata state machine on RocksDB (no Raft, no network):
+//!
+//! 1. applying a CommitFile of 64 batches (64 partitions of 1,000), transaction + RocksDB write;
+//! 2. FindBatches on a partition 10,000 batches deep vs one `--deep` batches deep (default
+//!    10,000,000), from random offsets, 10 batches per answer; the ratio is the point: it should
+//!    stay near 1 because a lookup is one seek;
+//! 3. ListOffsets by timestamp at both depths.
+//!
+//! Run: `cargo run --release -p diskless-coordinator --example state_machine_bench [-- --deep N]`.
+//! Writes are not fsynced here (`--sync` to fsync each commit): this measures the state machine,
+//! the Raft layer's benchmark measures durability.
+
+use std::time::Instant;
+
+use diskless_coordinator::state_machine::*;
+use diskless_coordinator::storage::{Db, Txn};
+use hdrhistogram::Histogram;
+use uuid::Uuid;
+
+struct Args {
+    deep: i64,
+    commits: usize,
+    sync: bool,
+    dir: Option<String>,
+}
+
+fn args() -> Args {
+    let mut a = Args { deep: 10_000_000, commits: 20_000, sync: false, dir: None };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--deep" => a.deep = it.next().and_then(|v| v.parse().ok()).expect("--deep N"),
+            "--commits" => a.commits = it.next().and_then(|v| v.parse().ok()).expect("--commits N"),
+            "--sync" => a.sync = true,
+            "--dir" => a.dir = it.next(),
+            other => panic!("unknown flag {other}; flags: --deep N --commits N --sync --dir PATH"),
+        }
+    }
+    a
+}
+
+fn batch(tp: TopicPartition, ts: i64) -> CommitBatch {
+    CommitBatch {
+        magic: 2,
+        request_id: 0,
+        tp,
+        byte_offset: 0,
+        size: 16_384,
+        base_offset: 0,
+        last_offset: 9,
+        batch_max_timestamp: ts,
+        timestamp_type: 0,
+        producer_id: -1,
+        producer_epoch: -1,
+        base_sequence: -1,
+        last_sequence: -1,
+    }
+}
+
+struct Bench {
+    db: Db,
+    sm: StateMachine,
+    now: i64,
+    key: u64,
+    sync: bool,
+}
+
+impl Bench {
+    fn apply(&mut self, op: Op) -> Outcome {
+        self.now += 1;
+        let mut txn = Txn::new(&self.db);
+        let out = self.sm.apply(&mut txn, &Command { now_ms: self.now, op }).expect("apply");
+        self.db.write(txn.into_write_batch(), self.sync).expect("write");
+        out
+    }
+
+    fn commit(&mut self, mut batches: Vec<CommitBatch>) {
+        let mut at = 0;
+        for b in &mut batches {
+            b.byte_offset = at;
+            at += b.size;
+        }
+        self.key += 1;
+        let c = CommitFile {
+            object_key: format!("wal/{:016}", self.key),
+            object_format: 1,
+            file_size: i64::from(at),
+            uploader_broker_id: 1,
+            owner_ids: vec![0],
+            batches,
+        };
+        let Outcome::CommitFile(r) = self.apply(Op::CommitFile(c)) else { unreachable!() };
+        assert!(r.iter().all(|r| r.is_ok()), "{r:?}");
+    }
+}
+
+fn report(name: &str, h: &Histogram<u64>) {
+    println!(
+        "{name:<44} n={:>8}  p50 {:>7.1} µs  p90 {:>7.1} µs  p99 {:>7.1} µs  p99.9 {:>7.1} µs  max {:>8.1} µs",
+        h.len(),
+        h.value_at_quantile(0.5) as f64 / 1e3,
+        h.value_at_quantile(0.9) as f64 / 1e3,
+        h.value_at_quantile(0.99) as f64 / 1e3,
+        h.value_at_quantile(0.999) as f64 / 1e3,
+        h.max() as f64 / 1e3
+    );
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn main() {
+    let a = args();
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let path = a.dir.clone().map(std::path::PathBuf::from).unwrap_or_else(|| tmp.path().to_path_buf());
+    let db = Db::open(&path).expect("open db");
+    let mut b = Bench { db, sm: StateMachine::new(0, 1), now: 1_700_000_000_000, key: 0, sync: a.sync };
+    let topic = Uuid::from_bytes([1; 16]);
+    let deep_topic = Uuid::from_bytes([2; 16]);
+    let shallow_topic = Uuid::from_bytes([3; 16]);
+    let create = |id, name: &str, n| {
+        Op::CreatePartitions(vec![CreateTopic {
+            topic_id: id,
+            name: name.into(),
+            num_partitions: n,
+            retention_ms: Some(-1),
+            retention_bytes: None,
+        }])
+    };
+    b.apply(create(topic, "wide", 1_000));
+    b.apply(create(deep_topic, "deep", 1));
+    b.apply(create(shallow_topic, "shallow", 1));
+    let mut rng = Rng(0x9e3779b97f4a7c15);
+
+    // 1. CommitFile of 64 batches over 1,000 partitions.
+    let mut h = Histogram::<u64>::new(3).unwrap();
+    let start = Instant::now();
+    for _ in 0..a.commits {
+        let batches = (0..64)
+            .map(|_| batch(TopicPartition { topic_id: topic, partition: (rng.next() % 1_000) as i32 }, 0))
+            .collect();
+        let t = Instant::now();
+        b.commit(batches);
+        h.record(t.elapsed().as_nanos() as u64).unwrap();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "state machine micro-benchmark (single thread, RocksDB {} fsync)",
+        if a.sync { "with" } else { "without" }
+    );
+    report("apply CommitFile, 64 batches", &h);
+    println!(
+        "{:<44} {:.0} commits/s = {:.0} batch coordinates/s",
+        "",
+        a.commits as f64 / secs,
+        a.commits as f64 * 64.0 / secs
+    );
+
+    // 2. Fill the shallow and deep partitions.
+    let fill = |b: &mut Bench, id: Uuid, n: i64| {
+        let tp = TopicPartition { topic_id: id, partition: 0 };
+        let t = Instant::now();
+        let mut done = 0;
+        while done < n {
+            let k = (n - done).min(64);
+            let ts = b.now;
+            b.commit((0..k).map(|_| batch(tp, ts)).collect());
+            done += k;
+            if done % 1_000_000 < 64 && n >= 1_000_000 {
+                eprintln!("  filling: {done} / {n} batches ({:.0} s)", t.elapsed().as_secs_f64());
+            }
+        }
+        tp
+    };
+    let shallow = fill(&mut b, shallow_topic, 10_000);
+    let deep = fill(&mut b, deep_topic, a.deep);
+    b.db.flush().expect("flush");
+
+    let measure = |b: &Bench, tp: TopicPartition, depth: i64, rng: &mut Rng| {
+        let hwm = depth * 10;
+        let mut find = Histogram::<u64>::new(3).unwrap();
+        let mut lookup = Histogram::<u64>::new(3).unwrap();
+        for _ in 0..20_000 {
+            let offset = (rng.next() % hwm as u64) as i64;
+            let view = b.db.read();
+            let t = Instant::now();
+            let mut budget = FetchBudget::new(i32::MAX, 10);
+            let r = b.sm.find_batches(&view, &tp, offset, i32::MAX, &mut budget).unwrap();
+            find.record(t.elapsed().as_nanos() as u64).unwrap();
+            assert!(!r.batches.is_empty());
+            let t = Instant::now();
+            let r = b.sm.list_offsets(&view, &tp, (rng.next() % 1_000) as i64).unwrap();
+            lookup.record(t.elapsed().as_nanos() as u64).unwrap();
+            assert!(r.is_ok());
+        }
+        (find, lookup)
+    };
+    let (f10k, l10k) = measure(&b, shallow, 10_000, &mut rng);
+    let (fdeep, ldeep) = measure(&b, deep, a.deep, &mut rng);
+    report("FindBatches (10 batches), 10k deep", &f10k);
+    report(&format!("FindBatches (10 batches), {} deep", a.deep), &fdeep);
+    println!(
+        "{:<44} p50 ratio deep/10k = {:.2}, p99 ratio = {:.2}",
+        "",
+        fdeep.value_at_quantile(0.5) as f64 / f10k.value_at_quantile(0.5) as f64,
+        fdeep.value_at_quantile(0.99) as f64 / f10k.value_at_quantile(0.99) as f64
+    );
+    report("ListOffsets by time, 10k deep", &l10k);
+    report(&format!("ListOffsets by time, {} deep", a.deep), &ldeep);
+    println!(
+        "{:<44} p50 ratio deep/10k = {:.2}",
+        "",
+        ldeep.value_at_quantile(0.5) as f64 / l10k.value_at_quantile(0.5) as f64
+    );
+}

@@ -1,0 +1,155 @@
+//! A coordinator node's configuration: a TOML file, overridden by environment variables and flags
+//! (see the server binary).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// `diskless.metadata.topic.num.partitions`'s default.
+pub const DEFAULT_METADATA_PARTITIONS: u32 = 8;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    /// This node's id: unique in the cluster, never 0, never reused for another machine's data.
+    pub node_id: u64,
+    /// Where the gRPC server (client, admin and Raft services) listens, `host:port`.
+    pub listen: String,
+    /// The address other nodes and clients use to reach this node; defaults to `listen`.
+    #[serde(default)]
+    pub advertise: Option<String>,
+    /// The data directory (RocksDB and snapshots).
+    pub data_dir: PathBuf,
+    /// The number of metadata partitions (Raft groups); fixed when the cluster is created.
+    #[serde(default = "default_groups")]
+    pub num_metadata_partitions: u32,
+    /// The voters every metadata partition starts with. A node listed here bootstraps the cluster
+    /// on its first start (safe to repeat: an initialized group is left alone). Empty on a node
+    /// that will be added to a running cluster.
+    #[serde(default)]
+    pub members: Vec<Member>,
+    #[serde(default)]
+    pub raft: RaftTuning,
+    /// How often each group's leader enforces retention and finishes pending deletions.
+    #[serde(default = "default_retention_check_ms")]
+    pub retention_check_ms: u64,
+    /// How often a node hands leaderships back to each group's preferred leader (0 = never).
+    #[serde(default = "default_leader_balance_ms")]
+    pub leader_balance_ms: u64,
+    /// The largest request a client may send, in bytes.
+    #[serde(default = "default_max_request_bytes")]
+    pub max_request_bytes: usize,
+    /// Accept the `InjectFault` admin call (tests only).
+    #[serde(default)]
+    pub allow_fault_injection: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Member {
+    pub id: u64,
+    pub addr: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RaftTuning {
+    pub heartbeat_ms: u64,
+    pub election_timeout_min_ms: u64,
+    pub election_timeout_max_ms: u64,
+    /// Build a snapshot after this many log entries since the last one.
+    pub snapshot_after_entries: u64,
+    /// Log entries kept behind a snapshot (for followers slightly behind).
+    pub entries_kept_after_snapshot: u64,
+}
+
+impl Default for RaftTuning {
+    fn default() -> Self {
+        RaftTuning {
+            heartbeat_ms: 100,
+            election_timeout_min_ms: 800,
+            election_timeout_max_ms: 1600,
+            snapshot_after_entries: 20_000,
+            entries_kept_after_snapshot: 1_000,
+        }
+    }
+}
+
+fn default_groups() -> u32 {
+    DEFAULT_METADATA_PARTITIONS
+}
+
+fn default_retention_check_ms() -> u64 {
+    30_000
+}
+
+fn default_leader_balance_ms() -> u64 {
+    10_000
+}
+
+fn default_max_request_bytes() -> usize {
+    16 << 20
+}
+
+impl NodeConfig {
+    /// The address this node is reached at.
+    pub fn advertised(&self) -> &str {
+        self.advertise.as_deref().unwrap_or(&self.listen)
+    }
+
+    /// Checks the values that have rules, with messages an operator can act on.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.node_id != 0, "node_id must not be 0");
+        anyhow::ensure!(
+            (1..=1024).contains(&self.num_metadata_partitions),
+            "num_metadata_partitions must be 1 to 1024, not {}",
+            self.num_metadata_partitions
+        );
+        let mut ids: Vec<u64> = self.members.iter().map(|m| m.id).collect();
+        ids.sort();
+        ids.dedup();
+        anyhow::ensure!(ids.len() == self.members.len(), "members lists a node id twice");
+        anyhow::ensure!(!ids.contains(&0), "member ids must not be 0");
+        if let Some(me) = self.members.iter().find(|m| m.id == self.node_id) {
+            anyhow::ensure!(
+                me.addr == self.advertised(),
+                "members gives node {} the address {}, but it advertises {}",
+                self.node_id,
+                me.addr,
+                self.advertised()
+            );
+        }
+        let r = &self.raft;
+        anyhow::ensure!(r.heartbeat_ms > 0, "raft.heartbeat_ms must be positive");
+        anyhow::ensure!(
+            r.heartbeat_ms < r.election_timeout_min_ms && r.election_timeout_min_ms < r.election_timeout_max_ms,
+            "raft timeouts must satisfy heartbeat_ms < election_timeout_min_ms < election_timeout_max_ms"
+        );
+        anyhow::ensure!(self.max_request_bytes >= 1024, "max_request_bytes must be at least 1024");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_minimal_file_gets_defaults_and_unknown_keys_are_refused() {
+        let c: NodeConfig = toml::from_str("node_id = 1\nlisten = \"127.0.0.1:7001\"\ndata_dir = \"d\"").unwrap();
+        assert_eq!(c.num_metadata_partitions, 8);
+        assert_eq!(c.advertised(), "127.0.0.1:7001");
+        c.validate().unwrap();
+        let bad = toml::from_str::<NodeConfig>("node_id = 1\nlisten = \"x\"\ndata_dir = \"d\"\nlisen = 3");
+        assert!(bad.unwrap_err().to_string().contains("lisen"));
+    }
+
+    #[test]
+    fn bad_values_are_explained() {
+        let mut c: NodeConfig = toml::from_str("node_id = 0\nlisten = \"a:1\"\ndata_dir = \"d\"").unwrap();
+        assert!(c.validate().unwrap_err().to_string().contains("node_id"));
+        c.node_id = 1;
+        c.members = vec![Member { id: 1, addr: "b:1".into() }];
+        assert!(c.validate().unwrap_err().to_string().contains("advertises"));
+    }
+}

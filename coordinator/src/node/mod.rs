@@ -1,0 +1,439 @@
+//! A coordinator node: the data directory, one Raft group per metadata partition, and the
+//! background duties of the groups it leads.
+//!
+//! Owns: starting and bootstrapping the groups, proposing commands on a local leader (stamping
+//! "now" just before proposing), linearizable and follower reads' waiting, membership changes and
+//! leadership moves, periodic retention and leader balancing. It must not speak gRPC to clients
+//! (that is `server`) nor interpret commands (that is `state_machine`).
+
+pub mod config;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use openraft::async_runtime::WatchReceiver;
+use openraft::errors::ForwardReason;
+use openraft::{BasicNode, RaftMetrics, ReadPolicy, ServerState};
+
+pub use config::{Member, NodeConfig};
+
+use crate::raft::network::{NetworkFactory, Peers};
+use crate::raft::{LogStore, NodeId, Raft, SmStore, TypeConfig, WalSyncer};
+use crate::state_machine::{Command, Op, Outcome, StateMachine};
+use crate::storage::{codec, Db, Family, WriteBatch};
+
+/// Work units of one retention or deletion command (see `state_machine::purge`).
+pub const DELETE_BUDGET: u32 = 10_000;
+
+/// Why a request could not be served by this node for a metadata partition.
+#[derive(Debug, thiserror::Error)]
+pub enum RouteError {
+    #[error("this node is not the leader of metadata partition {group} (leader: {leader:?})")]
+    NotLeader { group: u32, leader: Option<(NodeId, String)> },
+    #[error("metadata partition {group} did not answer in time")]
+    Timeout { group: u32 },
+    #[error("there is no metadata partition {0}")]
+    UnknownGroup(u32),
+    #[error("metadata partition {group} failed: {message}")]
+    Failed { group: u32, message: String },
+}
+
+struct Group {
+    raft: Raft,
+    sm: SmStore,
+    /// Serializes membership changes of this group made through this node.
+    membership: tokio::sync::Mutex<()>,
+}
+
+/// A running coordinator node.
+pub struct Node {
+    pub id: NodeId,
+    pub config: NodeConfig,
+    db: Arc<Db>,
+    syncer: WalSyncer,
+    groups: Vec<Group>,
+    pub peers: Arc<Peers>,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+/// Where the cluster's fixed shape is recorded (outside every group's key range).
+const CLUSTER_KEY: &[u8] = b"\xff\xff\xff\xffcluster";
+
+#[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+struct ClusterRecord {
+    num_metadata_partitions: u32,
+    node_id: u64,
+}
+
+impl Node {
+    /// Opens the data directory, starts every group, bootstraps them if this node is a listed
+    /// member of a new cluster, and starts the background duties.
+    pub async fn start(config: NodeConfig) -> anyhow::Result<Arc<Node>> {
+        config.validate()?;
+        std::fs::create_dir_all(&config.data_dir)
+            .with_context(|| format!("create data directory {}", config.data_dir.display()))?;
+        let db = Arc::new(
+            Db::open(&config.data_dir.join("rocksdb"))
+                .with_context(|| format!("open RocksDB in {}", config.data_dir.display()))?,
+        );
+        check_cluster_record(&db, &config)?;
+        let syncer = WalSyncer::start(db.clone());
+        let peers = Arc::new(Peers::default());
+        let raft_config = Arc::new(raft_config(&config)?);
+        let n = config.num_metadata_partitions;
+        let mut groups = Vec::with_capacity(n as usize);
+        for g in 0..n {
+            let sm = SmStore::open(db.clone(), StateMachine::new(g, n), &config.data_dir)
+                .with_context(|| format!("open the state of metadata partition {g}"))?;
+            let log = LogStore::new(db.clone(), g, syncer.clone());
+            let net = NetworkFactory { group: g, peers: peers.clone() };
+            let raft = Raft::new(config.node_id, raft_config.clone(), net, log, sm.clone())
+                .await
+                .with_context(|| format!("start Raft for metadata partition {g}"))?;
+            groups.push(Group { raft, sm, membership: tokio::sync::Mutex::new(()) });
+        }
+        let (stop, _) = tokio::sync::watch::channel(false);
+        let node = Arc::new(Node { id: config.node_id, config, db, syncer, groups, peers, stop });
+        node.bootstrap().await?;
+        node.spawn_duties();
+        Ok(node)
+    }
+
+    async fn bootstrap(&self) -> anyhow::Result<()> {
+        if !self.config.members.iter().any(|m| m.id == self.id) {
+            return Ok(());
+        }
+        let members: BTreeMap<NodeId, BasicNode> =
+            self.config.members.iter().map(|m| (m.id, BasicNode::new(&m.addr))).collect();
+        for (g, group) in self.groups.iter().enumerate() {
+            if group.raft.is_initialized().await? {
+                continue;
+            }
+            match group.raft.initialize(members.clone()).await {
+                Ok(()) => tracing::info!(group = g, ?members, "bootstrapped metadata partition"),
+                // Another member initialized it first, or this node learned of it: both fine.
+                Err(e) => tracing::debug!(group = g, error = %e, "initialize skipped"),
+            }
+        }
+        Ok(())
+    }
+
+    pub fn num_groups(&self) -> u32 {
+        self.groups.len() as u32
+    }
+
+    fn group(&self, g: u32) -> Result<&Group, RouteError> {
+        self.groups.get(g as usize).ok_or(RouteError::UnknownGroup(g))
+    }
+
+    pub fn raft(&self, g: u32) -> Result<&Raft, RouteError> {
+        Ok(&self.group(g)?.raft)
+    }
+
+    pub fn state_machine(&self, g: u32) -> Result<&StateMachine, RouteError> {
+        Ok(self.group(g)?.sm.state_machine())
+    }
+
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    pub fn wal_stats(&self) -> &crate::raft::WalSyncStats {
+        self.syncer.stats()
+    }
+
+    /// The group's current metrics (cloned out: holding the watch blocks the group).
+    pub fn metrics(&self, g: u32) -> Result<RaftMetrics<TypeConfig>, RouteError> {
+        Ok(self.raft(g)?.metrics().borrow_watched().clone())
+    }
+
+    /// The leader of `g` as this node knows it, with its address.
+    pub fn leader(&self, g: u32) -> Option<(NodeId, String)> {
+        let m = self.metrics(g).ok()?;
+        let id = m.current_leader?;
+        let addr = m.membership_config.membership().get_node(&id)?.addr.clone();
+        Some((id, addr))
+    }
+
+    /// Every node of `g`'s membership with its address.
+    pub fn members(&self, g: u32) -> Result<BTreeMap<NodeId, String>, RouteError> {
+        let m = self.metrics(g)?;
+        Ok(m.membership_config.membership().nodes().map(|(id, n)| (*id, n.addr.clone())).collect())
+    }
+
+    fn now_ms() -> i64 {
+        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    }
+
+    /// Proposes `op` on this node's replica of `g`, which must be the leader; waits until it is
+    /// applied. Returns the outcome and the log index it was applied at. A leader whose lease is not
+    /// established yet (just elected) is retried until `timeout`.
+    pub async fn propose(&self, g: u32, op: Op, timeout: Duration) -> Result<(Outcome, u64), RouteError> {
+        let raft = self.raft(g)?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let cmd = Command { now_ms: Self::now_ms(), op: op.clone() };
+            let left = deadline.saturating_duration_since(Instant::now());
+            let r = tokio::time::timeout(left, raft.client_write(cmd))
+                .await
+                .map_err(|_| RouteError::Timeout { group: g })?;
+            match r {
+                Ok(resp) => return Ok((resp.data, resp.log_id.index)),
+                Err(e) => {
+                    let Some(f) = e.forward_to_leader() else {
+                        return Err(RouteError::Failed { group: g, message: e.to_string() });
+                    };
+                    let retry = matches!(f.reason, ForwardReason::LeaseExpired | ForwardReason::LeadershipTransfer)
+                        && f.leader_id.is_none_or(|l| l == self.id);
+                    if retry && Instant::now() + Duration::from_millis(20) < deadline {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                    let leader = f.leader_id.zip(f.leader_node.as_ref().map(|n| n.addr.clone()));
+                    return Err(RouteError::NotLeader { group: g, leader: leader.or_else(|| self.leader(g)) });
+                }
+            }
+        }
+    }
+
+    /// Waits until this node, as `g`'s leader, may serve a linearizable read (ReadIndex: a quorum
+    /// confirms the leadership and the state has applied everything committed before the read).
+    pub async fn linearizable(&self, g: u32, timeout: Duration) -> Result<(), RouteError> {
+        let raft = self.raft(g)?;
+        let r = tokio::time::timeout(timeout, raft.ensure_linearizable(ReadPolicy::ReadIndex))
+            .await
+            .map_err(|_| RouteError::Timeout { group: g })?;
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) => match e.forward_to_leader() {
+                Some(_) => Err(RouteError::NotLeader { group: g, leader: self.leader(g) }),
+                None => Err(RouteError::Failed { group: g, message: e.to_string() }),
+            },
+        }
+    }
+
+    /// The last log index this node's replica of `g` has applied.
+    pub fn applied(&self, g: u32) -> u64 {
+        self.metrics(g).ok().and_then(|m| m.last_applied.map(|l| l.index)).unwrap_or(0)
+    }
+
+    /// Waits until this node's replica of `g` has applied `index`; returns the applied index.
+    pub async fn wait_applied(&self, g: u32, index: u64, timeout: Duration) -> Result<u64, RouteError> {
+        let raft = self.raft(g)?;
+        if self.applied(g) >= index {
+            return Ok(self.applied(g));
+        }
+        raft.wait(Some(timeout))
+            .applied_index_at_least(Some(index), "follower read")
+            .await
+            .map_err(|_| RouteError::Timeout { group: g })?;
+        Ok(self.applied(g))
+    }
+
+    /// Adds a node to `g` (this node must lead it): as a learner until caught up, then a voter.
+    pub async fn add_to_group(&self, g: u32, id: NodeId, addr: &str) -> Result<String, RouteError> {
+        let group = self.group(g)?;
+        let _one_at_a_time = group.membership.lock().await;
+        let failed = |e: &dyn std::fmt::Display| RouteError::Failed { group: g, message: e.to_string() };
+        let not_leader = |leader| RouteError::NotLeader { group: g, leader };
+        if let Err(e) = group.raft.add_learner(id, BasicNode::new(addr), true).await {
+            return Err(if e.forward_to_leader().is_some() { not_leader(self.leader(g)) } else { failed(&e) });
+        }
+        let mut voters: BTreeSet<NodeId> = self.metrics(g)?.membership_config.membership().voter_ids().collect();
+        if !voters.insert(id) {
+            return Ok(format!("metadata partition {g}: node {id} already a voter"));
+        }
+        match group.raft.change_membership(voters.clone(), false).await {
+            Ok(_) => Ok(format!("metadata partition {g}: voters now {voters:?}")),
+            Err(e) if e.forward_to_leader().is_some() => Err(not_leader(self.leader(g))),
+            Err(e) => Err(failed(&e)),
+        }
+    }
+
+    /// Removes a node from `g` (this node must lead it).
+    pub async fn remove_from_group(&self, g: u32, id: NodeId) -> Result<String, RouteError> {
+        let group = self.group(g)?;
+        let _one_at_a_time = group.membership.lock().await;
+        let mut voters: BTreeSet<NodeId> = self.metrics(g)?.membership_config.membership().voter_ids().collect();
+        let learners: BTreeSet<NodeId> = self.metrics(g)?.membership_config.membership().learner_ids().collect();
+        if !voters.remove(&id) && !learners.contains(&id) {
+            return Ok(format!("metadata partition {g}: node {id} is not a member"));
+        }
+        if voters.is_empty() {
+            return Err(RouteError::Failed { group: g, message: "cannot remove the last voter".into() });
+        }
+        match group.raft.change_membership(voters.clone(), false).await {
+            Ok(_) => Ok(format!("metadata partition {g}: voters now {voters:?}")),
+            Err(e) if e.forward_to_leader().is_some() => {
+                Err(RouteError::NotLeader { group: g, leader: self.leader(g) })
+            }
+            Err(e) => Err(RouteError::Failed { group: g, message: e.to_string() }),
+        }
+    }
+
+    /// Asks `g`'s leader (this node) to hand leadership to `to`.
+    pub async fn transfer_leader(&self, g: u32, to: NodeId) -> Result<(), RouteError> {
+        let raft = self.raft(g)?;
+        if !raft.is_leader() {
+            return Err(RouteError::NotLeader { group: g, leader: self.leader(g) });
+        }
+        raft.trigger().transfer_leader(to).await.map_err(|e| RouteError::Failed { group: g, message: e.to_string() })
+    }
+
+    /// Builds a snapshot of every group now; returns the snapshot indexes reached (waits up to
+    /// `timeout` for each).
+    pub async fn snapshot_all(&self, timeout: Duration) -> Vec<u64> {
+        let mut out = vec![];
+        for group in &self.groups {
+            let applied = group.raft.metrics().borrow_watched().last_applied.map_or(0, |l| l.index);
+            if group.raft.trigger().snapshot().await.is_ok() {
+                let _ = group
+                    .raft
+                    .wait(Some(timeout))
+                    .metrics(|m| m.snapshot.is_some_and(|s| s.index >= applied), "snapshot")
+                    .await;
+            }
+            out.push(group.raft.metrics().borrow_watched().snapshot.map_or(0, |s| s.index));
+        }
+        out
+    }
+
+    /// The preferred leader of `g`: voters in id order, `g` modulo their count; spreads leaders
+    /// evenly.
+    fn preferred_leader(m: &RaftMetrics<TypeConfig>, g: u32) -> Option<NodeId> {
+        let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
+        if voters.is_empty() {
+            return None;
+        }
+        Some(voters[g as usize % voters.len()])
+    }
+
+    /// Hands each group this node leads to its preferred leader if that node is caught up.
+    async fn balance_leaders(&self) {
+        for (g, group) in self.groups.iter().enumerate() {
+            let m = group.raft.metrics().borrow_watched().clone();
+            if m.state != ServerState::Leader {
+                continue;
+            }
+            let Some(preferred) = Self::preferred_leader(&m, g as u32) else { continue };
+            if preferred == self.id {
+                continue;
+            }
+            let last = m.last_log_index.unwrap_or(0);
+            let caught_up = m
+                .replication
+                .as_ref()
+                .and_then(|r| r.get(&preferred).cloned().flatten())
+                .is_some_and(|matched| matched.index + 16 >= last);
+            if caught_up {
+                tracing::info!(group = g, to = preferred, "moving leadership to the preferred leader");
+                let _ = group.raft.trigger().transfer_leader(preferred).await;
+            }
+        }
+    }
+
+    /// Runs retention and pending deletions on the groups this node leads.
+    async fn enforce_retention(&self) {
+        for g in 0..self.num_groups() {
+            if !self.groups[g as usize].raft.is_leader() {
+                continue;
+            }
+            for _ in 0..100 {
+                match self.propose(g, Op::EnforceRetention { budget: DELETE_BUDGET }, Duration::from_secs(10)).await {
+                    Ok((Outcome::EnforceRetention(r), _)) if r.more => continue,
+                    Ok(_) => break,
+                    Err(e) => {
+                        tracing::debug!(group = g, error = %e, "retention pass stopped");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    fn spawn_duties(self: &Arc<Self>) {
+        let periodic =
+            |every_ms: u64, first: Duration, duty: fn(Arc<Node>) -> futures_util::future::BoxFuture<'static, ()>| {
+                if every_ms == 0 {
+                    return;
+                }
+                let me = Arc::downgrade(self);
+                let mut stop = self.stop.subscribe();
+                tokio::spawn(async move {
+                    let mut wait = first;
+                    loop {
+                        tokio::select! {
+                            _ = tokio::time::sleep(wait) => {}
+                            _ = stop.changed() => return,
+                        }
+                        let Some(node) = me.upgrade() else { return };
+                        duty(node).await;
+                        wait = Duration::from_millis(every_ms);
+                    }
+                });
+            };
+        periodic(self.config.leader_balance_ms, Duration::from_secs(3), |n| {
+            Box::pin(async move { n.balance_leaders().await })
+        });
+        periodic(self.config.retention_check_ms, Duration::from_millis(self.config.retention_check_ms), |n| {
+            Box::pin(async move { n.enforce_retention().await })
+        });
+    }
+
+    /// Stops the background duties and every group.
+    pub async fn shutdown(&self) {
+        let _ = self.stop.send(true);
+        for (g, group) in self.groups.iter().enumerate() {
+            if let Err(e) = group.raft.shutdown().await {
+                tracing::warn!(group = g, error = %e, "group did not shut down cleanly");
+            }
+        }
+        if let Err(e) = self.db.sync_wal() {
+            tracing::error!(error = %e, "final WAL fsync failed");
+        }
+    }
+}
+
+fn raft_config(c: &NodeConfig) -> anyhow::Result<openraft::Config> {
+    let r = &c.raft;
+    let config = openraft::Config {
+        cluster_name: "diskless-coordinator".into(),
+        heartbeat_interval: r.heartbeat_ms,
+        election_timeout_min: r.election_timeout_min_ms,
+        election_timeout_max: r.election_timeout_max_ms,
+        // Snapshot transfers are bounded by the network's own limits (see raft::network).
+        install_snapshot_timeout: 600_000,
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(r.snapshot_after_entries),
+        max_in_snapshot_log_to_keep: r.entries_kept_after_snapshot,
+        purge_batch_size: 256,
+        ..Default::default()
+    };
+    config.validate().context("invalid Raft settings")
+}
+
+/// Records the cluster's shape on first start and refuses a configuration that contradicts it.
+fn check_cluster_record(db: &Db, c: &NodeConfig) -> anyhow::Result<()> {
+    let want = ClusterRecord { num_metadata_partitions: c.num_metadata_partitions, node_id: c.node_id };
+    match db.get(Family::Raft, CLUSTER_KEY)? {
+        Some(v) => {
+            let have: ClusterRecord = codec::decode(CLUSTER_KEY, &v)?;
+            anyhow::ensure!(
+                have == want,
+                "data directory {} belongs to node {} with {} metadata partitions; the configuration says node {} with {}",
+                c.data_dir.display(),
+                have.node_id,
+                have.num_metadata_partitions,
+                want.node_id,
+                want.num_metadata_partitions
+            );
+        }
+        None => {
+            let mut b = WriteBatch::default();
+            db.batch_put(&mut b, Family::Raft, CLUSTER_KEY, &codec::encode(&want)?);
+            db.write(b, true)?;
+        }
+    }
+    Ok(())
+}

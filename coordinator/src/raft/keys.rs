@@ -1,0 +1,48 @@
+//! Keys of the Raft bookkeeping of one group: in the `raft` column family, prefixed by the group
+//! id (4 bytes, big-endian) and a one-byte tag. The applied state lives in the `state` family, next
+//! to the data it describes, so both change in one write.
+
+/// Log entries: tag, then the index (8 bytes, big-endian).
+const LOG: u8 = b'L';
+/// The vote.
+const VOTE: u8 = b'V';
+/// The last committed log id.
+const COMMITTED: u8 = b'C';
+/// The last purged log id.
+const PURGED: u8 = b'P';
+/// A snapshot install in progress: the path of the snapshot file being installed.
+const INSTALLING: u8 = b'I';
+
+fn key(group: u32, tag: u8) -> Vec<u8> {
+    let mut k = Vec::with_capacity(13);
+    k.extend_from_slice(&group.to_be_bytes());
+    k.push(tag);
+    k
+}
+
+pub fn log(group: u32, index: u64) -> Vec<u8> {
+    let mut k = key(group, LOG);
+    k.extend_from_slice(&index.to_be_bytes());
+    k
+}
+
+/// All log keys of the group: `[from, to)`.
+pub fn log_range(group: u32) -> (Vec<u8>, Vec<u8>) {
+    (key(group, LOG), key(group, LOG + 1))
+}
+
+pub fn vote(group: u32) -> Vec<u8> {
+    key(group, VOTE)
+}
+
+pub fn committed(group: u32) -> Vec<u8> {
+    key(group, COMMITTED)
+}
+
+pub fn purged(group: u32) -> Vec<u8> {
+    key(group, PURGED)
+}
+
+pub fn installing(group: u32) -> Vec<u8> {
+    key(group, INSTALLING)
+}

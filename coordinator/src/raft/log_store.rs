@@ -1,0 +1,145 @@
+//! The Raft log of one group, in the `raft` column family of its data directory's RocksDB.
+//!
+//! Appends are written unsynced, readable at once, and acknowledged through [`WalSyncer`] after the
+//! shared fsync. The vote is written synced (rare). The committed log id is persisted (unsynced:
+//! losing it only means re-applying less after a power cut, never serving older state than the
+//! applied state, which is synced before any log is purged). Purging first fsyncs the WAL, so the
+//! applied state a snapshot was built from is durable before the log behind it goes.
+
+use std::fmt::Debug;
+use std::io;
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+
+use openraft::entry::RaftEntry;
+use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
+use openraft::OptionalSend;
+
+use super::{io_err, keys, Entry, LogId, TypeConfig, Vote, WalSyncer};
+use crate::storage::{codec, Db, Family, WriteBatch};
+
+/// One group's log. Cheap to clone: clones share the database.
+#[derive(Clone)]
+pub struct LogStore {
+    db: Arc<Db>,
+    group: u32,
+    syncer: WalSyncer,
+}
+
+impl LogStore {
+    pub fn new(db: Arc<Db>, group: u32, syncer: WalSyncer) -> LogStore {
+        LogStore { db, group, syncer }
+    }
+
+    fn get<T: serde::de::DeserializeOwned>(&self, key: &[u8]) -> io::Result<Option<T>> {
+        match self.db.get(Family::Raft, key).map_err(io_err)? {
+            Some(v) => Ok(Some(codec::decode(key, &v).map_err(io_err)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn put<T: serde::Serialize>(&self, key: &[u8], value: &T, sync: bool) -> io::Result<()> {
+        let mut b = WriteBatch::default();
+        self.db.batch_put(&mut b, Family::Raft, key, &codec::encode(value).map_err(io_err)?);
+        self.db.write(b, sync).map_err(io_err)
+    }
+
+    fn delete_log_range(&self, from: u64, to: Option<u64>) -> io::Result<()> {
+        let (_, end) = keys::log_range(self.group);
+        let to = to.map_or(end, |i| keys::log(self.group, i));
+        let mut b = WriteBatch::default();
+        self.db.batch_delete_range(&mut b, Family::Raft, &keys::log(self.group, from), &to);
+        self.db.write(b, false).map_err(io_err)
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, io::Error> {
+        let start = match range.start_bound() {
+            Bound::Included(&i) => i,
+            Bound::Excluded(&i) => i.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let (_, group_end) = keys::log_range(self.group);
+        let end = match range.end_bound() {
+            Bound::Included(&i) => i.checked_add(1).map_or(group_end.clone(), |e| keys::log(self.group, e)),
+            Bound::Excluded(&i) => keys::log(self.group, i),
+            Bound::Unbounded => group_end,
+        };
+        let mut out = Vec::new();
+        let view = self.db.read_raft();
+        crate::storage::KvRead::scan(&view, &keys::log(self.group, start), &end, &mut |k, v| {
+            out.push(codec::decode::<Entry>(k, v)?);
+            Ok(true)
+        })
+        .map_err(io_err)?;
+        Ok(out)
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
+        self.get(&keys::vote(self.group))
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
+        let last_purged: Option<LogId> = self.get(&keys::purged(self.group))?;
+        let (from, to) = keys::log_range(self.group);
+        let last = match self.db.last_in(Family::Raft, &from, &to).map_err(io_err)? {
+            Some((k, v)) => Some(codec::decode::<Entry>(&k, &v).map_err(io_err)?.log_id()),
+            None => last_purged,
+        };
+        Ok(LogState { last_purged_log_id: last_purged, last_log_id: last })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
+        self.put(&keys::vote(self.group), vote, true)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
+        match committed {
+            Some(c) => self.put(&keys::committed(self.group), &c, false),
+            None => Ok(()),
+        }
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
+        self.get(&keys::committed(self.group))
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> Result<(), io::Error>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut b = WriteBatch::default();
+        for e in entries {
+            let v = codec::encode(&e).map_err(io_err)?;
+            self.db.batch_put(&mut b, Family::Raft, &keys::log(self.group, e.index()), &v);
+        }
+        self.db.write(b, false).map_err(io_err)?;
+        self.syncer.after_sync(move |r| callback.io_completed(r));
+        Ok(())
+    }
+
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
+        let from = last_log_id.map_or(0, |l| l.index() + 1);
+        self.delete_log_range(from, None)
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
+        // The applied state the purge relies on must be on disk before its log goes.
+        self.db.sync_wal().map_err(io_err)?;
+        self.put(&keys::purged(self.group), &log_id, false)?;
+        self.delete_log_range(0, Some(log_id.index() + 1))
+    }
+}

@@ -1,0 +1,52 @@
+//! Raft glue: each metadata partition is an openraft group whose log and state live in the data
+//! directory's RocksDB.
+//!
+//! Owns: the openraft type configuration ([`TypeConfig`]), the log store ([`LogStore`]: the `raft`
+//! column family, appends acknowledged only after a WAL fsync shared by every group — see
+//! [`WalSyncer`]), the state machine adapter ([`SmStore`]: applies entries with
+//! `state_machine::StateMachine`, last-applied and membership in the same write), snapshots
+//! (streamed files, installed crash-safely) and the network ([`network`]: every group's messages over
+//! one gRPC connection per peer). It must not interpret commands: that is the state machine's job.
+
+mod keys;
+mod log_store;
+pub mod network;
+mod sm_store;
+pub mod snapshot;
+mod wal_sync;
+
+#[cfg(test)]
+mod conformance_test;
+
+pub use log_store::LogStore;
+pub use sm_store::SmStore;
+pub use wal_sync::{WalSyncStats, WalSyncer};
+
+use crate::state_machine::{Command, Outcome};
+
+openraft::declare_raft_types!(
+    /// The openraft types of a metadata partition group.
+    pub TypeConfig:
+        D = Command,
+        R = Outcome,
+        NodeId = u64,
+        Node = openraft::BasicNode,
+);
+
+/// One metadata partition's Raft instance.
+pub type Raft = openraft::Raft<TypeConfig, SmStore>;
+
+/// Node ids are u64; 0 is reserved for "none" on the wire.
+pub type NodeId = u64;
+
+pub type LogId = openraft::type_config::alias::LogIdOf<TypeConfig>;
+pub type Vote = openraft::type_config::alias::VoteOf<TypeConfig>;
+pub type Entry = <TypeConfig as openraft::RaftTypeConfig>::Entry;
+pub type StoredMembership = openraft::type_config::alias::StoredMembershipOf<TypeConfig>;
+pub type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<TypeConfig>;
+/// A snapshot: its metadata and its file.
+pub type Snapshot = openraft::type_config::alias::SnapshotOf<TypeConfig, snapshot::SnapshotFile>;
+
+pub(crate) fn io_err(e: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::other(e.to_string())
+}

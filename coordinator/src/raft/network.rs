@@ -1,0 +1,242 @@
+//! The Raft network: every group's messages to a peer share one gRPC (HTTP/2) connection.
+//!
+//! [`Peers`] keeps one lazily connected channel per peer address; [`NetworkFactory`] (one per
+//! group) hands openraft cheap per-target clients ([`Conn`]) that tag each message with the group.
+//! Requests are bincode-encoded openraft messages. Each call is bounded by openraft's time limit;
+//! an unreachable peer is reported as such so openraft backs off, a slow one as a network error so
+//! it retries. Snapshots stream from their file in 1 MiB chunks.
+//!
+//! [`Faults`] is a test hook in the spirit of TiKV's transport filters: it can cut this node off
+//! from chosen peers (this machine's kernel has no netem).
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use diskless_proto::internal::raft_service_client::RaftServiceClient;
+use diskless_proto::internal::{RaftReply, RaftRequest, SnapshotChunk};
+use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest, TransferLeaderResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::{BasicNode, OptionalSend};
+use serde::{de::DeserializeOwned, Serialize};
+use tokio::io::AsyncReadExt;
+use tonic::transport::{Channel, Endpoint};
+
+use super::snapshot::SnapshotFile;
+use super::{NodeId, Snapshot, TypeConfig, Vote};
+use crate::storage::codec;
+
+/// Bytes per snapshot chunk.
+const SNAPSHOT_CHUNK: usize = 1 << 20;
+/// How long a snapshot transfer may go without progress before it is abandoned.
+const SNAPSHOT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Test hook: peers this node must not talk to (both directions are cut when both nodes block
+/// each other).
+#[derive(Debug, Default)]
+pub struct Faults {
+    blocked: RwLock<HashSet<NodeId>>,
+}
+
+impl Faults {
+    pub fn block(&self, peer: NodeId) {
+        self.blocked.write().unwrap_or_else(|e| e.into_inner()).insert(peer);
+    }
+
+    pub fn unblock_all(&self) {
+        self.blocked.write().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    pub fn is_blocked(&self, peer: NodeId) -> bool {
+        self.blocked.read().unwrap_or_else(|e| e.into_inner()).contains(&peer)
+    }
+}
+
+/// One gRPC channel per peer address, shared by every group.
+#[derive(Debug, Default)]
+pub struct Peers {
+    channels: Mutex<HashMap<String, Channel>>,
+    pub faults: Faults,
+}
+
+impl Peers {
+    /// A client for the node at `addr` (`host:port`), connecting on first use.
+    pub fn client(&self, addr: &str) -> Result<RaftServiceClient<Channel>, String> {
+        Ok(RaftServiceClient::new(self.channel(addr)?).max_decoding_message_size(256 << 20))
+    }
+
+    /// The shared channel to `addr`.
+    pub fn channel(&self, addr: &str) -> Result<Channel, String> {
+        let mut map = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = map.get(addr) {
+            return Ok(c.clone());
+        }
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| format!("bad peer address {addr:?}: {e}"))?
+            .connect_timeout(Duration::from_secs(1))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(5))
+            .keep_alive_timeout(Duration::from_secs(5));
+        let channel = endpoint.connect_lazy();
+        map.insert(addr.to_string(), channel.clone());
+        Ok(channel)
+    }
+}
+
+/// Makes openraft's clients for one group.
+#[derive(Clone)]
+pub struct NetworkFactory {
+    pub group: u32,
+    pub peers: Arc<Peers>,
+}
+
+impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
+    type Network = Conn;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Conn {
+        Conn { group: self.group, target, addr: node.addr.clone(), peers: self.peers.clone() }
+    }
+}
+
+/// A client of one group's messages to one peer.
+pub struct Conn {
+    group: u32,
+    target: NodeId,
+    addr: String,
+    peers: Arc<Peers>,
+}
+
+fn unreachable<E: std::fmt::Display>(e: E) -> RPCError<TypeConfig> {
+    RPCError::Unreachable(Unreachable::from_string(e.to_string()))
+}
+
+fn network<E: std::fmt::Display>(e: E) -> RPCError<TypeConfig> {
+    RPCError::Network(NetworkError::from_string(e.to_string()))
+}
+
+/// Maps a transport error: a peer that cannot be connected to is unreachable (back off); anything
+/// else is a network error (retry).
+fn transport(status: tonic::Status) -> RPCError<TypeConfig> {
+    if status.code() == tonic::Code::Unavailable {
+        unreachable(format!("peer unavailable: {}", status.message()))
+    } else {
+        network(format!("rpc failed: {status}"))
+    }
+}
+
+impl Conn {
+    async fn call<Req, Resp, F, Fut>(&self, req: &Req, ttl: Duration, send: F) -> Result<Resp, RPCError<TypeConfig>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        F: FnOnce(RaftServiceClient<Channel>, RaftRequest) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<RaftReply>, tonic::Status>>,
+    {
+        if self.peers.faults.is_blocked(self.target) {
+            return Err(unreachable(format!("fault injection: node {} is cut off", self.target)));
+        }
+        let client = self.peers.client(&self.addr).map_err(unreachable)?;
+        let payload = codec::encode(req).map_err(network)?;
+        let reply = tokio::time::timeout(ttl, send(client, RaftRequest { group: self.group, payload }))
+            .await
+            .map_err(|_| network(format!("no answer from node {} within {ttl:?}", self.target)))?
+            .map_err(transport)?
+            .into_inner();
+        if !reply.error.is_empty() {
+            return Err(unreachable(format!("node {}: {}", self.target, reply.error)));
+        }
+        codec::decode(b"raft reply", &reply.payload).map_err(network)
+    }
+
+    async fn send_snapshot(
+        &self,
+        vote: Vote,
+        snapshot: Snapshot,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let mut client =
+            self.peers.client(&self.addr).map_err(|e| StreamingError::Unreachable(Unreachable::from_string(e)))?;
+        let header = codec::encode(&(vote, snapshot.meta.clone())).map_err(|e| StreamingError::from(network(e)))?;
+        let file = tokio::fs::File::open(&snapshot.snapshot.path)
+            .await
+            .map_err(|e| StreamingError::from(network(format!("open snapshot: {e}"))))?;
+        let group = self.group;
+        // Chunks are read as the transport asks for them: the file is never in memory whole.
+        let chunks = futures_util::stream::unfold((file, Some(header)), move |(mut file, header)| async move {
+            let mut buf = vec![0u8; SNAPSHOT_CHUNK];
+            let mut filled = 0;
+            while filled < buf.len() {
+                match file.read(&mut buf[filled..]).await {
+                    Ok(0) => break,
+                    Ok(n) => filled += n,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reading a snapshot to send failed");
+                        return None;
+                    }
+                }
+            }
+            if filled == 0 && header.is_none() {
+                return None;
+            }
+            buf.truncate(filled);
+            let chunk = SnapshotChunk { group, header: header.unwrap_or_default(), data: buf };
+            Some((chunk, (file, None)))
+        });
+        let mut request = tonic::Request::new(chunks);
+        request.set_timeout(SNAPSHOT_IDLE_TIMEOUT * 20);
+        let reply =
+            client.install_snapshot(request).await.map_err(|s| StreamingError::from(transport(s)))?.into_inner();
+        if !reply.error.is_empty() {
+            return Err(StreamingError::Unreachable(Unreachable::from_string(reply.error)));
+        }
+        codec::decode(b"snapshot reply", &reply.payload).map_err(|e| StreamingError::from(network(e)))
+    }
+}
+
+impl RaftNetworkV2<TypeConfig> for Conn {
+    type SnapshotData = SnapshotFile;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call(&rpc, option.hard_ttl(), |mut c, r| async move { c.append_entries(r).await }).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call(&rpc, option.hard_ttl(), |mut c, r| async move { c.vote(r).await }).await
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        _option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        if self.peers.faults.is_blocked(self.target) {
+            return Err(StreamingError::Unreachable(Unreachable::from_string("fault injection")));
+        }
+        tokio::select! {
+            closed = cancel => Err(StreamingError::Closed(closed)),
+            r = self.send_snapshot(vote, snapshot) => r,
+        }
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        req: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call(&req, option.hard_ttl(), |mut c, r| async move { c.transfer_leader(r).await }).await
+    }
+}

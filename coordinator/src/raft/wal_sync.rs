@@ -1,0 +1,68 @@
+//! Group commit: one WAL fsync makes the log appends of every group durable.
+//!
+//! A log append writes its entries to RocksDB without syncing (so they are readable at once, as
+//! openraft requires) and hands its completion callback here. A dedicated thread takes every
+//! callback waiting, fsyncs the WAL once, and completes them all: while one fsync runs, the next
+//! appends queue up and share the next one. An append is acknowledged to openraft — and so counts
+//! towards a quorum — only after the fsync that covers it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use crate::storage::Db;
+
+type Done = Box<dyn FnOnce(std::io::Result<()>) + Send>;
+
+/// Counters: how many fsyncs, and how many appends they covered.
+#[derive(Debug, Default)]
+pub struct WalSyncStats {
+    pub syncs: AtomicU64,
+    pub appends: AtomicU64,
+}
+
+/// Handle to the fsync thread of one database.
+#[derive(Clone)]
+pub struct WalSyncer {
+    tx: mpsc::Sender<Done>,
+    stats: Arc<WalSyncStats>,
+}
+
+impl WalSyncer {
+    /// Starts the fsync thread for `db`. It ends when every handle is dropped.
+    pub fn start(db: Arc<Db>) -> WalSyncer {
+        let (tx, rx) = mpsc::channel::<Done>();
+        let stats = Arc::new(WalSyncStats::default());
+        let st = stats.clone();
+        std::thread::Builder::new()
+            .name("wal-sync".into())
+            .spawn(move || {
+                while let Ok(first) = rx.recv() {
+                    let mut waiting = vec![first];
+                    waiting.extend(rx.try_iter());
+                    let result = db.sync_wal();
+                    st.syncs.fetch_add(1, Ordering::Relaxed);
+                    st.appends.fetch_add(waiting.len() as u64, Ordering::Relaxed);
+                    if let Err(e) = &result {
+                        tracing::error!(error = %e, "WAL fsync failed; the groups waiting on it stop");
+                    }
+                    for done in waiting {
+                        done(result.as_ref().map(|_| ()).map_err(crate::raft::io_err));
+                    }
+                }
+            })
+            .expect("spawn the WAL fsync thread");
+        WalSyncer { tx, stats }
+    }
+
+    /// Calls `done` once everything written to the database before this call is durable.
+    pub fn after_sync(&self, done: impl FnOnce(std::io::Result<()>) + Send + 'static) {
+        if let Err(mpsc::SendError(done)) = self.tx.send(Box::new(done)) {
+            done(Err(std::io::Error::other("the WAL fsync thread has stopped")));
+        }
+    }
+
+    pub fn stats(&self) -> &WalSyncStats {
+        &self.stats
+    }
+}

@@ -1,0 +1,226 @@
+//! `AdminService`: what operators and smart clients need: the topology and Raft progress of every
+//! metadata partition, leadership moves, membership changes (forwarded to each group's leader),
+//! snapshots on demand, and the fault-injection test hook.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use diskless_proto::admin::admin_service_client::AdminServiceClient;
+use diskless_proto::admin::admin_service_server::AdminService;
+use diskless_proto::admin::*;
+use openraft::ServerState;
+use tonic::{Request, Response, Status};
+
+use crate::node::{Node, RouteError};
+
+pub struct AdminApi {
+    node: Arc<Node>,
+}
+
+impl AdminApi {
+    pub fn new(node: Arc<Node>) -> AdminApi {
+        AdminApi { node }
+    }
+
+    fn client(&self, addr: &str) -> Result<AdminServiceClient<tonic::transport::Channel>, Status> {
+        Ok(AdminServiceClient::new(self.node.peers.channel(addr).map_err(Status::unavailable)?))
+    }
+
+    /// Runs a membership change on every group (or the one named), each on its leader.
+    async fn for_each_group<'a>(
+        &'a self,
+        only: Option<u32>,
+        local: impl Fn(u32) -> futures_util::future::BoxFuture<'a, Result<String, RouteError>>,
+        forward_to: impl Fn(
+            &str,
+            u32,
+        )
+            -> Result<futures_util::future::BoxFuture<'static, Result<MembershipResponse, Status>>, Status>,
+    ) -> Result<Response<MembershipResponse>, Status> {
+        let groups: Vec<u32> = only.map_or_else(|| (0..self.node.num_groups()).collect(), |g| vec![g]);
+        let mut progress = vec![];
+        for g in groups {
+            // One group at a time: each change waits for the learner to catch up.
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                let r = if self.node.raft(g).map_err(|e| Status::not_found(e.to_string()))?.is_leader() {
+                    local(g).await
+                } else {
+                    match self.node.leader(g).filter(|(id, _)| *id != self.node.id) {
+                        Some((_, addr)) => match forward_to(&addr, g)?.await {
+                            Ok(r) => Ok(r.progress.join("; ")),
+                            Err(s) => Err(RouteError::Failed { group: g, message: s.message().to_string() }),
+                        },
+                        None => Err(RouteError::NotLeader { group: g, leader: None }),
+                    }
+                };
+                match r {
+                    Ok(line) => {
+                        progress.push(line);
+                        break;
+                    }
+                    Err(RouteError::NotLeader { .. }) if attempt < 50 => {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    Err(e) => return Err(Status::unavailable(e.to_string())),
+                }
+            }
+        }
+        Ok(Response::new(MembershipResponse { progress }))
+    }
+}
+
+fn state_name(s: ServerState) -> &'static str {
+    match s {
+        ServerState::Leader => "leader",
+        ServerState::Follower => "follower",
+        ServerState::Candidate => "candidate",
+        ServerState::Learner => "learner",
+        ServerState::Shutdown => "shutdown",
+    }
+}
+
+#[tonic::async_trait]
+impl AdminService for AdminApi {
+    async fn status(&self, _request: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+        let node = &self.node;
+        let mut groups = vec![];
+        let mut nodes: std::collections::BTreeMap<u64, (String, bool)> = Default::default();
+        for g in 0..node.num_groups() {
+            let m = node.metrics(g).map_err(|e| Status::internal(e.to_string()))?;
+            let membership = m.membership_config.membership();
+            let voters: Vec<u64> = membership.voter_ids().collect();
+            let learners: Vec<u64> = membership.learner_ids().collect();
+            for (id, n) in membership.nodes() {
+                let e = nodes.entry(*id).or_insert((n.addr.clone(), true));
+                e.1 &= voters.contains(id);
+            }
+            let last = m.last_log_index.unwrap_or(0);
+            let followers = m
+                .replication
+                .as_ref()
+                .map(|r| {
+                    r.iter()
+                        .filter(|(id, _)| **id != node.id)
+                        .map(|(id, matched)| {
+                            let matched_index = matched.as_ref().map_or(0, |l| l.index);
+                            FollowerProgress { node_id: *id, matched_index, lag: last.saturating_sub(matched_index) }
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            groups.push(GroupStatus {
+                metadata_partition: g,
+                leader: m.current_leader.unwrap_or(0),
+                term: m.current_term,
+                last_log_index: last,
+                applied_index: m.last_applied.map_or(0, |l| l.index),
+                snapshot_index: m.snapshot.map_or(0, |l| l.index),
+                purged_index: m.purged.map_or(0, |l| l.index),
+                state: state_name(m.state).to_string(),
+                followers,
+                voters,
+                learners,
+            });
+        }
+        let stats = node.wal_stats();
+        Ok(Response::new(StatusResponse {
+            node_id: node.id,
+            num_metadata_partitions: node.num_groups(),
+            nodes: nodes.into_iter().map(|(node_id, (address, voter))| NodeInfo { node_id, address, voter }).collect(),
+            groups,
+            wal_syncs: stats.syncs.load(std::sync::atomic::Ordering::Relaxed),
+            wal_synced_appends: stats.appends.load(std::sync::atomic::Ordering::Relaxed),
+        }))
+    }
+
+    async fn transfer_leader(
+        &self,
+        request: Request<TransferLeaderRequest>,
+    ) -> Result<Response<TransferLeaderResponse>, Status> {
+        let r = request.into_inner();
+        let g = r.metadata_partition;
+        if self.node.raft(g).map_err(|e| Status::not_found(e.to_string()))?.is_leader() {
+            self.node.transfer_leader(g, r.to_node_id).await.map_err(|e| Status::failed_precondition(e.to_string()))?;
+        } else {
+            let Some((_, addr)) = self.node.leader(g).filter(|(id, _)| *id != self.node.id) else {
+                return Err(Status::unavailable(format!("metadata partition {g} has no known leader")));
+            };
+            self.client(&addr)?.transfer_leader(r).await?;
+        }
+        // Wait until the new leader is in place (bounded), so the caller sees the result.
+        let _ = self
+            .node
+            .raft(g)
+            .map_err(|e| Status::not_found(e.to_string()))?
+            .wait(Some(Duration::from_secs(10)))
+            .metrics(|m| m.current_leader == Some(r.to_node_id), "leader moved")
+            .await;
+        Ok(Response::new(TransferLeaderResponse {}))
+    }
+
+    async fn add_node(&self, request: Request<AddNodeRequest>) -> Result<Response<MembershipResponse>, Status> {
+        let r = request.into_inner();
+        if r.node_id == 0 || r.address.is_empty() {
+            return Err(Status::invalid_argument("a node needs a non-zero id and an address"));
+        }
+        let (id, addr) = (r.node_id, r.address.clone());
+        let node = self.node.clone();
+        let channels = self.node.peers.clone();
+        self.for_each_group(
+            r.metadata_partition,
+            |g| {
+                let (node, addr) = (node.clone(), addr.clone());
+                Box::pin(async move { node.add_to_group(g, id, &addr).await })
+            },
+            |leader_addr, g| {
+                let channel = channels.channel(leader_addr).map_err(Status::unavailable)?;
+                let req = AddNodeRequest { node_id: id, address: addr.clone(), metadata_partition: Some(g) };
+                Ok(Box::pin(async move { Ok(AdminServiceClient::new(channel).add_node(req).await?.into_inner()) }))
+            },
+        )
+        .await
+    }
+
+    async fn remove_node(&self, request: Request<RemoveNodeRequest>) -> Result<Response<MembershipResponse>, Status> {
+        let r = request.into_inner();
+        let id = r.node_id;
+        let node = self.node.clone();
+        let channels = self.node.peers.clone();
+        self.for_each_group(
+            r.metadata_partition,
+            |g| {
+                let node = node.clone();
+                Box::pin(async move { node.remove_from_group(g, id).await })
+            },
+            |leader_addr, g| {
+                let channel = channels.channel(leader_addr).map_err(Status::unavailable)?;
+                let req = RemoveNodeRequest { node_id: id, metadata_partition: Some(g) };
+                Ok(Box::pin(async move { Ok(AdminServiceClient::new(channel).remove_node(req).await?.into_inner()) }))
+            },
+        )
+        .await
+    }
+
+    async fn trigger_snapshot(
+        &self,
+        _request: Request<TriggerSnapshotRequest>,
+    ) -> Result<Response<TriggerSnapshotResponse>, Status> {
+        let snapshot_index = self.node.snapshot_all(Duration::from_secs(30)).await;
+        Ok(Response::new(TriggerSnapshotResponse { snapshot_index }))
+    }
+
+    async fn inject_fault(&self, request: Request<FaultRequest>) -> Result<Response<FaultResponse>, Status> {
+        if !self.node.config.allow_fault_injection {
+            return Err(Status::permission_denied("fault injection is off (allow_fault_injection = false)"));
+        }
+        let r = request.into_inner();
+        let faults = &self.node.peers.faults;
+        faults.unblock_all();
+        for id in r.block_node_ids {
+            faults.block(id);
+        }
+        Ok(Response::new(FaultResponse {}))
+    }
+}

@@ -1,0 +1,62 @@
+//! Between the wire (`diskless_proto::v1`) and the state machine's types: field checks that the
+//! protobuf types cannot express (16-byte UUIDs, `int8`/`int16` ranges) happen here, so bad input
+//! becomes a per-item `INVALID_REQUEST` before anything is proposed.
+
+use diskless_proto::v1::commit_file_request::CommitBatch as WireBatch;
+use uuid::Uuid;
+
+use crate::node::RouteError;
+use crate::state_machine::{CommitBatch, ErrorCode, Failure, TopicPartition};
+
+pub fn ok_fields() -> (i32, Option<String>) {
+    (ErrorCode::None.wire(), None)
+}
+
+pub fn failure_fields(f: &Failure) -> (i32, Option<String>) {
+    (f.code.wire(), Some(f.message.clone()))
+}
+
+/// The Kafka error a routing problem becomes for the items it affects.
+pub fn route_failure(e: &RouteError) -> Failure {
+    let code = match e {
+        RouteError::NotLeader { .. } => ErrorCode::NotLeaderOrFollower,
+        RouteError::Timeout { .. } => ErrorCode::RequestTimedOut,
+        RouteError::UnknownGroup(_) | RouteError::Failed { .. } => ErrorCode::UnknownServerError,
+    };
+    Failure::new(code, e.to_string())
+}
+
+pub fn topic_id(bytes: &[u8]) -> Result<Uuid, Failure> {
+    Uuid::from_slice(bytes)
+        .map_err(|_| Failure::new(ErrorCode::InvalidRequest, format!("a topic id is 16 bytes, not {}", bytes.len())))
+}
+
+pub fn tp(topic: &[u8], partition: i32) -> Result<TopicPartition, Failure> {
+    Ok(TopicPartition { topic_id: topic_id(topic)?, partition })
+}
+
+fn narrow<T: TryFrom<i32>>(v: i32, what: &str) -> Result<T, Failure> {
+    T::try_from(v).map_err(|_| Failure::new(ErrorCode::InvalidRequest, format!("{what} {v} is out of range")))
+}
+
+pub fn int8(v: i32, what: &str) -> Result<i8, Failure> {
+    narrow(v, what)
+}
+
+pub fn commit_batch(b: &WireBatch) -> Result<CommitBatch, Failure> {
+    Ok(CommitBatch {
+        magic: int8(b.magic, "magic")?,
+        request_id: b.request_id,
+        tp: tp(&b.topic_id, b.partition_index)?,
+        byte_offset: b.byte_offset,
+        size: b.size,
+        base_offset: b.base_offset,
+        last_offset: b.last_offset,
+        batch_max_timestamp: b.batch_max_timestamp,
+        timestamp_type: int8(b.timestamp_type, "timestamp type")?,
+        producer_id: b.producer_id,
+        producer_epoch: narrow(b.producer_epoch, "producer epoch")?,
+        base_sequence: b.base_sequence,
+        last_sequence: b.last_sequence,
+    })
+}

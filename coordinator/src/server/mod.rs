@@ -1,0 +1,56 @@
+//! The gRPC server of a node: `CoordinatorService` (brokers), `AdminService` (operators) and
+//! `RaftService` (peers), all on one listener.
+//!
+//! Owns: serving, request size limits, graceful shutdown. Routing and forwarding live in
+//! `coordinator_service`; wire-type checks in `convert`.
+
+mod admin_service;
+mod convert;
+pub mod coordinator_service;
+mod raft_service;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use diskless_proto::admin::admin_service_server::AdminServiceServer;
+use diskless_proto::internal::raft_service_server::RaftServiceServer;
+use diskless_proto::v1::coordinator_service_server::CoordinatorServiceServer;
+
+use crate::node::Node;
+
+/// Serves every service of `node` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    node: Arc<Node>,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let limit = node.config.max_request_bytes;
+    let coordinator = CoordinatorServiceServer::new(coordinator_service::CoordinatorApi::new(node.clone()))
+        .max_decoding_message_size(limit)
+        .max_encoding_message_size(256 << 20);
+    let admin = AdminServiceServer::new(admin_service::AdminApi::new(node.clone()));
+    let raft = RaftServiceServer::new(raft_service::RaftApi::new(node.clone()))
+        .max_decoding_message_size(256 << 20)
+        .max_encoding_message_size(256 << 20);
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(coordinator)
+        .add_service(admin)
+        .add_service(raft)
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+        .context("gRPC server")
+}
+
+/// Binds the node's listen address.
+pub async fn bind(addr: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    let sock: SocketAddr = tokio::net::lookup_host(addr)
+        .await
+        .with_context(|| format!("resolve listen address {addr}"))?
+        .next()
+        .with_context(|| format!("listen address {addr} resolves to nothing"))?;
+    tokio::net::TcpListener::bind(sock).await.with_context(|| format!("listen on {addr}"))
+}

@@ -1,0 +1,185 @@
+//! What the state machine applies (the Raft log entry's content) and what it answers.
+//!
+//! A [`Command`] is a client request stamped by the proposer with the time ("now", the
+//! LogAppendTime of a commit) and, for operations that delete, a work budget. Both are in the entry,
+//! so every replica applies the same bytes to the same result: the state machine never reads a
+//! clock. Validation and offset assignment happen at apply, not at proposal, so pipelined
+//! proposals need no speculative state on the leader; the batches a commit accepts, with the
+//! offsets they were given, are what KIP-1164 calls a `DisklessFileCommittedRecord`.
+//!
+//! Commands are encoded with bincode; the enum's variant order is part of the log format and must
+//! only ever be appended to.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::keys::TopicPartition;
+pub use diskless_proto::ErrorCode;
+
+/// A command, stamped by the proposer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Command {
+    /// Milliseconds since the Unix epoch on the proposer's clock when it proposed the entry.
+    pub now_ms: i64,
+    pub op: Op,
+}
+
+/// The operations, in KIP-1164's words.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Op {
+    /// DisklessCreatePartitions (each group creates the partitions it owns).
+    CreatePartitions(Vec<CreateTopic>),
+    /// DisklessDeleteTopics.
+    DeleteTopics { topic_ids: Vec<Uuid>, budget: u32 },
+    /// DisklessCommitFile: the part of one file's batches this metadata partition owns.
+    CommitFile(CommitFile),
+    /// DisklessDeleteRecords.
+    DeleteRecords { partitions: Vec<DeleteRecordsPartition>, budget: u32 },
+    /// Alter retention settings of topics.
+    AlterTopicConfigs(Vec<AlterTopic>),
+    /// The broker deleted these objects; forget them.
+    ConfirmFilesDeleted { object_keys: Vec<String> },
+    /// Finish pending deletions, then delete batches beyond retention, doing at most `budget`
+    /// units of work (one per batch or producer state deleted, one per partition examined).
+    EnforceRetention { budget: u32 },
+    /// Does nothing; lets a new leader commit an entry of its term, and tests probe the log.
+    Noop,
+}
+
+/// Kafka's defaults for topics created without settings.
+pub const DEFAULT_RETENTION_MS: i64 = 7 * 24 * 60 * 60 * 1000;
+pub const DEFAULT_RETENTION_BYTES: i64 = -1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CreateTopic {
+    pub topic_id: Uuid,
+    pub name: String,
+    /// The topic's total number of partitions after the command.
+    pub num_partitions: i32,
+    pub retention_ms: Option<i64>,
+    pub retention_bytes: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AlterTopic {
+    pub topic_id: Uuid,
+    pub retention_ms: Option<i64>,
+    pub retention_bytes: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DeleteRecordsPartition {
+    pub tp: TopicPartition,
+    /// Records below this offset go; -1 means the high watermark.
+    pub offset: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CommitFile {
+    pub object_key: String,
+    pub object_format: i8,
+    pub file_size: i64,
+    pub uploader_broker_id: i32,
+    pub owner_ids: Vec<i32>,
+    pub batches: Vec<CommitBatch>,
+}
+
+/// `WRITE_AHEAD_MULTI_SEGMENT`, the only object format so far.
+pub const OBJECT_FORMAT_WAL_MULTI_SEGMENT: i8 = 1;
+
+/// One batch's coordinates, as the broker reports them (KIP-1164 DisklessCommitBatch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitBatch {
+    pub magic: i8,
+    pub request_id: i32,
+    pub tp: TopicPartition,
+    pub byte_offset: i32,
+    pub size: i32,
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub batch_max_timestamp: i64,
+    pub timestamp_type: i8,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+    pub last_sequence: i32,
+}
+
+/// Timestamp types of a record batch.
+pub const TIMESTAMP_CREATE_TIME: i8 = 0;
+pub const TIMESTAMP_LOG_APPEND_TIME: i8 = 1;
+
+/// A Kafka error with its message, for one item of a request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Failure {
+        Failure { code, message: message.into() }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+/// What applying a command answered.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Outcome {
+    /// Per topic, in request order (CreatePartitions, DeleteTopics, AlterTopicConfigs).
+    Topics(Vec<(Uuid, Result<(), Failure>)>),
+    /// Per batch, in request order.
+    CommitFile(Vec<Result<CommittedBatch, Failure>>),
+    /// Per partition, in request order: the new log start offset.
+    DeleteRecords(Vec<(TopicPartition, Result<i64, Failure>)>),
+    /// Per object key, in request order.
+    ConfirmFilesDeleted(Vec<(String, Result<(), Failure>)>),
+    EnforceRetention(RetentionReport),
+    #[default]
+    Noop,
+}
+
+/// A batch the commit accepted, or recognised as a retry of one it accepted before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommittedBatch {
+    pub assigned_base_offset: i64,
+    pub log_append_time: i64,
+    pub log_start_offset: i64,
+    pub is_duplicate: bool,
+}
+
+/// What one EnforceRetention command did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RetentionReport {
+    pub batches_deleted: u64,
+    pub partitions_examined: u64,
+    /// Work is left: call again.
+    pub more: bool,
+}
+
+impl std::fmt::Display for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match &self.op {
+            Op::CreatePartitions(t) => return write!(f, "CreatePartitions({} topics) at {}", t.len(), self.now_ms),
+            Op::DeleteTopics { topic_ids, .. } => {
+                return write!(f, "DeleteTopics({}) at {}", topic_ids.len(), self.now_ms)
+            }
+            Op::CommitFile(c) => {
+                return write!(f, "CommitFile({}, {} batches) at {}", c.object_key, c.batches.len(), self.now_ms)
+            }
+            Op::DeleteRecords { partitions, .. } => {
+                return write!(f, "DeleteRecords({} partitions) at {}", partitions.len(), self.now_ms)
+            }
+            Op::AlterTopicConfigs(_) => "AlterTopicConfigs",
+            Op::ConfirmFilesDeleted { .. } => "ConfirmFilesDeleted",
+            Op::EnforceRetention { .. } => "EnforceRetention",
+            Op::Noop => "Noop",
+        };
+        write!(f, "{name} at {}", self.now_ms)
+    }
+}

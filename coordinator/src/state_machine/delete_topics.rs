@@ -1,0 +1,48 @@
+//! DisklessDeleteTopics: the topic disappears at once; its data goes through the purge queue.
+//!
+//! Its record and name are removed from this metadata partition, its partitions here are flagged
+//! deleted (they answer as unknown) and queued; batches, producer states and partition records are
+//! then removed by the purge, which releases the topic's files.
+
+use uuid::Uuid;
+
+use super::command::{ErrorCode, Failure};
+use super::keys::TopicPartition;
+use super::purge::{self, Progress};
+use super::records::PartitionRecord;
+use super::{tables, StateMachine};
+use crate::storage::{StorageError, Txn};
+
+pub fn apply(
+    sm: &StateMachine,
+    txn: &mut Txn<'_>,
+    now: i64,
+    topic_ids: &[Uuid],
+    mut budget: u32,
+) -> Result<Vec<(Uuid, Result<(), Failure>)>, StorageError> {
+    let keys = &sm.keys;
+    let mut out = Vec::with_capacity(topic_ids.len());
+    for id in topic_ids {
+        let Some(topic) = tables::topic(txn, keys, id)? else {
+            out.push((*id, Err(Failure::new(ErrorCode::UnknownTopicId, format!("no topic has id {id}")))));
+            continue;
+        };
+        txn.delete(keys.topic(id));
+        txn.delete(keys.topic_name(&topic.name));
+        for partition in 0..topic.num_partitions {
+            let tp = TopicPartition { topic_id: *id, partition };
+            if !sm.owns(&tp) {
+                continue;
+            }
+            let part: Option<PartitionRecord> = tables::get(txn, &keys.partition(&tp))?;
+            if let Some(mut part) = part.filter(|p| !p.deleted) {
+                part.deleted = true;
+                tables::put(txn, keys.partition(&tp), &part)?;
+                txn.put(keys.purge(&tp), Vec::new());
+            }
+        }
+        out.push((*id, Ok(())));
+    }
+    purge::run(sm, txn, now, &mut budget, &mut Progress::default())?;
+    Ok(out)
+}

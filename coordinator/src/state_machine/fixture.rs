@@ -1,0 +1,178 @@
+//! Test fixture: a state machine over a fresh RocksDB, and builders for commands.
+
+use tempfile::TempDir;
+use uuid::Uuid;
+
+use super::command::*;
+use super::keys::TopicPartition;
+use super::queries::{FetchBudget, OffsetAndTimestamp, PartitionBatches};
+use super::{FileState, FileToDelete, StateMachine};
+use crate::storage::{Db, Txn};
+
+pub struct Fixture {
+    _dir: TempDir,
+    pub db: Db,
+    pub sm: StateMachine,
+    pub now: i64,
+    next_key: u32,
+}
+
+pub fn topic_id(n: u8) -> Uuid {
+    Uuid::from_bytes([n; 16])
+}
+
+pub fn tp(topic: u8, partition: i32) -> TopicPartition {
+    TopicPartition { topic_id: topic_id(topic), partition }
+}
+
+/// A plain (non-idempotent) CreateTime batch of `records` records, 100 bytes.
+pub fn batch(tp: TopicPartition, records: i64) -> CommitBatch {
+    CommitBatch {
+        magic: 2,
+        request_id: 0,
+        tp,
+        byte_offset: 0,
+        size: 100,
+        base_offset: 0,
+        last_offset: records - 1,
+        batch_max_timestamp: 1_000,
+        timestamp_type: TIMESTAMP_CREATE_TIME,
+        producer_id: -1,
+        producer_epoch: -1,
+        base_sequence: -1,
+        last_sequence: -1,
+    }
+}
+
+/// An idempotent batch of producer `pid`.
+pub fn idem(tp: TopicPartition, pid: i64, epoch: i16, base_seq: i32, records: i32) -> CommitBatch {
+    CommitBatch {
+        producer_id: pid,
+        producer_epoch: epoch,
+        base_sequence: base_seq,
+        last_sequence: base_seq.wrapping_add(records - 1) & i32::MAX,
+        ..batch(tp, i64::from(records))
+    }
+}
+
+impl Fixture {
+    pub fn new() -> Fixture {
+        Fixture::group(0, 1)
+    }
+
+    pub fn group(group: u32, num_groups: u32) -> Fixture {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let db = Db::open(dir.path()).expect("open db");
+        Fixture { _dir: dir, db, sm: StateMachine::new(group, num_groups), now: 1_000_000, next_key: 0 }
+    }
+
+    pub fn apply(&mut self, op: Op) -> Outcome {
+        let mut txn = Txn::new(&self.db);
+        let out = self.sm.apply(&mut txn, &Command { now_ms: self.now, op }).expect("apply");
+        self.db.write(txn.into_write_batch(), false).expect("write");
+        out
+    }
+
+    pub fn create(&mut self, topic: u8, partitions: i32) -> Result<(), Failure> {
+        self.create_with(topic, &format!("topic-{topic}"), partitions, None, None)
+    }
+
+    pub fn create_with(
+        &mut self,
+        topic: u8,
+        name: &str,
+        partitions: i32,
+        retention_ms: Option<i64>,
+        retention_bytes: Option<i64>,
+    ) -> Result<(), Failure> {
+        let op = Op::CreatePartitions(vec![CreateTopic {
+            topic_id: topic_id(topic),
+            name: name.to_string(),
+            num_partitions: partitions,
+            retention_ms,
+            retention_bytes,
+        }]);
+        let Outcome::Topics(mut r) = self.apply(op) else { panic!("wrong outcome") };
+        r.remove(0).1
+    }
+
+    pub fn fresh_key(&mut self) -> String {
+        self.next_key += 1;
+        format!("wal/{:08}", self.next_key)
+    }
+
+    /// Commits `batches` in a new file laid out back to back; returns the object key too.
+    pub fn commit(&mut self, batches: Vec<CommitBatch>) -> (String, Vec<Result<CommittedBatch, Failure>>) {
+        let key = self.fresh_key();
+        let r = self.commit_as(&key, batches);
+        (key, r)
+    }
+
+    pub fn commit_as(&mut self, key: &str, mut batches: Vec<CommitBatch>) -> Vec<Result<CommittedBatch, Failure>> {
+        let mut at = 0;
+        for b in &mut batches {
+            b.byte_offset = at;
+            at += b.size.max(0);
+        }
+        let c = CommitFile {
+            object_key: key.to_string(),
+            object_format: OBJECT_FORMAT_WAL_MULTI_SEGMENT,
+            file_size: i64::from(at),
+            uploader_broker_id: 1,
+            owner_ids: vec![0],
+            batches,
+        };
+        let Outcome::CommitFile(r) = self.apply(Op::CommitFile(c)) else { panic!("wrong outcome") };
+        r
+    }
+
+    pub fn commit_one(&mut self, b: CommitBatch) -> Result<CommittedBatch, Failure> {
+        self.commit(vec![b]).1.remove(0)
+    }
+
+    pub fn delete_records(&mut self, tp: TopicPartition, offset: i64, budget: u32) -> Result<i64, Failure> {
+        let op = Op::DeleteRecords { partitions: vec![DeleteRecordsPartition { tp, offset }], budget };
+        let Outcome::DeleteRecords(mut r) = self.apply(op) else { panic!("wrong outcome") };
+        r.remove(0).1
+    }
+
+    pub fn delete_topic(&mut self, topic: u8, budget: u32) -> Result<(), Failure> {
+        let Outcome::Topics(mut r) = self.apply(Op::DeleteTopics { topic_ids: vec![topic_id(topic)], budget }) else {
+            panic!("wrong outcome")
+        };
+        r.remove(0).1
+    }
+
+    pub fn retention(&mut self, budget: u32) -> RetentionReport {
+        let Outcome::EnforceRetention(r) = self.apply(Op::EnforceRetention { budget }) else { panic!("wrong outcome") };
+        r
+    }
+
+    pub fn list_offsets(&self, tp: TopicPartition, ts: i64) -> Result<OffsetAndTimestamp, Failure> {
+        self.sm.list_offsets(&self.db.read(), &tp, ts).expect("read")
+    }
+
+    pub fn find(&self, tp: TopicPartition, offset: i64, max_bytes: i32) -> PartitionBatches {
+        let mut budget = FetchBudget::new(i32::MAX, 0);
+        self.sm.find_batches(&self.db.read(), &tp, offset, max_bytes, &mut budget).expect("read")
+    }
+
+    pub fn describe(&self, key: &str) -> FileState {
+        self.sm.describe_file(&self.db.read(), key).expect("read")
+    }
+
+    pub fn to_delete(&self) -> Vec<FileToDelete> {
+        self.sm.files_to_delete(&self.db.read(), 1000).expect("read")
+    }
+
+    pub fn offsets(&self, tp: TopicPartition) -> (i64, i64) {
+        (self.list_offsets(tp, -2).unwrap().offset, self.list_offsets(tp, -1).unwrap().offset)
+    }
+}
+
+pub fn code<T: std::fmt::Debug>(r: &Result<T, Failure>) -> ErrorCode {
+    match r {
+        Ok(_) => ErrorCode::None,
+        Err(f) => f.code,
+    }
+}

@@ -1,0 +1,266 @@
+//! The key layout of one metadata partition's state, inside the shared `state` column family.
+//!
+//! Every key starts with the metadata partition id (4 bytes, big-endian), then a one-byte table
+//! tag, then the table's fields, big-endian so byte order is numeric order. Offsets and partition
+//! indexes stored in keys are never negative (checked before they reach here), so their
+//! big-endian bytes sort correctly as they are.
+//!
+//! | tag | table | key after the tag | value |
+//! | --- | --- | --- | --- |
+//! | `T` | topics | topic id | `TopicRecord` |
+//! | `N` | topic names | name bytes | topic id |
+//! | `P` | partitions | topic id, partition | `PartitionRecord` |
+//! | `B` | batches | topic id, partition, **last** offset | `BatchRecord` |
+//! | `I` | timestamp index chunks | topic id, partition, level, last offset | `IndexChunk` |
+//! | `S` | producer state | topic id, partition, producer id | `ProducerRecord` |
+//! | `F` | files | object key | `FileRecord` |
+//! | `D` | files to delete | marked time (sign-flipped), object key | empty |
+//! | `Q` | purge queue | topic id, partition | empty |
+//! | `M` | metadata-partition values | name | per name |
+//! | `A` | applied log id and membership (written by the Raft layer with each entry) | — | openraft's |
+//!
+//! Batches are keyed by their last offset so that "the first batch holding offset `o` or later"
+//! is one seek to `o`: FindBatches costs O(batches returned) however deep the partition is.
+
+use uuid::Uuid;
+
+pub const TOPIC: u8 = b'T';
+pub const TOPIC_NAME: u8 = b'N';
+pub const PARTITION: u8 = b'P';
+pub const BATCH: u8 = b'B';
+pub const INDEX: u8 = b'I';
+pub const PRODUCER: u8 = b'S';
+pub const FILE: u8 = b'F';
+pub const TO_DELETE: u8 = b'D';
+pub const PURGE: u8 = b'Q';
+pub const META: u8 = b'M';
+pub const APPLIED: u8 = b'A';
+
+/// Names under the `M` table.
+pub const META_NEXT_BATCH_ID: &[u8] = b"next_batch_id";
+pub const META_RETENTION_CURSOR: &[u8] = b"retention_cursor";
+
+/// A topic-partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+pub struct TopicPartition {
+    pub topic_id: Uuid,
+    pub partition: i32,
+}
+
+impl std::fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.topic_id, self.partition)
+    }
+}
+
+/// Builds the keys of one metadata partition.
+#[derive(Debug, Clone, Copy)]
+pub struct Keys {
+    group: u32,
+}
+
+impl Keys {
+    pub fn new(group: u32) -> Keys {
+        Keys { group }
+    }
+
+    fn start(&self, tag: u8, cap: usize) -> Vec<u8> {
+        let mut k = Vec::with_capacity(5 + cap);
+        k.extend_from_slice(&self.group.to_be_bytes());
+        k.push(tag);
+        k
+    }
+
+    /// The first key of this metadata partition and the first key after it.
+    pub fn group_range(&self) -> (Vec<u8>, Vec<u8>) {
+        let from = self.group.to_be_bytes().to_vec();
+        let to = match self.group.checked_add(1) {
+            Some(next) => next.to_be_bytes().to_vec(),
+            None => vec![0xff; 5],
+        };
+        (from, to)
+    }
+
+    /// All keys of one table: `[from, to)`.
+    pub fn table(&self, tag: u8) -> (Vec<u8>, Vec<u8>) {
+        (self.start(tag, 0), self.start(tag + 1, 0))
+    }
+
+    pub fn topic(&self, topic_id: &Uuid) -> Vec<u8> {
+        let mut k = self.start(TOPIC, 16);
+        k.extend_from_slice(topic_id.as_bytes());
+        k
+    }
+
+    pub fn topic_name(&self, name: &str) -> Vec<u8> {
+        let mut k = self.start(TOPIC_NAME, name.len());
+        k.extend_from_slice(name.as_bytes());
+        k
+    }
+
+    fn tp(&self, tag: u8, tp: &TopicPartition, cap: usize) -> Vec<u8> {
+        let mut k = self.start(tag, 20 + cap);
+        k.extend_from_slice(tp.topic_id.as_bytes());
+        k.extend_from_slice(&tp.partition.to_be_bytes());
+        k
+    }
+
+    pub fn partition(&self, tp: &TopicPartition) -> Vec<u8> {
+        self.tp(PARTITION, tp, 0)
+    }
+
+    /// Decodes the topic-partition of a `P` or `Q` key.
+    pub fn decode_tp(&self, key: &[u8]) -> Option<TopicPartition> {
+        let rest = key.get(5..25)?;
+        let topic_id = Uuid::from_slice(&rest[..16]).ok()?;
+        let partition = i32::from_be_bytes(rest[16..20].try_into().ok()?);
+        Some(TopicPartition { topic_id, partition })
+    }
+
+    /// The partitions of one topic: `[from, to)` in the `P` table (or another per-tp table).
+    pub fn topic_span(&self, tag: u8, topic_id: &Uuid) -> (Vec<u8>, Vec<u8>) {
+        let mut from = self.start(tag, 16);
+        from.extend_from_slice(topic_id.as_bytes());
+        let mut to = from.clone();
+        to.extend_from_slice(&[0xff; 5]);
+        (from, to)
+    }
+
+    pub fn batch(&self, tp: &TopicPartition, last_offset: i64) -> Vec<u8> {
+        let mut k = self.tp(BATCH, tp, 8);
+        k.extend_from_slice(&last_offset.to_be_bytes());
+        k
+    }
+
+    /// Batches of a partition with `from_last <= last offset`: `[from, to)`.
+    pub fn batches_from(&self, tp: &TopicPartition, from_last: i64) -> (Vec<u8>, Vec<u8>) {
+        (self.batch(tp, from_last.max(0)), self.tp_end(BATCH, tp))
+    }
+
+    /// The first key after every key of `tp` in table `tag`.
+    pub fn tp_end(&self, tag: u8, tp: &TopicPartition) -> Vec<u8> {
+        let mut k = self.tp(tag, tp, 1);
+        k.push(0xff);
+        k
+    }
+
+    pub fn tp_start(&self, tag: u8, tp: &TopicPartition) -> Vec<u8> {
+        self.tp(tag, tp, 0)
+    }
+
+    /// The offset suffix of a `B` or `I` key.
+    pub fn decode_offset_suffix(key: &[u8]) -> Option<i64> {
+        let tail = key.get(key.len().checked_sub(8)?..)?;
+        Some(i64::from_be_bytes(tail.try_into().ok()?))
+    }
+
+    pub fn index_chunk(&self, tp: &TopicPartition, level: u8, last_offset: i64) -> Vec<u8> {
+        let mut k = self.tp(INDEX, tp, 9);
+        k.push(level);
+        k.extend_from_slice(&last_offset.to_be_bytes());
+        k
+    }
+
+    /// Index chunks of `level` ending at or after `from_last`: `[from, to)`.
+    pub fn index_chunks_from(&self, tp: &TopicPartition, level: u8, from_last: i64) -> (Vec<u8>, Vec<u8>) {
+        let mut to = self.tp(INDEX, tp, 1);
+        to.push(level + 1);
+        (self.index_chunk(tp, level, from_last.max(0)), to)
+    }
+
+    pub fn producer(&self, tp: &TopicPartition, producer_id: i64) -> Vec<u8> {
+        let mut k = self.tp(PRODUCER, tp, 8);
+        k.extend_from_slice(&producer_id.to_be_bytes());
+        k
+    }
+
+    pub fn file(&self, object_key: &str) -> Vec<u8> {
+        let mut k = self.start(FILE, object_key.len());
+        k.extend_from_slice(object_key.as_bytes());
+        k
+    }
+
+    pub fn to_delete(&self, marked_at: i64, object_key: &str) -> Vec<u8> {
+        let mut k = self.start(TO_DELETE, 8 + object_key.len());
+        k.extend_from_slice(&sortable_i64(marked_at));
+        k.extend_from_slice(object_key.as_bytes());
+        k
+    }
+
+    /// The object key of a `D` key.
+    pub fn decode_to_delete(key: &[u8]) -> Option<(i64, String)> {
+        let at = unsortable_i64(key.get(5..13)?.try_into().ok()?);
+        let object_key = String::from_utf8(key.get(13..)?.to_vec()).ok()?;
+        Some((at, object_key))
+    }
+
+    pub fn purge(&self, tp: &TopicPartition) -> Vec<u8> {
+        self.tp(PURGE, tp, 0)
+    }
+
+    /// The Raft layer's record of the last applied log id (not part of the state's digest).
+    pub fn applied(&self) -> Vec<u8> {
+        self.start(APPLIED, 0)
+    }
+
+    pub fn meta(&self, name: &[u8]) -> Vec<u8> {
+        let mut k = self.start(META, name.len());
+        k.extend_from_slice(name);
+        k
+    }
+}
+
+/// Big-endian bytes of `v` with the sign bit flipped, so negative values sort first.
+fn sortable_i64(v: i64) -> [u8; 8] {
+    ((v as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+fn unsortable_i64(b: [u8; 8]) -> i64 {
+    (u64::from_be_bytes(b) ^ (1 << 63)) as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_keys_sort_by_offset_and_stay_inside_their_partition() {
+        let k = Keys::new(3);
+        let tp = TopicPartition { topic_id: Uuid::from_bytes([1; 16]), partition: 2 };
+        let next = TopicPartition { topic_id: Uuid::from_bytes([1; 16]), partition: 3 };
+        let (from, to) = k.batches_from(&tp, 0);
+        let a = k.batch(&tp, 5);
+        let b = k.batch(&tp, 256);
+        let c = k.batch(&tp, i64::MAX);
+        assert!(from <= a && a < b && b < c && c < to);
+        assert!(to <= k.batch(&next, 0));
+        assert_eq!(Keys::decode_offset_suffix(&b), Some(256));
+    }
+
+    #[test]
+    fn groups_do_not_overlap() {
+        let (_, end0) = Keys::new(0).group_range();
+        let (start1, _) = Keys::new(1).group_range();
+        assert!(Keys::new(0).meta(b"zzz") < end0);
+        assert_eq!(end0, start1);
+    }
+
+    #[test]
+    fn deletion_times_sort_numerically() {
+        let k = Keys::new(0);
+        let a = k.to_delete(-5, "x");
+        let b = k.to_delete(3, "a");
+        let c = k.to_delete(1 << 40, "a");
+        assert!(a < b && b < c);
+        assert_eq!(Keys::decode_to_delete(&b), Some((3, "a".to_string())));
+    }
+
+    #[test]
+    fn index_levels_do_not_overlap() {
+        let k = Keys::new(0);
+        let tp = TopicPartition { topic_id: Uuid::from_bytes([9; 16]), partition: 0 };
+        let (_, to1) = k.index_chunks_from(&tp, 1, 0);
+        assert!(k.index_chunk(&tp, 1, i64::MAX) < to1);
+        assert!(to1 <= k.index_chunk(&tp, 2, 0));
+    }
+}

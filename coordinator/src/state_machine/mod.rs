@@ -1,0 +1,169 @@
+//! The deterministic core: one metadata partition's state, as KIP-1164 metadata records applied to
+//! RocksDB keys.
+//!
+//! Owns: the meaning of every state key (`keys`, `records`), applying [`Command`]s in a
+//! transaction ([`StateMachine::apply`]) and answering queries from a consistent view. Input is
+//! the command alone: "now" and work budgets travel in it, so replicas that apply the same log hold
+//! byte-identical state ([`StateMachine::digest`] proves it). It must not read a clock, draw random
+//! numbers, do I/O besides its storage handle, or iterate a hash map in an order that reaches the
+//! output.
+//!
+//! Storage errors are returned, never papered over: a replica that cannot read or write its state
+//! must stop applying.
+
+pub mod command;
+pub mod keys;
+pub mod queries;
+pub mod records;
+
+mod alter_configs;
+mod commit_file;
+mod create_partitions;
+mod delete_records;
+mod delete_topics;
+mod files;
+mod producer_state;
+mod purge;
+mod retention;
+mod tables;
+mod time_index;
+
+#[cfg(test)]
+mod commit_file_test;
+#[cfg(test)]
+mod create_partitions_test;
+#[cfg(test)]
+mod delete_records_test;
+#[cfg(test)]
+mod delete_topics_test;
+#[cfg(test)]
+mod files_test;
+#[cfg(test)]
+mod fixture;
+#[cfg(test)]
+mod queries_test;
+#[cfg(test)]
+mod retention_test;
+
+pub use command::{
+    AlterTopic, Command, CommitBatch, CommitFile, CommittedBatch, CreateTopic, DeleteRecordsPartition, ErrorCode,
+    Failure, Op, Outcome, RetentionReport,
+};
+pub use create_partitions::{validate_topic_name, MAX_PARTITIONS};
+pub use files::{FileState, FileToDelete, MAX_FILES_TO_DELETE};
+pub use keys::TopicPartition;
+pub use queries::{FetchBudget, OffsetAndTimestamp, PartitionBatches, MAX_BATCHES_PER_FETCH};
+pub use records::BatchRecord;
+pub use time_index::FANOUT as TIME_INDEX_FANOUT;
+
+use sha2::{Digest, Sha256};
+
+use crate::storage::{KvRead, StorageError, Txn};
+use keys::Keys;
+
+/// One metadata partition's state machine. Holds no state of its own beyond which partition it
+/// is: the state is in the storage it is handed.
+#[derive(Debug, Clone)]
+pub struct StateMachine {
+    group: u32,
+    num_groups: u32,
+    keys: Keys,
+}
+
+impl StateMachine {
+    /// The state machine of metadata partition `group` of `num_groups`.
+    pub fn new(group: u32, num_groups: u32) -> StateMachine {
+        assert!(group < num_groups, "metadata partition {group} of {num_groups}");
+        StateMachine { group, num_groups, keys: Keys::new(group) }
+    }
+
+    pub fn group(&self) -> u32 {
+        self.group
+    }
+
+    /// Whether this metadata partition owns `tp`.
+    pub fn owns(&self, tp: &TopicPartition) -> bool {
+        tp.partition >= 0
+            && diskless_proto::metadata_partition_for(tp.topic_id.as_bytes(), tp.partition, self.num_groups)
+                == self.group
+    }
+
+    /// Applies one command in `txn`. The caller writes the transaction (with its own bookkeeping,
+    /// such as the last applied log index) as one atomic batch.
+    pub fn apply(&self, txn: &mut Txn<'_>, cmd: &Command) -> Result<Outcome, StorageError> {
+        let now = cmd.now_ms;
+        Ok(match &cmd.op {
+            Op::CreatePartitions(topics) => Outcome::Topics(create_partitions::apply(self, txn, topics)?),
+            Op::DeleteTopics { topic_ids, budget } => {
+                Outcome::Topics(delete_topics::apply(self, txn, now, topic_ids, *budget)?)
+            }
+            Op::CommitFile(c) => Outcome::CommitFile(commit_file::apply(self, txn, now, c)?),
+            Op::DeleteRecords { partitions, budget } => {
+                Outcome::DeleteRecords(delete_records::apply(self, txn, now, partitions, *budget)?)
+            }
+            Op::AlterTopicConfigs(topics) => Outcome::Topics(alter_configs::apply(self, txn, topics)?),
+            Op::ConfirmFilesDeleted { object_keys } => {
+                Outcome::ConfirmFilesDeleted(files::confirm_deleted(self, txn, object_keys)?)
+            }
+            Op::EnforceRetention { budget } => Outcome::EnforceRetention(retention::apply(self, txn, now, *budget)?),
+            Op::Noop => Outcome::Noop,
+        })
+    }
+
+    /// DisklessListOffsets for one partition.
+    pub fn list_offsets(
+        &self,
+        view: &dyn KvRead,
+        tp: &TopicPartition,
+        timestamp: i64,
+    ) -> Result<Result<OffsetAndTimestamp, Failure>, StorageError> {
+        queries::list_offsets(view, &self.keys, tp, timestamp)
+    }
+
+    /// DisklessFindBatches for one partition, sharing `budget` with the request's other partitions.
+    pub fn find_batches(
+        &self,
+        view: &dyn KvRead,
+        tp: &TopicPartition,
+        offset: i64,
+        max_partition_fetch_bytes: i32,
+        budget: &mut FetchBudget,
+    ) -> Result<PartitionBatches, StorageError> {
+        queries::find_batches(view, &self.keys, tp, offset, max_partition_fetch_bytes, budget)
+    }
+
+    /// DisklessDescribeFiles for one object key.
+    pub fn describe_file(&self, view: &dyn KvRead, object_key: &str) -> Result<FileState, StorageError> {
+        files::describe(view, &self.keys, object_key)
+    }
+
+    /// Files waiting for the broker to delete them, oldest first.
+    pub fn files_to_delete(&self, view: &dyn KvRead, limit: usize) -> Result<Vec<FileToDelete>, StorageError> {
+        files::to_delete(view, &self.keys, limit)
+    }
+
+    /// A topic's name and partition count, if the topic exists.
+    pub fn topic(&self, view: &dyn KvRead, topic_id: &uuid::Uuid) -> Result<Option<(String, i32)>, StorageError> {
+        Ok(tables::topic(view, &self.keys, topic_id)?.map(|t| (t.name, t.num_partitions)))
+    }
+
+    /// SHA-256 over every key and value of this metadata partition's state, in key order (but the
+    /// Raft layer's applied-index record). Two replicas that applied the same log have the same
+    /// digest.
+    pub fn digest(&self, view: &dyn KvRead) -> Result<[u8; 32], StorageError> {
+        let (from, to) = self.keys.group_range();
+        let applied = self.keys.applied();
+        let mut h = Sha256::new();
+        view.scan(&from, &to, &mut |k, v| {
+            if k == applied.as_slice() {
+                return Ok(true);
+            }
+            h.update((k.len() as u64).to_be_bytes());
+            h.update(k);
+            h.update((v.len() as u64).to_be_bytes());
+            h.update(v);
+            Ok(true)
+        })?;
+        Ok(h.finalize().into())
+    }
+}

@@ -1,0 +1,160 @@
+//! The read side: ListOffsets and FindBatches, answered from any consistent view of the state.
+//!
+//! Whether a view is fresh enough (leader after ReadIndex, or a replica that has applied a given
+//! index) is the caller's business; these functions only read.
+
+use super::command::{ErrorCode, Failure};
+use super::keys::{Keys, TopicPartition};
+use super::records::{BatchRecord, PartitionRecord};
+use super::{tables, time_index};
+use crate::storage::{codec, KvRead, StorageError};
+
+/// ListOffsets' special timestamps.
+pub const EARLIEST: i64 = -2;
+pub const LATEST: i64 = -1;
+pub const MAX_TIMESTAMP: i64 = -3;
+pub const EARLIEST_LOCAL: i64 = -4;
+pub const LATEST_TIERED: i64 = -5;
+
+/// An offset and the timestamp that goes with it (-1 when there is none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffsetAndTimestamp {
+    pub offset: i64,
+    pub timestamp: i64,
+}
+
+const NONE_FOUND: OffsetAndTimestamp = OffsetAndTimestamp { offset: -1, timestamp: -1 };
+
+fn unknown(tp: &TopicPartition) -> Failure {
+    Failure::new(ErrorCode::UnknownTopicOrPartition, format!("this coordinator does not host partition {tp}"))
+}
+
+fn partition(view: &dyn KvRead, keys: &Keys, tp: &TopicPartition) -> Result<Option<PartitionRecord>, StorageError> {
+    if tp.partition < 0 {
+        return Ok(None);
+    }
+    tables::live_partition(view, keys, tp)
+}
+
+pub fn list_offsets(
+    view: &dyn KvRead,
+    keys: &Keys,
+    tp: &TopicPartition,
+    timestamp: i64,
+) -> Result<Result<OffsetAndTimestamp, Failure>, StorageError> {
+    let Some(part) = partition(view, keys, tp)? else { return Ok(Err(unknown(tp))) };
+    let at = |offset| Ok(Ok(OffsetAndTimestamp { offset, timestamp: -1 }));
+    let found = |f: Option<time_index::Found>| {
+        Ok(Ok(f.map_or(NONE_FOUND, |f| OffsetAndTimestamp {
+            offset: f.base_offset.max(part.log_start_offset),
+            timestamp: f.timestamp,
+        })))
+    };
+    match timestamp {
+        EARLIEST | EARLIEST_LOCAL => at(part.log_start_offset),
+        LATEST => at(part.high_watermark),
+        LATEST_TIERED => Ok(Ok(NONE_FOUND)),
+        MAX_TIMESTAMP => found(time_index::max_timestamp(view, keys, tp, part.log_start_offset)?),
+        t if t >= 0 => found(time_index::first_at_or_after(view, keys, tp, part.log_start_offset, t)?),
+        t => Ok(Err(Failure::new(
+            ErrorCode::InvalidRequest,
+            format!("timestamp {t} is not a time nor a known special value"),
+        ))),
+    }
+}
+
+/// The most batches one FindBatches answer holds, whatever the byte limits allow.
+pub const MAX_BATCHES_PER_FETCH: usize = 50_000;
+
+/// The limits one FindBatches request shares across its partitions, in request order.
+#[derive(Debug, Clone)]
+pub struct FetchBudget {
+    remaining_bytes: i64,
+    max_batches_per_partition: usize,
+    batches_left: usize,
+    returned_any: bool,
+}
+
+impl FetchBudget {
+    /// `max_batches_per_partition <= 0` means no per-partition batch limit.
+    pub fn new(fetch_max_bytes: i32, max_batches_per_partition: i32) -> FetchBudget {
+        FetchBudget {
+            remaining_bytes: i64::from(fetch_max_bytes.max(0)),
+            max_batches_per_partition: if max_batches_per_partition <= 0 {
+                usize::MAX
+            } else {
+                max_batches_per_partition as usize
+            },
+            batches_left: MAX_BATCHES_PER_FETCH,
+            returned_any: false,
+        }
+    }
+}
+
+/// FindBatches' answer for one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionBatches {
+    pub error: Option<Failure>,
+    /// -1 when the partition is unknown.
+    pub log_start_offset: i64,
+    pub high_watermark: i64,
+    pub batches: Vec<BatchRecord>,
+}
+
+/// The batches of `tp` holding `offset` and after, within the budget: the first partition with
+/// data always gets at least one batch (Kafka's min-one-message rule); after that, batches are
+/// taken in order while they fit both this partition's and the request's remaining bytes.
+pub fn find_batches(
+    view: &dyn KvRead,
+    keys: &Keys,
+    tp: &TopicPartition,
+    offset: i64,
+    max_partition_fetch_bytes: i32,
+    budget: &mut FetchBudget,
+) -> Result<PartitionBatches, StorageError> {
+    let Some(part) = partition(view, keys, tp)? else {
+        return Ok(PartitionBatches {
+            error: Some(unknown(tp)),
+            log_start_offset: -1,
+            high_watermark: -1,
+            batches: vec![],
+        });
+    };
+    let mut out = PartitionBatches {
+        error: None,
+        log_start_offset: part.log_start_offset,
+        high_watermark: part.high_watermark,
+        batches: vec![],
+    };
+    if offset < part.log_start_offset || offset > part.high_watermark {
+        out.error = Some(Failure::new(
+            ErrorCode::OffsetOutOfRange,
+            format!("offset {offset} of {tp} is outside [{}, {}]", part.log_start_offset, part.high_watermark),
+        ));
+        return Ok(out);
+    }
+    if max_partition_fetch_bytes < 0 {
+        out.error = Some(Failure::new(ErrorCode::InvalidRequest, "max partition fetch bytes is negative"));
+        return Ok(out);
+    }
+    let limit = i64::from(max_partition_fetch_bytes).min(budget.remaining_bytes);
+    let mut taken = 0i64;
+    let (from, to) = keys.batches_from(tp, offset);
+    view.scan(&from, &to, &mut |k, v| {
+        if out.batches.len() >= budget.max_batches_per_partition || budget.batches_left == 0 {
+            return Ok(false);
+        }
+        let b: BatchRecord = codec::decode(k, v)?;
+        let min_one = out.batches.is_empty() && !budget.returned_any;
+        if taken + i64::from(b.byte_size) > limit && !min_one {
+            return Ok(false);
+        }
+        taken += i64::from(b.byte_size);
+        budget.batches_left -= 1;
+        out.batches.push(b);
+        Ok(true)
+    })?;
+    budget.remaining_bytes = (budget.remaining_bytes - taken).max(0);
+    budget.returned_any |= !out.batches.is_empty();
+    Ok(out)
+}

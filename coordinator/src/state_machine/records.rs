@@ -1,0 +1,117 @@
+//! The values stored in a metadata partition's tables (see `keys` for where each lives).
+//!
+//! Values are bincode-encoded serde structs. Changing a struct changes the on-disk format: add a
+//! new table or a versioned variant instead of editing a field in place.
+
+use serde::{Deserialize, Serialize};
+
+use super::command::TIMESTAMP_LOG_APPEND_TIME;
+use super::time_index::{OpenChunk, LEVELS};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicRecord {
+    pub name: String,
+    /// The topic's total partition count (across every metadata partition).
+    pub num_partitions: i32,
+    pub retention_ms: i64,
+    pub retention_bytes: i64,
+}
+
+/// One topic-partition owned by this metadata partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionRecord {
+    pub log_start_offset: i64,
+    pub high_watermark: i64,
+    /// Bytes of the batches still stored (a batch goes when it is wholly below the log start).
+    pub byte_size: i64,
+    /// The topic was deleted; the partition waits in the purge queue and answers as unknown.
+    pub deleted: bool,
+    /// The timestamp index's chunks still being filled, one per level.
+    pub open_chunks: [OpenChunk; LEVELS],
+}
+
+impl PartitionRecord {
+    pub fn new() -> PartitionRecord {
+        PartitionRecord {
+            log_start_offset: 0,
+            high_watermark: 0,
+            byte_size: 0,
+            deleted: false,
+            open_chunks: [OpenChunk::EMPTY; LEVELS],
+        }
+    }
+}
+
+impl Default for PartitionRecord {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One committed batch: where its bytes are and the offsets it was given. Keyed by its last offset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchRecord {
+    /// Unique in the cluster: the metadata partition id in the high bits, a counter below.
+    pub batch_id: i64,
+    pub object_key: String,
+    pub magic: i8,
+    pub byte_offset: i32,
+    pub byte_size: i32,
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub log_append_time: i64,
+    pub batch_max_timestamp: i64,
+    pub timestamp_type: i8,
+}
+
+impl BatchRecord {
+    /// The timestamp the batch counts as for time lookups and retention: the log append time for
+    /// LogAppendTime batches, the batch's max timestamp for CreateTime ones.
+    pub fn effective_timestamp(&self) -> i64 {
+        effective_timestamp(self.timestamp_type, self.log_append_time, self.batch_max_timestamp)
+    }
+}
+
+pub fn effective_timestamp(timestamp_type: i8, log_append_time: i64, batch_max_timestamp: i64) -> i64 {
+    if timestamp_type == TIMESTAMP_LOG_APPEND_TIME {
+        log_append_time
+    } else {
+        batch_max_timestamp
+    }
+}
+
+/// Bits of a batch id below the metadata partition id.
+pub const BATCH_ID_COUNTER_BITS: u32 = 47;
+
+/// A producer's state on one partition: its epoch and its last batches (Kafka keeps 5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProducerRecord {
+    pub epoch: i16,
+    /// Oldest first, at most [`PRODUCER_BATCHES_KEPT`].
+    pub batches: Vec<ProducerBatch>,
+}
+
+pub const PRODUCER_BATCHES_KEPT: usize = 5;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProducerBatch {
+    pub base_sequence: i32,
+    pub last_sequence: i32,
+    pub assigned_base_offset: i64,
+    pub log_append_time: i64,
+}
+
+/// A WAL segment object as this metadata partition knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRecord {
+    pub object_format: i8,
+    pub file_size: i64,
+    pub uploader_broker_id: i32,
+    pub owner_ids: Vec<i32>,
+    pub committed_at: i64,
+    /// Bytes of this metadata partition's batches in the file that are still stored.
+    pub live_bytes: i64,
+    /// When the file lost its last live batch here; it waits in the `D` table until the broker
+    /// confirms the object is deleted.
+    pub marked_for_deletion_at: Option<i64>,
+}

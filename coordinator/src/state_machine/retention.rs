@@ -1,0 +1,156 @@
+//! Retention: delete the oldest batches beyond a topic's retention.ms and retention.bytes.
+//!
+//! One EnforceRetention command first works the purge queue; only when it is empty does it walk
+//! the partitions, from a cursor kept in the state (so the walk resumes where the previous command
+//! stopped, identically on every replica), one budget unit per partition examined and per batch
+//! deleted. From a partition's start, a batch goes while its effective timestamp is older than
+//! `now - retention.ms`, or while the partition would still hold at least `retention.bytes` without
+//! it (Kafka's rule for segments); the first batch that stays ends the partition's turn. The log
+//! start offset follows the deleted batches.
+
+use std::collections::BTreeMap;
+
+use uuid::Uuid;
+
+use super::command::RetentionReport;
+use super::keys::{TopicPartition, BATCH, META_RETENTION_CURSOR, PARTITION};
+use super::purge::{self, Progress};
+use super::records::{BatchRecord, PartitionRecord, TopicRecord};
+use super::{tables, time_index, StateMachine};
+use crate::storage::{codec, KvRead, StorageError, Txn};
+
+pub fn apply(sm: &StateMachine, txn: &mut Txn<'_>, now: i64, mut budget: u32) -> Result<RetentionReport, StorageError> {
+    let keys = &sm.keys;
+    let mut report = RetentionReport::default();
+    let mut progress = Progress::default();
+    let queue_empty = purge::run(sm, txn, now, &mut budget, &mut progress)?;
+    report.batches_deleted = progress.batches_deleted;
+    if !queue_empty {
+        report.more = true;
+        return Ok(report);
+    }
+
+    let cursor_key = keys.meta(META_RETENTION_CURSOR);
+    let mut cursor: Option<TopicPartition> = tables::get(txn, &cursor_key)?;
+    let mut topics: BTreeMap<Uuid, Option<TopicRecord>> = BTreeMap::new();
+    loop {
+        let page = next_partitions(txn, sm, cursor.as_ref(), (budget as usize).clamp(1, 256))?;
+        if page.is_empty() {
+            // A whole pass is done: the next command starts from the beginning.
+            txn.delete(cursor_key);
+            return Ok(report);
+        }
+        for (tp, mut part) in page {
+            if budget == 0 {
+                tables::put(txn, cursor_key, &tp)?;
+                report.more = true;
+                return Ok(report);
+            }
+            budget -= 1;
+            report.partitions_examined += 1;
+            cursor = Some(tp);
+            let topic = match topics.get(&tp.topic_id) {
+                Some(t) => t.clone(),
+                None => {
+                    let t = tables::topic(txn, keys, &tp.topic_id)?;
+                    topics.insert(tp.topic_id, t.clone());
+                    t
+                }
+            };
+            let Some(topic) = topic else { continue };
+            if topic.retention_ms < 0 && topic.retention_bytes < 0 {
+                continue;
+            }
+            let finished = trim(sm, txn, now, &tp, &mut part, &topic, &mut budget, &mut report)?;
+            if !finished {
+                tables::put(txn, cursor_key, &tp)?;
+                report.more = true;
+                return Ok(report);
+            }
+        }
+        // Continue after the last partition of the page.
+        cursor = cursor.map(successor);
+    }
+}
+
+/// The key-order successor of `tp` (the next possible partition of the same topic).
+fn successor(tp: TopicPartition) -> TopicPartition {
+    TopicPartition { topic_id: tp.topic_id, partition: tp.partition + 1 }
+}
+
+/// Live partitions at or after `from`, at most `limit`.
+fn next_partitions(
+    view: &dyn KvRead,
+    sm: &StateMachine,
+    from: Option<&TopicPartition>,
+    limit: usize,
+) -> Result<Vec<(TopicPartition, PartitionRecord)>, StorageError> {
+    let (start, end) = sm.keys.table(PARTITION);
+    let start = from.map_or(start, |tp| sm.keys.partition(tp));
+    let mut out = Vec::new();
+    view.scan(&start, &end, &mut |k, v| {
+        let tp = sm.keys.decode_tp(k).ok_or_else(|| StorageError::Corrupt {
+            key: crate::storage::display_key(k),
+            reason: "malformed partition key".into(),
+        })?;
+        let part: PartitionRecord = codec::decode(k, v)?;
+        if !part.deleted {
+            out.push((tp, part));
+        }
+        Ok(out.len() < limit)
+    })?;
+    Ok(out)
+}
+
+/// Deletes `tp`'s batches beyond retention. Returns false when the budget ran out first.
+#[allow(clippy::too_many_arguments)]
+fn trim(
+    sm: &StateMachine,
+    txn: &mut Txn<'_>,
+    now: i64,
+    tp: &TopicPartition,
+    part: &mut PartitionRecord,
+    topic: &TopicRecord,
+    budget: &mut u32,
+    report: &mut RetentionReport,
+) -> Result<bool, StorageError> {
+    let keys = &sm.keys;
+    let expired_before = if topic.retention_ms >= 0 { Some(now.saturating_sub(topic.retention_ms)) } else { None };
+    let mut changed = false;
+    let mut finished = true;
+    'pages: loop {
+        let page_len = (*budget as usize).clamp(1, 256);
+        let mut page: Vec<(Vec<u8>, BatchRecord)> = Vec::new();
+        txn.scan(&keys.tp_start(BATCH, tp), &keys.tp_end(BATCH, tp), &mut |k, v| {
+            page.push((k.to_vec(), codec::decode(k, v)?));
+            Ok(page.len() < page_len)
+        })?;
+        if page.is_empty() {
+            break;
+        }
+        for (k, b) in page {
+            let too_old = expired_before.is_some_and(|t| b.effective_timestamp() < t);
+            let too_big =
+                topic.retention_bytes >= 0 && part.byte_size - i64::from(b.byte_size) >= topic.retention_bytes;
+            if !(too_old || too_big) {
+                break 'pages;
+            }
+            if *budget == 0 {
+                finished = false;
+                break 'pages;
+            }
+            *budget -= 1;
+            report.batches_deleted += 1;
+            txn.delete(k);
+            part.byte_size -= i64::from(b.byte_size);
+            part.log_start_offset = part.log_start_offset.max(b.last_offset + 1);
+            tables::release_file_bytes(txn, keys, &b.object_key, i64::from(b.byte_size), now)?;
+            changed = true;
+        }
+    }
+    if changed {
+        time_index::purge_below(txn, keys, tp, part.log_start_offset)?;
+        tables::put(txn, keys.partition(tp), part)?;
+    }
+    Ok(finished)
+}

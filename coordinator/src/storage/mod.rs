@@ -1,0 +1,49 @@
+//! The one place RocksDB is touched.
+//!
+//! Owns: opening a data directory's RocksDB with the column families this project uses, durable
+//! writes (every acknowledged write is WAL-fsynced), consistent read views, and the read/write
+//! transaction the state machine applies a command in. Nothing above this module names a RocksDB
+//! type except [`WriteBatch`], which the Raft layer extends (last-applied) before writing.
+//!
+//! It must not know what the keys mean: key layout belongs to the state machine (`keys`), value
+//! encoding is the generic [`codec`].
+
+pub mod codec;
+mod db;
+mod txn;
+
+pub use db::{Db, Family, ReadView};
+pub use rocksdb::WriteBatch;
+pub use txn::Txn;
+
+/// Why a storage operation failed. Every variant is fatal for the replica that sees it: the state
+/// machine cannot go on deterministically past a failed read or write.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("rocksdb: {0}")]
+    RocksDb(#[from] rocksdb::Error),
+    #[error("corrupt value under key {key}: {reason}")]
+    Corrupt { key: String, reason: String },
+    #[error("cannot encode a value: {0}")]
+    Encode(String),
+}
+
+/// Reads over a consistent view of the keys: a RocksDB snapshot, or a transaction that overlays
+/// its own pending writes on the database.
+pub trait KvRead {
+    /// The value under `key`, if any.
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError>;
+
+    /// Visits the entries with `from <= key < to` in key order while `visit` returns `Ok(true)`.
+    fn scan(
+        &self,
+        from: &[u8],
+        to: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool, StorageError>,
+    ) -> Result<(), StorageError>;
+}
+
+/// Shows a key for error messages: printable bytes as they are, the rest as hex.
+pub fn display_key(key: &[u8]) -> String {
+    key.iter().map(|&b| if b.is_ascii_graphic() { (b as char).to_string() } else { format!("\\x{b:02x}") }).collect()
+}

@@ -1,0 +1,171 @@
+//! A read/write transaction over the state keys: the state machine applies one command in one
+//! `Txn`, whose reads see its own pending writes, and whose writes become one atomic batch.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use rocksdb::WriteBatch;
+
+use super::{Db, Family, KvRead, StorageError};
+
+/// Pending writes over the latest database state. Not shared between threads: one group applies
+/// one command at a time.
+pub struct Txn<'a> {
+    db: &'a Db,
+    /// `None` is a delete.
+    writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+}
+
+impl<'a> Txn<'a> {
+    pub fn new(db: &'a Db) -> Txn<'a> {
+        Txn { db, writes: BTreeMap::new() }
+    }
+
+    pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.writes.insert(key, Some(value));
+    }
+
+    pub fn delete(&mut self, key: Vec<u8>) {
+        self.writes.insert(key, None);
+    }
+
+    /// Number of keys written so far.
+    pub fn len(&self) -> usize {
+        self.writes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+
+    /// The pending writes as one RocksDB batch, in key order.
+    pub fn into_write_batch(self) -> WriteBatch {
+        let mut batch = WriteBatch::default();
+        self.write_into(&mut batch);
+        batch
+    }
+
+    /// Adds the pending writes to `batch`.
+    pub fn write_into(self, batch: &mut WriteBatch) {
+        for (k, v) in &self.writes {
+            match v {
+                Some(v) => self.db.batch_put(batch, Family::State, k, v),
+                None => self.db.batch_delete(batch, Family::State, k),
+            }
+        }
+    }
+}
+
+impl KvRead for Txn<'_> {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        match self.writes.get(key) {
+            Some(pending) => Ok(pending.clone()),
+            None => self.db.get(Family::State, key),
+        }
+    }
+
+    /// Merges the database's entries with the pending writes; a pending write wins over the
+    /// stored value of the same key, and a pending delete hides it.
+    fn scan(
+        &self,
+        from: &[u8],
+        to: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool, StorageError>,
+    ) -> Result<(), StorageError> {
+        let mut pending = self.writes.range::<[u8], _>((Bound::Included(from), Bound::Excluded(to))).peekable();
+        let mut stopped = false;
+        self.db.scan_family(Family::State, None, from, to, &mut |k, v| {
+            // First the pending writes that sort before this stored key.
+            while let Some((pk, pv)) = pending.next_if(|(pk, _)| pk.as_slice() < k) {
+                if let Some(pv) = pv {
+                    if !visit(pk, pv)? {
+                        stopped = true;
+                        return Ok(false);
+                    }
+                }
+            }
+            // Then this key: overridden by a pending write of the same key, or as stored.
+            let keep_going = match pending.next_if(|(pk, _)| pk.as_slice() == k) {
+                Some((_, Some(pv))) => visit(k, pv)?,
+                Some((_, None)) => true,
+                None => visit(k, v)?,
+            };
+            stopped = !keep_going;
+            Ok(keep_going)
+        })?;
+        if stopped {
+            return Ok(());
+        }
+        for (pk, pv) in pending {
+            if let Some(pv) = pv {
+                if !visit(pk, pv)? {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collect(r: &dyn KvRead, from: &[u8], to: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out = vec![];
+        r.scan(from, to, &mut |k, v| {
+            out.push((k.to_vec(), v.to_vec()));
+            Ok(true)
+        })
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn scan_merges_pending_writes_over_stored_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        let mut t = Txn::new(&db);
+        for k in [b"a", b"c", b"e", b"g"] {
+            t.put(k.to_vec(), b"old".to_vec());
+        }
+        db.write(t.into_write_batch(), true).unwrap();
+
+        let mut t = Txn::new(&db);
+        t.put(b"b".to_vec(), b"new".to_vec()); // before a stored key
+        t.put(b"c".to_vec(), b"new".to_vec()); // overrides
+        t.delete(b"e".to_vec()); // hides
+        t.put(b"h".to_vec(), b"new".to_vec()); // after every stored key
+        t.put(b"z".to_vec(), b"new".to_vec()); // outside the range
+        let got = collect(&t, b"a", b"y");
+        let want: Vec<(Vec<u8>, Vec<u8>)> = [("a", "old"), ("b", "new"), ("c", "new"), ("g", "old"), ("h", "new")]
+            .iter()
+            .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(t.get(b"e").unwrap(), None);
+        assert_eq!(t.get(b"c").unwrap(), Some(b"new".to_vec()));
+        assert_eq!(t.get(b"g").unwrap(), Some(b"old".to_vec()));
+
+        // Stopping early stops both sources.
+        let mut seen = 0;
+        t.scan(b"a", b"y", &mut |_, _| {
+            seen += 1;
+            Ok(seen < 2)
+        })
+        .unwrap();
+        assert_eq!(seen, 2);
+    }
+
+    #[test]
+    fn snapshot_does_not_see_later_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        let view = db.read();
+        let mut t = Txn::new(&db);
+        t.put(b"k".to_vec(), b"v".to_vec());
+        db.write(t.into_write_batch(), false).unwrap();
+        assert_eq!(view.get(b"k").unwrap(), None);
+        assert_eq!(db.read().get(b"k").unwrap(), Some(b"v".to_vec()));
+    }
+}

@@ -1,0 +1,568 @@
+//! A naive in-memory model of one metadata partition: plain vectors and maps, linear scans, no
+//! indexes, no storage. It restates the rules of `state_machine` from the specification so
+//! the model-based test can compare every answer of the real, RocksDB-backed state machine with
+//! it. Where the specification leaves a choice (which error code, the purge order and budget), the
+//! model follows the choice documented in the state machine's modules.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use diskless_coordinator::state_machine::*;
+use uuid::Uuid;
+
+pub const DEFAULT_RETENTION_MS: i64 = 7 * 24 * 60 * 60 * 1000;
+const KEPT: usize = 5;
+
+#[derive(Debug, Clone)]
+struct Topic {
+    name: String,
+    partitions: i32,
+    retention_ms: i64,
+    retention_bytes: i64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Partition {
+    lso: i64,
+    hwm: i64,
+    bytes: i64,
+    deleted: bool,
+    /// Stored batches in offset order (including ones below the log start not purged yet).
+    batches: Vec<BatchRecord>,
+}
+
+#[derive(Debug, Clone)]
+struct Producer {
+    epoch: i16,
+    /// (base seq, last seq, base offset, append time), oldest first.
+    batches: Vec<(i32, i32, i64, i64)>,
+}
+
+#[derive(Debug, Clone)]
+struct File {
+    size: i64,
+    owners: Vec<i32>,
+    live: i64,
+    marked: Option<i64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Model {
+    group: u32,
+    num_groups: u32,
+    topics: BTreeMap<Uuid, Topic>,
+    parts: BTreeMap<TopicPartition, Partition>,
+    producers: BTreeMap<(TopicPartition, i64), Producer>,
+    files: BTreeMap<String, File>,
+    queue: BTreeSet<TopicPartition>,
+    cursor: Option<TopicPartition>,
+    next_batch_id: i64,
+}
+
+fn fail<T>(code: ErrorCode) -> Result<T, Failure> {
+    Err(Failure::new(code, ""))
+}
+
+fn eff(b: &BatchRecord) -> i64 {
+    if b.timestamp_type == 1 {
+        b.log_append_time
+    } else {
+        b.batch_max_timestamp
+    }
+}
+
+impl Model {
+    pub fn new(group: u32, num_groups: u32) -> Model {
+        Model {
+            group,
+            num_groups,
+            topics: BTreeMap::new(),
+            parts: BTreeMap::new(),
+            producers: BTreeMap::new(),
+            files: BTreeMap::new(),
+            queue: BTreeSet::new(),
+            cursor: None,
+            next_batch_id: 0,
+        }
+    }
+
+    fn owns(&self, tp: &TopicPartition) -> bool {
+        tp.partition >= 0
+            && diskless_proto::metadata_partition_for(tp.topic_id.as_bytes(), tp.partition, self.num_groups)
+                == self.group
+    }
+
+    fn live(&self, tp: &TopicPartition) -> Option<&Partition> {
+        self.parts.get(tp).filter(|p| !p.deleted)
+    }
+
+    pub fn apply(&mut self, cmd: &Command) -> Outcome {
+        let now = cmd.now_ms;
+        match &cmd.op {
+            Op::CreatePartitions(ts) => Outcome::Topics(ts.iter().map(|t| (t.topic_id, self.create(t))).collect()),
+            Op::DeleteTopics { topic_ids, budget } => {
+                let r = topic_ids.iter().map(|id| (*id, self.delete_topic(id))).collect();
+                self.purge(now, &mut budget.clone());
+                Outcome::Topics(r)
+            }
+            Op::CommitFile(c) => Outcome::CommitFile(self.commit(now, c)),
+            Op::DeleteRecords { partitions, budget } => {
+                let r = partitions.iter().map(|p| (p.tp, self.delete_records(p))).collect();
+                self.purge(now, &mut budget.clone());
+                Outcome::DeleteRecords(r)
+            }
+            Op::AlterTopicConfigs(ts) => Outcome::Topics(ts.iter().map(|a| (a.topic_id, self.alter(a))).collect()),
+            Op::ConfirmFilesDeleted { object_keys } => {
+                Outcome::ConfirmFilesDeleted(object_keys.iter().map(|k| (k.clone(), self.confirm(k))).collect())
+            }
+            Op::EnforceRetention { budget } => Outcome::EnforceRetention(self.retention(now, *budget)),
+            Op::Noop => Outcome::Noop,
+        }
+    }
+
+    fn create(&mut self, t: &CreateTopic) -> Result<(), Failure> {
+        if t.topic_id.is_nil() {
+            return fail(ErrorCode::InvalidRequest);
+        }
+        let n = &t.name;
+        let name_ok = !n.is_empty()
+            && n.len() <= 249
+            && n != "."
+            && n != ".."
+            && n.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+        if !name_ok {
+            return fail(ErrorCode::InvalidTopicException);
+        }
+        if t.num_partitions < 1 || t.num_partitions > MAX_PARTITIONS {
+            return fail(ErrorCode::InvalidPartitions);
+        }
+        if t.retention_ms.is_some_and(|v| v < -1) || t.retention_bytes.is_some_and(|v| v < -1) {
+            return fail(ErrorCode::InvalidConfig);
+        }
+        let old = match self.topics.get(&t.topic_id) {
+            Some(existing) => {
+                if existing.name != t.name {
+                    return fail(ErrorCode::InvalidRequest);
+                }
+                if t.num_partitions < existing.partitions {
+                    return fail(ErrorCode::InvalidPartitions);
+                }
+                existing.partitions
+            }
+            None => {
+                if self.topics.values().any(|x| x.name == t.name) {
+                    return fail(ErrorCode::TopicAlreadyExists);
+                }
+                if self.queue.iter().any(|tp| tp.topic_id == t.topic_id) {
+                    return fail(ErrorCode::InvalidRequest);
+                }
+                self.topics.insert(
+                    t.topic_id,
+                    Topic {
+                        name: t.name.clone(),
+                        partitions: 0,
+                        retention_ms: t.retention_ms.unwrap_or(DEFAULT_RETENTION_MS),
+                        retention_bytes: t.retention_bytes.unwrap_or(-1),
+                    },
+                );
+                0
+            }
+        };
+        self.topics.get_mut(&t.topic_id).unwrap().partitions = t.num_partitions;
+        for p in old..t.num_partitions {
+            let tp = TopicPartition { topic_id: t.topic_id, partition: p };
+            if self.owns(&tp) {
+                self.parts.insert(tp, Partition::default());
+            }
+        }
+        Ok(())
+    }
+
+    fn delete_topic(&mut self, id: &Uuid) -> Result<(), Failure> {
+        let Some(t) = self.topics.remove(id) else { return fail(ErrorCode::UnknownTopicId) };
+        for p in 0..t.partitions {
+            let tp = TopicPartition { topic_id: *id, partition: p };
+            if let Some(part) = self.parts.get_mut(&tp).filter(|p| !p.deleted) {
+                part.deleted = true;
+                self.queue.insert(tp);
+            }
+        }
+        Ok(())
+    }
+
+    fn release(&mut self, key: &str, bytes: i64, now: i64) {
+        let f = self.files.get_mut(key).expect("batch of an unknown file");
+        f.live -= bytes;
+        if f.live <= 0 && f.marked.is_none() {
+            f.live = 0;
+            f.marked = Some(now);
+        }
+    }
+
+    /// Returns whether the queue is empty afterwards.
+    fn purge(&mut self, now: i64, budget: &mut u32) -> (bool, u64) {
+        let mut deleted = 0;
+        loop {
+            let Some(&tp) = self.queue.iter().next() else { return (true, deleted) };
+            let part = self.parts.get(&tp).unwrap();
+            let below = if part.deleted { i64::MAX } else { part.lso };
+            while self.parts[&tp].batches.first().is_some_and(|b| b.last_offset < below) {
+                if *budget == 0 {
+                    return (false, deleted);
+                }
+                *budget -= 1;
+                deleted += 1;
+                let b = self.parts.get_mut(&tp).unwrap().batches.remove(0);
+                self.parts.get_mut(&tp).unwrap().bytes -= i64::from(b.byte_size);
+                self.release(&b.object_key, i64::from(b.byte_size), now);
+            }
+            if self.parts[&tp].deleted {
+                let mine: Vec<_> = self.producers.keys().filter(|(t, _)| *t == tp).copied().collect();
+                for k in mine {
+                    if *budget == 0 {
+                        return (false, deleted);
+                    }
+                    *budget -= 1;
+                    self.producers.remove(&k);
+                }
+            }
+            if *budget == 0 {
+                return (false, deleted);
+            }
+            *budget -= 1;
+            self.queue.remove(&tp);
+            if self.parts[&tp].deleted {
+                self.parts.remove(&tp);
+            }
+        }
+    }
+
+    fn delete_records(&mut self, p: &DeleteRecordsPartition) -> Result<i64, Failure> {
+        let Some(part) = self.parts.get_mut(&p.tp).filter(|x| !x.deleted) else {
+            return fail(ErrorCode::UnknownTopicOrPartition);
+        };
+        let target = if p.offset == -1 { part.hwm } else { p.offset };
+        if target < 0 || target > part.hwm {
+            return fail(ErrorCode::OffsetOutOfRange);
+        }
+        if target > part.lso {
+            part.lso = target;
+            if part.batches.iter().any(|b| b.last_offset < target) {
+                self.queue.insert(p.tp);
+            }
+        }
+        Ok(part.lso)
+    }
+
+    fn alter(&mut self, a: &AlterTopic) -> Result<(), Failure> {
+        let Some(t) = self.topics.get_mut(&a.topic_id) else { return fail(ErrorCode::UnknownTopicId) };
+        if a.retention_ms.is_some_and(|v| v < -1) || a.retention_bytes.is_some_and(|v| v < -1) {
+            return fail(ErrorCode::InvalidConfig);
+        }
+        t.retention_ms = a.retention_ms.unwrap_or(t.retention_ms);
+        t.retention_bytes = a.retention_bytes.unwrap_or(t.retention_bytes);
+        Ok(())
+    }
+
+    fn confirm(&mut self, key: &str) -> Result<(), Failure> {
+        match self.files.get(key) {
+            None => Ok(()),
+            Some(f) if f.marked.is_some() => {
+                self.files.remove(key);
+                Ok(())
+            }
+            Some(_) => fail(ErrorCode::InvalidRequest),
+        }
+    }
+
+    fn retention(&mut self, now: i64, mut budget: u32) -> RetentionReport {
+        let mut r = RetentionReport::default();
+        let (empty, deleted) = self.purge(now, &mut budget);
+        r.batches_deleted = deleted;
+        if !empty {
+            r.more = true;
+            return r;
+        }
+        let start = self.cursor;
+        let tps: Vec<TopicPartition> = self
+            .parts
+            .iter()
+            .filter(|(tp, p)| !p.deleted && start.is_none_or(|c| **tp >= c))
+            .map(|(tp, _)| *tp)
+            .collect();
+        for tp in tps {
+            if budget == 0 {
+                self.cursor = Some(tp);
+                r.more = true;
+                return r;
+            }
+            budget -= 1;
+            r.partitions_examined += 1;
+            let Some(t) = self.topics.get(&tp.topic_id).cloned() else { continue };
+            if t.retention_ms < 0 && t.retention_bytes < 0 {
+                continue;
+            }
+            loop {
+                let part = &self.parts[&tp];
+                let Some(b) = part.batches.first() else { break };
+                let old = t.retention_ms >= 0 && eff(b) < now.saturating_sub(t.retention_ms);
+                let big = t.retention_bytes >= 0 && part.bytes - i64::from(b.byte_size) >= t.retention_bytes;
+                if !(old || big) {
+                    break;
+                }
+                if budget == 0 {
+                    self.cursor = Some(tp);
+                    r.more = true;
+                    return r;
+                }
+                budget -= 1;
+                r.batches_deleted += 1;
+                let part = self.parts.get_mut(&tp).unwrap();
+                let b = part.batches.remove(0);
+                part.bytes -= i64::from(b.byte_size);
+                part.lso = part.lso.max(b.last_offset + 1);
+                self.release(&b.object_key, i64::from(b.byte_size), now);
+            }
+        }
+        self.cursor = None;
+        r
+    }
+
+    fn commit(&mut self, now: i64, c: &CommitFile) -> Vec<Result<CommittedBatch, Failure>> {
+        let file_bad = c.object_key.is_empty()
+            || c.object_key.len() > 1024
+            || c.object_format != 1
+            || c.file_size < 0
+            || self.files.contains_key(&c.object_key);
+        if file_bad {
+            return c.batches.iter().map(|_| fail(ErrorCode::InvalidRequest)).collect();
+        }
+        let mut live = 0;
+        let mut out = vec![];
+        for b in &c.batches {
+            let r = self.commit_batch(now, c, b);
+            if matches!(r, Ok(CommittedBatch { is_duplicate: false, .. })) {
+                live += i64::from(b.size);
+            }
+            out.push(r);
+        }
+        self.files.insert(
+            c.object_key.clone(),
+            File { size: c.file_size, owners: c.owner_ids.clone(), live, marked: (live == 0).then_some(now) },
+        );
+        out
+    }
+
+    fn commit_batch(&mut self, now: i64, c: &CommitFile, b: &CommitBatch) -> Result<CommittedBatch, Failure> {
+        if b.magic != 2 || !(0..=1).contains(&b.timestamp_type) {
+            return fail(ErrorCode::CorruptMessage);
+        }
+        if b.size <= 0 || b.byte_offset < 0 || i64::from(b.byte_offset) + i64::from(b.size) > c.file_size {
+            return fail(ErrorCode::InvalidRequest);
+        }
+        if b.base_offset < 0 || b.last_offset < b.base_offset || b.last_offset - b.base_offset >= i64::from(i32::MAX) {
+            return fail(ErrorCode::CorruptMessage);
+        }
+        let count = b.last_offset - b.base_offset + 1;
+        if b.producer_id < -1 {
+            return fail(ErrorCode::InvalidRequest);
+        }
+        let idem = b.producer_id >= 0;
+        if idem {
+            if b.producer_epoch < 0 || b.base_sequence < 0 || b.last_sequence < 0 {
+                return fail(ErrorCode::InvalidRequest);
+            }
+            // Count the sequences one by one (mod 2^31), the naive way.
+            let span = (i64::from(b.last_sequence) - i64::from(b.base_sequence)).rem_euclid(1 << 31) + 1;
+            if span != count {
+                return fail(ErrorCode::CorruptMessage);
+            }
+        }
+        let Some(part) = self.live(&b.tp).cloned() else { return fail(ErrorCode::UnknownTopicOrPartition) };
+        let key = (b.tp, b.producer_id);
+        if idem {
+            match self.producers.get(&key) {
+                None if b.base_sequence != 0 => return fail(ErrorCode::OutOfOrderSequenceNumber),
+                None => {}
+                Some(p) if b.producer_epoch < p.epoch => return fail(ErrorCode::InvalidProducerEpoch),
+                Some(p) if b.producer_epoch > p.epoch && b.base_sequence != 0 => {
+                    return fail(ErrorCode::OutOfOrderSequenceNumber)
+                }
+                Some(p) if b.producer_epoch > p.epoch => {}
+                Some(p) => {
+                    if let Some(d) = p.batches.iter().find(|d| d.0 == b.base_sequence && d.1 == b.last_sequence) {
+                        return Ok(CommittedBatch {
+                            assigned_base_offset: d.2,
+                            log_append_time: d.3,
+                            log_start_offset: part.lso,
+                            is_duplicate: true,
+                        });
+                    }
+                    let last = p.batches.last().unwrap().1;
+                    let expected = if last == i32::MAX { 0 } else { last + 1 };
+                    if b.base_sequence != expected {
+                        return fail(ErrorCode::OutOfOrderSequenceNumber);
+                    }
+                }
+            }
+        }
+        let base = part.hwm;
+        let id = (i64::from(self.group) << 47) | self.next_batch_id;
+        self.next_batch_id += 1;
+        let rec = BatchRecord {
+            batch_id: id,
+            object_key: c.object_key.clone(),
+            magic: b.magic,
+            byte_offset: b.byte_offset,
+            byte_size: b.size,
+            base_offset: base,
+            last_offset: base + count - 1,
+            log_append_time: now,
+            batch_max_timestamp: b.batch_max_timestamp,
+            timestamp_type: b.timestamp_type,
+        };
+        let p = self.parts.get_mut(&b.tp).unwrap();
+        p.batches.push(rec);
+        p.hwm += count;
+        p.bytes += i64::from(b.size);
+        let lso = p.lso;
+        if idem {
+            let entry = self.producers.entry(key).or_insert(Producer { epoch: b.producer_epoch, batches: vec![] });
+            if entry.epoch != b.producer_epoch {
+                entry.epoch = b.producer_epoch;
+                entry.batches.clear();
+            }
+            entry.batches.push((b.base_sequence, b.last_sequence, base, now));
+            if entry.batches.len() > KEPT {
+                entry.batches.remove(0);
+            }
+        }
+        Ok(CommittedBatch {
+            assigned_base_offset: base,
+            log_append_time: now,
+            log_start_offset: lso,
+            is_duplicate: false,
+        })
+    }
+
+    // ------------------------------------------------------------------ queries
+
+    pub fn list_offsets(&self, tp: &TopicPartition, ts: i64) -> Result<OffsetAndTimestamp, Failure> {
+        let Some(p) = self.live(tp) else { return fail(ErrorCode::UnknownTopicOrPartition) };
+        let none = OffsetAndTimestamp { offset: -1, timestamp: -1 };
+        let live: Vec<&BatchRecord> = p.batches.iter().filter(|b| b.last_offset >= p.lso).collect();
+        let pick = |b: Option<&&BatchRecord>| {
+            b.map_or(none, |b| OffsetAndTimestamp { offset: b.base_offset.max(p.lso), timestamp: eff(b) })
+        };
+        match ts {
+            -2 | -4 => Ok(OffsetAndTimestamp { offset: p.lso, timestamp: -1 }),
+            -1 => Ok(OffsetAndTimestamp { offset: p.hwm, timestamp: -1 }),
+            -5 => Ok(none),
+            -3 => {
+                let mut best: Option<&&BatchRecord> = None;
+                for b in &live {
+                    if best.is_none_or(|x| eff(b) > eff(x)) {
+                        best = Some(b);
+                    }
+                }
+                Ok(pick(best))
+            }
+            t if t >= 0 => Ok(pick(live.iter().find(|b| eff(b) >= t))),
+            _ => fail(ErrorCode::InvalidRequest),
+        }
+    }
+
+    /// FindBatches over several partitions sharing the request limits.
+    pub fn find_batches(
+        &self,
+        fetch_max_bytes: i32,
+        max_batches: i32,
+        reqs: &[(TopicPartition, i64, i32)],
+    ) -> Vec<PartitionBatches> {
+        let mut remaining = i64::from(fetch_max_bytes.max(0));
+        let mut any = false;
+        let mut left = MAX_BATCHES_PER_FETCH;
+        let per = if max_batches <= 0 { usize::MAX } else { max_batches as usize };
+        let mut out = vec![];
+        for &(tp, offset, max_part) in reqs {
+            let Some(p) = self.live(&tp) else {
+                out.push(PartitionBatches {
+                    error: Some(Failure::new(ErrorCode::UnknownTopicOrPartition, "")),
+                    log_start_offset: -1,
+                    high_watermark: -1,
+                    batches: vec![],
+                });
+                continue;
+            };
+            let mut r =
+                PartitionBatches { error: None, log_start_offset: p.lso, high_watermark: p.hwm, batches: vec![] };
+            if offset < p.lso || offset > p.hwm {
+                r.error = Some(Failure::new(ErrorCode::OffsetOutOfRange, ""));
+            } else if max_part < 0 {
+                r.error = Some(Failure::new(ErrorCode::InvalidRequest, ""));
+            } else {
+                let limit = i64::from(max_part).min(remaining);
+                let mut taken = 0;
+                for b in p.batches.iter().filter(|b| b.last_offset >= offset) {
+                    if r.batches.len() >= per || left == 0 {
+                        break;
+                    }
+                    let first = r.batches.is_empty() && !any;
+                    if taken + i64::from(b.byte_size) > limit && !first {
+                        break;
+                    }
+                    taken += i64::from(b.byte_size);
+                    left -= 1;
+                    r.batches.push(b.clone());
+                }
+                remaining = (remaining - taken).max(0);
+                any |= !r.batches.is_empty();
+            }
+            out.push(r);
+        }
+        out
+    }
+
+    pub fn describe(&self, key: &str) -> FileState {
+        let f = self.files.get(key);
+        FileState { known: f.is_some(), has_live_batches: f.is_some_and(|f| f.marked.is_none()) }
+    }
+
+    pub fn to_delete(&self, limit: usize) -> Vec<FileToDelete> {
+        let mut v: Vec<FileToDelete> = self
+            .files
+            .iter()
+            .filter_map(|(k, f)| {
+                f.marked.map(|at| FileToDelete {
+                    object_key: k.clone(),
+                    marked_for_deletion_at: at,
+                    file_size: f.size,
+                    owner_ids: f.owners.clone(),
+                })
+            })
+            .collect();
+        v.sort_by(|a, b| (a.marked_for_deletion_at, &a.object_key).cmp(&(b.marked_for_deletion_at, &b.object_key)));
+        v.truncate(limit.min(MAX_FILES_TO_DELETE));
+        v
+    }
+
+    pub fn known_keys(&self) -> Vec<String> {
+        self.files.keys().cloned().collect()
+    }
+
+    /// The client's view of what a producer's next batch may look like: (epoch, last base seq,
+    /// last last seq) of its newest batch on `tp`.
+    pub fn producer_tail(&self, tp: &TopicPartition, pid: i64) -> Option<(i16, i32, i32)> {
+        self.producers.get(&(*tp, pid)).and_then(|p| p.batches.last().map(|b| (p.epoch, b.0, b.1)))
+    }
+
+    pub fn producer_history(&self, tp: &TopicPartition, pid: i64) -> Vec<(i16, i32, i32)> {
+        self.producers
+            .get(&(*tp, pid))
+            .map(|p| p.batches.iter().map(|b| (p.epoch, b.0, b.1)).collect())
+            .unwrap_or_default()
+    }
+
+    pub fn hwm(&self, tp: &TopicPartition) -> Option<(i64, i64)> {
+        self.live(tp).map(|p| (p.lso, p.hwm))
+    }
+}

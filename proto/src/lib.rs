@@ -1,0 +1,27 @@
+//! The wire contract between brokers, operators and the coordinator cluster.
+//!
+//! Owns: the generated gRPC types (`v1`), Kafka's error codes as this project uses them
+//! ([`ErrorCode`]), and the one function both sides must agree on: which metadata partition owns a
+//! topic-partition ([`metadata_partition_for`]). It must not hold behaviour beyond that: no I/O,
+//! no state.
+
+pub mod error_code;
+pub mod partitioning;
+
+pub use error_code::ErrorCode;
+pub use partitioning::metadata_partition_for;
+
+/// Version 1 of the coordinator API (`package diskless.coordinator.v1`).
+pub mod v1 {
+    tonic::include_proto!("diskless.coordinator.v1");
+}
+
+/// Operators' API (`package diskless.admin.v1`).
+pub mod admin {
+    tonic::include_proto!("diskless.admin.v1");
+}
+
+/// Node-to-node traffic: Raft and forwarded proposals (`package diskless.internal.v1`).
+pub mod internal {
+    tonic::include_proto!("diskless.internal.v1");
+}
