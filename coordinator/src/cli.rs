@@ -110,7 +110,12 @@ pub async fn run_server(args: ServerArgs) -> anyhow::Result<()> {
 pub fn init_logging(filter: &str) {
     let filter =
         tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    use std::io::IsTerminal;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 /// The server binary's `main`.

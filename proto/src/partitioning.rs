@@ -2,8 +2,9 @@
 //!
 //! The mapping is part of the on-disk and on-wire contract: brokers split commits by it and every
 //! coordinator replica filters partitions by it. It must never change for an existing cluster, so
-//! it is defined here once, over fixed bytes, with a fixed hash (CRC32C, not `std`'s randomised
-//! hasher).
+//! it is defined here once, over fixed bytes, with fixed functions (not `std`'s randomised hasher):
+//! CRC32C of the topic id, then the SplitMix64 finalizer over that and the partition index. (CRC
+//! alone is linear: the partitions of one topic would land on a fraction of the groups.)
 
 /// The metadata partition (Raft group) in `0..num_metadata_partitions` that owns partition
 /// `partition` of topic `topic_id`.
@@ -11,10 +12,16 @@
 /// `num_metadata_partitions` is `diskless.metadata.topic.num.partitions`; it must be at least 1.
 pub fn metadata_partition_for(topic_id: &[u8; 16], partition: i32, num_metadata_partitions: u32) -> u32 {
     assert!(num_metadata_partitions > 0, "a cluster has at least one metadata partition");
-    let mut bytes = [0u8; 20];
-    bytes[..16].copy_from_slice(topic_id);
-    bytes[16..].copy_from_slice(&partition.to_be_bytes());
-    crc32c::crc32c(&bytes) % num_metadata_partitions
+    let seed = (u64::from(crc32c::crc32c(topic_id)) << 32) | u64::from(partition as u32);
+    (splitmix64(seed) % u64::from(num_metadata_partitions)) as u32
+}
+
+/// SplitMix64's output function: a bijective, well-mixing finalizer.
+fn splitmix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 #[cfg(test)]
@@ -29,7 +36,7 @@ mod tests {
         assert_eq!(got, PINNED);
     }
 
-    const PINNED: [u32; 8] = [3, 0, 4, 7, 4, 7, 3, 0];
+    const PINNED: [u32; 8] = [4, 0, 5, 2, 4, 7, 4, 1];
 
     #[test]
     fn partitions_spread_over_metadata_partitions() {
@@ -41,5 +48,16 @@ mod tests {
         }
         // 1024 partitions over 8 groups: every group gets a fair share (expected 128).
         assert!(counts.iter().all(|&c| (80..=176).contains(&c)), "{counts:?}");
+    }
+
+    #[test]
+    fn the_partitions_of_one_topic_reach_every_group() {
+        for t in 0..32u8 {
+            let mut seen = [false; 8];
+            for p in 0..64 {
+                seen[metadata_partition_for(&[t; 16], p, 8) as usize] = true;
+            }
+            assert!(seen.iter().all(|s| *s), "topic {t}: {seen:?}");
+        }
     }
 }

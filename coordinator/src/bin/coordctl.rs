@@ -44,6 +44,11 @@ enum Cmd {
     },
     /// Snapshot every metadata partition on the node now (purging the log behind).
     Snapshot,
+    /// Wait until the node answers and every metadata partition has a leader.
+    WaitReady {
+        #[arg(long, default_value_t = 60)]
+        timeout_secs: u64,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -52,12 +57,28 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    if let Cmd::WaitReady { timeout_secs } = args.cmd {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout_secs);
+        loop {
+            if let Ok(mut c) = AdminServiceClient::connect(format!("http://{}", args.addr)).await {
+                if let Ok(s) = c.status(StatusRequest { with_digest: false }).await {
+                    if s.get_ref().groups.iter().all(|g| g.leader != 0) {
+                        println!("ready: every metadata partition has a leader");
+                        return Ok(());
+                    }
+                }
+            }
+            anyhow::ensure!(std::time::Instant::now() < deadline, "not ready after {timeout_secs} s");
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+    }
     let mut c = AdminServiceClient::connect(format!("http://{}", args.addr))
         .await
         .with_context(|| format!("connect to {}", args.addr))?;
     match args.cmd {
+        Cmd::WaitReady { .. } => unreachable!("handled above"),
         Cmd::Status { raw } => {
-            let s = c.status(StatusRequest {}).await?.into_inner();
+            let s = c.status(StatusRequest { with_digest: false }).await?.into_inner();
             if raw {
                 println!("{s:#?}");
             } else {

@@ -88,7 +88,7 @@ fn default_leader_balance_ms() -> u64 {
 }
 
 fn default_max_request_bytes() -> usize {
-    16 << 20
+    4 << 20
 }
 
 impl NodeConfig {

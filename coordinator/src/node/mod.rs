@@ -214,6 +214,21 @@ impl Node {
         }
     }
 
+    /// The hex SHA-256 of `g`'s state and the applied index it reflects (one consistent view).
+    pub fn digest(&self, g: u32) -> anyhow::Result<(String, u64)> {
+        let view = self.db.read();
+        let sm = self.state_machine(g)?;
+        let applied_key = crate::state_machine::keys::Keys::new(g).applied();
+        let applied: Option<(Option<crate::raft::LogId>, crate::raft::StoredMembership)> =
+            match crate::storage::KvRead::get(&view, &applied_key)? {
+                Some(v) => Some(codec::decode(&applied_key, &v)?),
+                None => None,
+            };
+        let index = applied.and_then(|(l, _)| l).map_or(0, |l| l.index);
+        let digest = sm.digest(&view)?;
+        Ok((digest.iter().map(|b| format!("{b:02x}")).collect(), index))
+    }
+
     /// The last log index this node's replica of `g` has applied.
     pub fn applied(&self, g: u32) -> u64 {
         self.metrics(g).ok().and_then(|m| m.last_applied.map(|l| l.index)).unwrap_or(0)
@@ -407,7 +422,6 @@ fn raft_config(c: &NodeConfig) -> anyhow::Result<openraft::Config> {
         install_snapshot_timeout: 600_000,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(r.snapshot_after_entries),
         max_in_snapshot_log_to_keep: r.entries_kept_after_snapshot,
-        purge_batch_size: 256,
         ..Default::default()
     };
     config.validate().context("invalid Raft settings")

@@ -31,6 +31,8 @@ use super::snapshot::SnapshotFile;
 use super::{NodeId, Snapshot, TypeConfig, Vote};
 use crate::storage::codec;
 
+/// The least time an AppendEntries carrying entries is given.
+const APPEND_TIMEOUT: Duration = Duration::from_secs(2);
 /// Bytes per snapshot chunk.
 const SNAPSHOT_CHUNK: usize = 1 << 20;
 /// How long a snapshot transfer may go without progress before it is abandoned.
@@ -205,7 +207,10 @@ impl RaftNetworkV2<TypeConfig> for Conn {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call(&rpc, option.hard_ttl(), |mut c, r| async move { c.append_entries(r).await }).await
+        // openraft's limit is the heartbeat interval, right for heartbeats; entries get time to
+        // travel (a full request's entries are megabytes), never less than that limit.
+        let ttl = if rpc.entries.is_empty() { option.hard_ttl() } else { option.hard_ttl().max(APPEND_TIMEOUT) };
+        self.call(&rpc, ttl, |mut c, r| async move { c.append_entries(r).await }).await
     }
 
     async fn vote(

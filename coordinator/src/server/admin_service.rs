@@ -83,7 +83,8 @@ fn state_name(s: ServerState) -> &'static str {
 
 #[tonic::async_trait]
 impl AdminService for AdminApi {
-    async fn status(&self, _request: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+    async fn status(&self, request: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+        let with_digest = request.into_inner().with_digest;
         let node = &self.node;
         let mut groups = vec![];
         let mut nodes: std::collections::BTreeMap<u64, (String, bool)> = Default::default();
@@ -110,6 +111,15 @@ impl AdminService for AdminApi {
                         .collect()
                 })
                 .unwrap_or_default();
+            let (digest, digest_applied_index) = if with_digest {
+                let node = node.clone();
+                tokio::task::spawn_blocking(move || node.digest(g))
+                    .await
+                    .map_err(|e| Status::internal(e.to_string()))?
+                    .map_err(|e| Status::internal(e.to_string()))?
+            } else {
+                (String::new(), 0)
+            };
             groups.push(GroupStatus {
                 metadata_partition: g,
                 leader: m.current_leader.unwrap_or(0),
@@ -122,6 +132,8 @@ impl AdminService for AdminApi {
                 followers,
                 voters,
                 learners,
+                digest,
+                digest_applied_index,
             });
         }
         let stats = node.wal_stats();

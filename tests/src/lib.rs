@@ -1,0 +1,436 @@
+//! Harness for cluster tests: starts real `coordinator-node` processes on loopback ports, each with
+//! its own data directory under one temporary folder; kills (SIGKILL), restarts and adds nodes;
+//! gives gRPC clients and request builders.
+//!
+//! Each node's log goes to `<tmp>/node-<id>.log`; when a test fails, the tail of every log is
+//! printed. Set `DISKLESS_KEEP_TEST_DIRS=1` to keep the folder.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use diskless_proto::admin::admin_service_client::AdminServiceClient;
+use diskless_proto::admin::{StatusRequest, StatusResponse};
+use diskless_proto::v1::coordinator_service_client::CoordinatorServiceClient;
+use diskless_proto::v1::*;
+use tonic::transport::Channel;
+use uuid::Uuid;
+
+pub type Client = CoordinatorServiceClient<Channel>;
+pub type Admin = AdminServiceClient<Channel>;
+
+/// Settings every test cluster shares; tests change what they need.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub groups: u32,
+    pub snapshot_after_entries: u64,
+    pub entries_kept_after_snapshot: u64,
+    pub leader_balance_ms: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            groups: 4,
+            snapshot_after_entries: 20_000,
+            entries_kept_after_snapshot: 1_000,
+            leader_balance_ms: 2_000,
+        }
+    }
+}
+
+struct NodeProc {
+    addr: String,
+    child: Option<Child>,
+    bootstrap: bool,
+}
+
+pub struct Cluster {
+    dir: tempfile::TempDir,
+    nodes: BTreeMap<u64, NodeProc>,
+    members: Vec<(u64, String)>,
+    pub options: Options,
+}
+
+/// The `coordinator-node` binary cargo built next to the test executable (`target/<profile>/`).
+fn node_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps/<test>");
+    let bin = profile_dir.join("coordinator-node");
+    assert!(bin.exists(), "{} is missing: build it with `cargo test -p diskless-cluster-tests`", bin.display());
+    bin
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    l.local_addr().expect("local addr").port()
+}
+
+impl Cluster {
+    /// Starts `n` bootstrapping nodes (ids 1..=n) and waits until every group has a leader.
+    pub async fn start(n: u64, options: Options) -> Cluster {
+        let dir = tempfile::Builder::new().prefix("diskless-cluster-").tempdir().expect("temp dir");
+        let members: Vec<(u64, String)> = (1..=n).map(|id| (id, format!("127.0.0.1:{}", free_port()))).collect();
+        let mut c = Cluster { dir, nodes: BTreeMap::new(), members: members.clone(), options };
+        for (id, addr) in members {
+            c.nodes.insert(id, NodeProc { addr, child: None, bootstrap: true });
+            c.spawn(id);
+        }
+        c.wait_for_leaders(Duration::from_secs(60)).await;
+        c
+    }
+
+    fn config(&self, id: u64) -> String {
+        let node = &self.nodes[&id];
+        let o = &self.options;
+        let mut s = format!(
+            "node_id = {id}\nlisten = \"{}\"\ndata_dir = \"{}\"\nnum_metadata_partitions = {}\n\
+             leader_balance_ms = {}\nretention_check_ms = 3600000\nallow_fault_injection = true\n\n\
+             [raft]\nsnapshot_after_entries = {}\nentries_kept_after_snapshot = {}\n",
+            node.addr,
+            self.data_dir(id).display(),
+            o.groups,
+            o.leader_balance_ms,
+            o.snapshot_after_entries,
+            o.entries_kept_after_snapshot,
+        );
+        if node.bootstrap {
+            for (mid, addr) in &self.members {
+                s.push_str(&format!("\n[[members]]\nid = {mid}\naddr = \"{addr}\"\n"));
+            }
+        }
+        s
+    }
+
+    pub fn data_dir(&self, id: u64) -> PathBuf {
+        self.dir.path().join(format!("node-{id}"))
+    }
+
+    fn log_path(&self, id: u64) -> PathBuf {
+        self.dir.path().join(format!("node-{id}.log"))
+    }
+
+    /// Starts (or restarts) node `id`'s process.
+    pub fn spawn(&mut self, id: u64) {
+        let config_path = self.dir.path().join(format!("node-{id}.toml"));
+        std::fs::write(&config_path, self.config(id)).expect("write node config");
+        let log = File::options().create(true).append(true).open(self.log_path(id)).expect("open node log");
+        let child = Command::new(node_binary())
+            .arg("--config")
+            .arg(&config_path)
+            .env("RUST_LOG", "info,openraft=warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start coordinator-node");
+        self.nodes.get_mut(&id).expect("known node").child = Some(child);
+    }
+
+    /// SIGKILLs node `id` (a crash: nothing is flushed, nothing is shut down).
+    pub fn kill(&mut self, id: u64) {
+        if let Some(mut child) = self.nodes.get_mut(&id).and_then(|n| n.child.take()) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Adds a process for a new node `id` that does not bootstrap (it waits to be added).
+    pub fn spawn_new_node(&mut self, id: u64) -> String {
+        let addr = format!("127.0.0.1:{}", free_port());
+        self.nodes.insert(id, NodeProc { addr: addr.clone(), child: None, bootstrap: false });
+        self.spawn(id);
+        addr
+    }
+
+    pub fn addr(&self, id: u64) -> &str {
+        &self.nodes[&id].addr
+    }
+
+    pub fn ids(&self) -> Vec<u64> {
+        self.nodes.keys().copied().collect()
+    }
+
+    pub fn running(&self) -> Vec<u64> {
+        self.nodes.iter().filter(|(_, n)| n.child.is_some()).map(|(id, _)| *id).collect()
+    }
+
+    async fn channel(&self, id: u64) -> Channel {
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr(id)))
+            .expect("endpoint")
+            .connect_timeout(Duration::from_secs(2));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match endpoint.connect().await {
+                Ok(c) => return c,
+                Err(e) if Instant::now() > deadline => panic!("node {id} does not accept connections: {e}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    pub async fn client(&self, id: u64) -> Client {
+        CoordinatorServiceClient::new(self.channel(id).await).max_decoding_message_size(256 << 20)
+    }
+
+    pub async fn admin(&self, id: u64) -> Admin {
+        AdminServiceClient::new(self.channel(id).await)
+    }
+
+    pub async fn status(&self, id: u64, with_digest: bool) -> StatusResponse {
+        self.admin(id).await.status(StatusRequest { with_digest }).await.expect("status").into_inner()
+    }
+
+    /// Waits until node `via` sees a leader for every group, agreed by all running nodes.
+    pub async fn wait_for_leaders(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut ok = true;
+            let mut leaders: Option<Vec<u64>> = None;
+            for id in self.running() {
+                let s = match self.admin(id).await.status(StatusRequest { with_digest: false }).await {
+                    Ok(s) => s.into_inner(),
+                    Err(_) => {
+                        ok = false;
+                        break;
+                    }
+                };
+                let l: Vec<u64> = s.groups.iter().map(|g| g.leader).collect();
+                if l.contains(&0) || leaders.as_ref().is_some_and(|x| *x != l) {
+                    ok = false;
+                }
+                leaders = Some(l);
+            }
+            if ok {
+                return;
+            }
+            assert!(Instant::now() < deadline, "groups have no agreed leader after {timeout:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The leader of each group as node `via` sees it.
+    pub async fn leaders(&self, via: u64) -> Vec<u64> {
+        self.status(via, false).await.groups.iter().map(|g| g.leader).collect()
+    }
+
+    /// Waits until every running node has applied at least what `via`'s leaders have, then returns
+    /// each group's digest per node (all must agree).
+    pub async fn converged_digests(&self, timeout: Duration) -> Vec<BTreeMap<u64, String>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut per_group: Vec<BTreeMap<u64, (u64, String)>> = vec![BTreeMap::new(); self.options.groups as usize];
+            for id in self.running() {
+                let s = self.status(id, true).await;
+                for g in s.groups {
+                    per_group[g.metadata_partition as usize].insert(id, (g.digest_applied_index, g.digest));
+                }
+            }
+            let same_index = per_group.iter().all(|m| {
+                let idx: Vec<u64> = m.values().map(|(i, _)| *i).collect();
+                idx.windows(2).all(|w| w[0] == w[1])
+            });
+            if same_index || Instant::now() > deadline {
+                return per_group.into_iter().map(|m| m.into_iter().map(|(id, (_, d))| (id, d)).collect()).collect();
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    /// Prints the tail of every node's log (for failing tests).
+    pub fn dump_logs(&self) {
+        for id in self.ids() {
+            let text = std::fs::read_to_string(self.log_path(id)).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            eprintln!("----- node {id} log (last 40 lines) -----");
+            for l in &lines[lines.len().saturating_sub(40)..] {
+                eprintln!("{l}");
+            }
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.dump_logs();
+        }
+        for id in self.ids() {
+            self.kill(id);
+        }
+        if std::env::var_os("DISKLESS_KEEP_TEST_DIRS").is_some() {
+            let path = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir")).keep();
+            eprintln!("test cluster files kept in {}", path.display());
+        }
+    }
+}
+
+// ---------------------------------------------------------------- request builders
+
+pub fn topic_id(n: u8) -> Vec<u8> {
+    Uuid::from_bytes([n; 16]).as_bytes().to_vec()
+}
+
+pub fn create_request(topic: &[u8], name: &str, partitions: i32) -> CreatePartitionsRequest {
+    CreatePartitionsRequest {
+        topics: vec![create_partitions_request::CreatablePartitions {
+            topic_id: topic.to_vec(),
+            name: name.into(),
+            num_partitions: partitions,
+            configs: None,
+        }],
+        timeout_ms: 10_000,
+    }
+}
+
+/// Creates a topic through `client`, retrying retriable errors (a leader being elected).
+pub async fn create_topic(client: &mut Client, topic: &[u8], name: &str, partitions: i32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = client.create_partitions(create_request(topic, name, partitions)).await;
+        match r.map(|r| r.into_inner().topics[0].error_code) {
+            Ok(0) => return,
+            other if Instant::now() > deadline => panic!("create topic {name}: {other:?}"),
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// A batch of `records` records for partition `partition` of `topic`, `size` bytes at `at`.
+pub fn batch(topic: &[u8], partition: i32, records: i64, at: i32, size: i32) -> commit_file_request::CommitBatch {
+    commit_file_request::CommitBatch {
+        magic: 2,
+        request_id: 0,
+        topic_id: topic.to_vec(),
+        partition_index: partition,
+        byte_offset: at,
+        size,
+        base_offset: 0,
+        last_offset: records - 1,
+        batch_max_timestamp: 0,
+        timestamp_type: 0,
+        producer_id: -1,
+        producer_epoch: -1,
+        base_sequence: -1,
+        last_sequence: -1,
+    }
+}
+
+/// A CommitFile request for `object_key` holding one batch per `(partition, records)`, 100 bytes
+/// each, back to back.
+pub fn commit_request(object_key: &str, topic: &[u8], parts: &[(i32, i64)]) -> CommitFileRequest {
+    let batches: Vec<_> =
+        parts.iter().enumerate().map(|(i, &(p, n))| batch(topic, p, n, i as i32 * 100, 100)).collect();
+    CommitFileRequest {
+        object_key: object_key.into(),
+        object_format: 1,
+        file_size: 100 * parts.len() as i64,
+        owner_ids: vec![],
+        batches,
+        timeout_ms: 10_000,
+        uploader_broker_id: 1,
+    }
+}
+
+/// Every batch of one partition from offset 0, read from `client`'s node (after it applied `min`).
+pub async fn all_batches(
+    client: &mut Client,
+    topic: &[u8],
+    partition: i32,
+    min: Vec<GroupIndex>,
+) -> Result<Vec<find_batches_response::BatchInfo>, String> {
+    let mut out = vec![];
+    let mut offset = 0;
+    loop {
+        let r = client
+            .find_batches(FindBatchesRequest {
+                fetch_max_bytes: i32::MAX,
+                max_batches_per_partition: 10_000,
+                topics: vec![find_batches_request::FindBatchesTopic {
+                    topic_id: topic.to_vec(),
+                    partitions: vec![find_batches_request::FindBatchesPartition {
+                        partition_index: partition,
+                        offset,
+                        max_partition_fetch_bytes: i32::MAX,
+                    }],
+                }],
+                timeout_ms: 10_000,
+                min_applied: min.clone(),
+            })
+            .await
+            .map_err(|s| s.to_string())?
+            .into_inner();
+        let p = &r.topics[0].partitions[0];
+        if p.error_code != 0 {
+            return Err(format!("FindBatches error {}: {:?}", p.error_code, p.error_message));
+        }
+        if p.batches.is_empty() {
+            return Ok(out);
+        }
+        offset = p.batches.last().map_or(offset, |b| b.last_offset + 1);
+        out.extend(p.batches.iter().cloned());
+        if offset >= p.high_watermark {
+            return Ok(out);
+        }
+    }
+}
+
+/// The high watermark of a partition through a strict ListOffsets.
+pub async fn high_watermark(client: &mut Client, topic: &[u8], partition: i32) -> Result<i64, String> {
+    let r = client
+        .list_offsets(ListOffsetsRequest {
+            topics: vec![list_offsets_request::ListOffsetsTopic {
+                topic_id: topic.to_vec(),
+                partitions: vec![list_offsets_request::ListOffsetsPartition {
+                    partition_index: partition,
+                    timestamp: -1,
+                }],
+            }],
+            timeout_ms: 10_000,
+        })
+        .await
+        .map_err(|s| s.to_string())?
+        .into_inner();
+    let p = &r.topics[0].partitions[0];
+    if p.error_code != 0 {
+        return Err(format!("ListOffsets error {}: {:?}", p.error_code, p.error_message));
+    }
+    Ok(p.offset)
+}
+
+/// Commits one batch per `(partition, records)` through `client`, retrying the batches that failed
+/// with a retriable error (under a new object key: the first file may be committed in part).
+pub async fn commit_all(client: &mut Client, key: &str, topic: &[u8], parts: &[(i32, i64)]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut left: Vec<(i32, i64)> = parts.to_vec();
+    let mut attempt = 0;
+    while !left.is_empty() {
+        attempt += 1;
+        let req = commit_request(&format!("{key}#{attempt}"), topic, &left);
+        let retry: Vec<(i32, i64)> = match client.commit_file(req).await {
+            Ok(r) => r
+                .into_inner()
+                .batches
+                .iter()
+                .zip(&left)
+                .filter(|(b, _)| {
+                    assert!(
+                        matches!(b.error_code, 0 | 6 | 7),
+                        "commit {key}: error {} {:?}",
+                        b.error_code,
+                        b.error_message
+                    );
+                    b.error_code != 0
+                })
+                .map(|(_, p)| *p)
+                .collect(),
+            Err(_) => left.clone(),
+        };
+        left = retry;
+        assert!(Instant::now() < deadline, "commit {key} still failing after a minute");
+        if !left.is_empty() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}

@@ -1,0 +1,56 @@
+//! FindBatches on a follower, with the Raft indexes a commit returned as the minimum, returns the
+//! caller's own just-committed batches.
+
+use diskless_cluster_tests::*;
+use diskless_proto::admin::TransferLeaderRequest;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_read_with_a_minimum_index_sees_the_callers_own_commit() {
+    let options = Options { groups: 1, leader_balance_ms: 0, ..Options::default() };
+    let c = Cluster::start(3, options).await;
+    let topic = topic_id(1);
+    // Group 0 led by node 1; nodes 2 and 3 are followers.
+    let leader = c.leaders(1).await[0];
+    if leader != 1 {
+        c.admin(leader)
+            .await
+            .transfer_leader(TransferLeaderRequest { metadata_partition: 0, to_node_id: 1 })
+            .await
+            .unwrap();
+    }
+    assert_eq!(c.leaders(1).await[0], 1);
+    let mut leader = c.client(1).await;
+    create_topic(&mut leader, &topic, "t", 1).await;
+
+    let mut follower = c.client(3).await;
+    for i in 0..30 {
+        let r = leader.commit_file(commit_request(&format!("k{i}"), &topic, &[(0, 1)])).await.unwrap().into_inner();
+        assert_eq!(r.batches[0].error_code, 0);
+        let base = r.batches[0].assigned_base_offset;
+        let batches = all_batches(&mut follower, &topic, 0, r.applied.clone()).await.unwrap();
+        let last = batches.last().expect("the follower has the batch");
+        assert_eq!((last.base_offset, last.object_key.as_str()), (base, format!("k{i}").as_str()));
+    }
+
+    // The answer says which index the replica had applied.
+    let r = follower
+        .find_batches(diskless_proto::v1::FindBatchesRequest {
+            fetch_max_bytes: 1000,
+            max_batches_per_partition: 1,
+            topics: vec![diskless_proto::v1::find_batches_request::FindBatchesTopic {
+                topic_id: topic.clone(),
+                partitions: vec![diskless_proto::v1::find_batches_request::FindBatchesPartition {
+                    partition_index: 0,
+                    offset: 0,
+                    max_partition_fetch_bytes: 1000,
+                }],
+            }],
+            timeout_ms: 5000,
+            min_applied: vec![],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.applied.len(), 1);
+    assert!(r.applied[0].index > 30);
+}
