@@ -176,11 +176,16 @@ impl Node {
         loop {
             let cmd = Command { now_ms: Self::now_ms(), op: op.clone() };
             let left = deadline.saturating_duration_since(Instant::now());
+            let started = Instant::now();
             let r = tokio::time::timeout(left, raft.client_write(cmd))
                 .await
                 .map_err(|_| RouteError::Timeout { group: g })?;
             match r {
-                Ok(resp) => return Ok((resp.data, resp.log_id.index)),
+                Ok(resp) => {
+                    let us = started.elapsed().as_micros() as u64;
+                    tracing::trace!(group = g, index = resp.log_id.index, us, "proposal applied");
+                    return Ok((resp.data, resp.log_id.index));
+                }
                 Err(e) => {
                     let Some(f) = e.forward_to_leader() else {
                         return Err(RouteError::Failed { group: g, message: e.to_string() });

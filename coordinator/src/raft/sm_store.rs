@@ -144,6 +144,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
         while let Some(item) = entries.next().await {
             let (entry, responder) = item?;
             let log_id = entry.log_id;
+            let started = std::time::Instant::now();
             let mut txn = Txn::new(&self.db);
             let outcome = match entry.payload {
                 EntryPayload::Blank => Outcome::Noop,
@@ -156,6 +157,12 @@ impl RaftStateMachine<TypeConfig> for SmStore {
             let applied: AppliedState = (Some(log_id), membership.clone());
             txn.put(applied_key.clone(), codec::encode(&applied).map_err(io_err)?);
             self.db.write(txn.into_write_batch(), false).map_err(io_err)?;
+            tracing::trace!(
+                group = self.group,
+                index = log_id.index,
+                elapsed_us = started.elapsed().as_micros() as u64,
+                "applied"
+            );
             if let Some(r) = responder {
                 r.send(outcome);
             }

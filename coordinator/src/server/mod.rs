@@ -34,7 +34,9 @@ pub async fn serve(
     let raft = RaftServiceServer::new(raft_service::RaftApi::new(node.clone()))
         .max_decoding_message_size(256 << 20)
         .max_encoding_message_size(256 << 20);
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    // Responses are small and latency-bound: no Nagle on accepted connections (a server that is
+    // handed its listener does not apply its own TCP settings to them).
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(coordinator)
