@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/diskless/coordinator/v1/coordinator.proto",
         "proto/diskless/internal/v1/raft.proto",
         "proto/diskless/admin/v1/admin.proto",
+        "proto/diskless/broker/v1/broker.proto",
     ];
     tonic_prost_build::configure().compile_protos(&files, &["proto"])?;
     for f in files {

@@ -21,6 +21,11 @@ pub mod admin {
     tonic::include_proto!("diskless.admin.v1");
 }
 
+/// The broker shim's own API (`package diskless.broker.v1`).
+pub mod broker {
+    tonic::include_proto!("diskless.broker.v1");
+}
+
 /// Node-to-node traffic: Raft and forwarded proposals (`package diskless.internal.v1`).
 pub mod internal {
     tonic::include_proto!("diskless.internal.v1");

@@ -48,7 +48,7 @@ struct NodeProc {
 }
 
 pub struct Cluster {
-    dir: tempfile::TempDir,
+    pub(crate) dir: tempfile::TempDir,
     nodes: BTreeMap<u64, NodeProc>,
     members: Vec<(u64, String)>,
     pub options: Options,
@@ -433,4 +433,194 @@ pub async fn commit_all(client: &mut Client, key: &str, topic: &[u8], parts: &[(
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+// ---------------------------------------------------------------- broker shims and object storage
+
+/// Where a test broker keeps WAL segments.
+#[derive(Debug, Clone)]
+pub enum TestStorage {
+    Local(PathBuf),
+    S3 { endpoint: String, bucket: String },
+}
+
+impl TestStorage {
+    fn toml(&self) -> String {
+        match self {
+            TestStorage::Local(p) => format!("[storage]\nkind = \"local\"\npath = \"{}\"\n", p.display()),
+            TestStorage::S3 { endpoint, bucket } => format!(
+                "[storage]\nkind = \"s3\"\nbucket = \"{bucket}\"\nendpoint = \"{endpoint}\"\nallow_http = true\n\
+                 access_key_id = \"test\"\nsecret_access_key = \"test\"\n"
+            ),
+        }
+    }
+}
+
+/// Broker settings tests change.
+#[derive(Debug, Clone)]
+pub struct BrokerOptions {
+    pub commit_interval_ms: u64,
+    pub cleanup_interval_ms: u64,
+    pub delete_grace_ms: u64,
+    pub orphan_scan_interval_ms: u64,
+    pub orphan_grace_ms: u64,
+}
+
+impl Default for BrokerOptions {
+    fn default() -> Self {
+        BrokerOptions {
+            commit_interval_ms: 50,
+            cleanup_interval_ms: 500,
+            delete_grace_ms: 1_000,
+            orphan_scan_interval_ms: 0,
+            orphan_grace_ms: 600_000,
+        }
+    }
+}
+
+/// A broker shim process.
+pub struct BrokerProc {
+    pub addr: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl BrokerProc {
+    /// Starts a broker for `cluster` (its coordinators), waits until it answers.
+    pub async fn start(cluster: &Cluster, name: &str, storage: &TestStorage, o: &BrokerOptions) -> BrokerProc {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let coordinators: Vec<String> = cluster.ids().iter().map(|id| format!("\"{}\"", cluster.addr(*id))).collect();
+        let config = format!(
+            "listen = \"{addr}\"\ncoordinators = [{}]\n{}\n[produce]\ncommit_interval_ms = {}\n\n[cleanup]\n\
+             interval_ms = {}\ndelete_grace_ms = {}\norphan_scan_interval_ms = {}\norphan_grace_ms = {}\n",
+            coordinators.join(", "),
+            storage.toml(),
+            o.commit_interval_ms,
+            o.cleanup_interval_ms,
+            o.delete_grace_ms,
+            o.orphan_scan_interval_ms,
+            o.orphan_grace_ms,
+        );
+        let path = cluster.dir.path().join(format!("broker-{name}.toml"));
+        std::fs::write(&path, config).expect("write broker config");
+        let log = cluster.dir.path().join(format!("broker-{name}.log"));
+        let out = File::options().create(true).append(true).open(&log).expect("open broker log");
+        let exe = node_binary().with_file_name("broker-node");
+        let child = Command::new(exe)
+            .arg("--config")
+            .arg(&path)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(out)
+            .spawn()
+            .expect("start broker-node");
+        let b = BrokerProc { addr, child, log };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while b.client_opt().await.is_none() {
+            assert!(Instant::now() < deadline, "broker does not answer: {}", b.log_tail());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        b
+    }
+
+    async fn client_opt(&self) -> Option<BrokerClient> {
+        let ch = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr)).ok()?.connect().await.ok()?;
+        Some(BrokerServiceClient::new(ch).max_decoding_message_size(256 << 20))
+    }
+
+    pub async fn client(&self) -> BrokerClient {
+        self.client_opt().await.expect("broker reachable")
+    }
+
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// SIGTERM and wait: the broker commits what it accepted, then exits.
+    pub fn stop(&mut self) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for BrokerProc {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("----- broker log (last 30 lines) -----\n{}", self.log_tail());
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub type BrokerClient = diskless_proto::broker::broker_service_client::BrokerServiceClient<Channel>;
+use diskless_proto::broker::broker_service_client::BrokerServiceClient;
+
+impl Cluster {
+    /// A folder inside the cluster's temporary directory.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+/// A moto S3 server on a loopback port with one bucket, if `moto_server` is installed. CI
+/// installs it (and sets `DISKLESS_REQUIRE_S3=1`, which turns its absence into a failure).
+pub struct S3Server {
+    child: Child,
+    pub endpoint: String,
+}
+
+impl S3Server {
+    pub fn start(bucket: &str) -> Option<S3Server> {
+        let port = free_port();
+        let child = match Command::new("moto_server")
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+        {
+            Ok(c) => c,
+            Err(e) => {
+                assert!(std::env::var_os("DISKLESS_REQUIRE_S3").is_none(), "moto_server is required: {e}");
+                eprintln!(
+                    "SKIPPED: moto_server not installed (pip install 'moto[server]'); the S3 variant did not run"
+                );
+                return None;
+            }
+        };
+        let s = S3Server { child, endpoint: format!("http://127.0.0.1:{port}") };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(status) =
+                raw_http(port, &format!("PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n"))
+            {
+                assert!(
+                    status.starts_with("HTTP/1.1 200") || status.starts_with("HTTP/1.0 200"),
+                    "create bucket: {status}"
+                );
+                return Some(s);
+            }
+            assert!(Instant::now() < deadline, "moto_server did not start");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn raw_http(port: u16, request: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(request.as_bytes())?;
+    let mut buf = [0u8; 512];
+    let n = s.read(&mut buf)?;
+    Ok(String::from_utf8_lossy(&buf[..n]).lines().next().unwrap_or_default().to_string())
 }

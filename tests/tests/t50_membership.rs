@@ -7,6 +7,18 @@ use std::time::Duration;
 use diskless_cluster_tests::*;
 use diskless_proto::admin::{AddNodeRequest, RemoveNodeRequest};
 
+/// Waits (up to 10 s) until every group in node `via`'s view satisfies `ok`.
+async fn wait_until(c: &Cluster, via: u64, ok: impl Fn(&diskless_proto::admin::GroupStatus) -> bool, what: &str) {
+    for _ in 0..100 {
+        if c.status(via, false).await.groups.iter().all(&ok) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let voters: Vec<_> = c.status(via, false).await.groups.into_iter().map(|g| g.voters).collect();
+    panic!("{what}: voters per group {voters:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_is_added_and_another_removed_while_commits_continue() {
     let mut c = Cluster::start(3, Options::default()).await;
@@ -40,8 +52,8 @@ async fn a_node_is_added_and_another_removed_while_commits_continue() {
     let r = c.admin(1).await.add_node(AddNodeRequest { node_id: 4, address: addr4, metadata_partition: None }).await;
     let progress = r.expect("add node 4").into_inner().progress;
     assert_eq!(progress.len(), 4, "{progress:?}");
-    let s = c.status(4, false).await;
-    assert!(s.groups.iter().all(|g| g.voters.contains(&4) && g.voters.len() == 4), "node 4 votes everywhere");
+    // Node 4 learns the committed membership with the next replication round.
+    wait_until(&c, 4, |g| g.voters.contains(&4) && g.voters.len() == 4, "node 4 votes everywhere").await;
     let during_add = ok.load(Ordering::Relaxed);
 
     // Remove node 1 (the one we asked); requests to the others go on.

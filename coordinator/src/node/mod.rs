@@ -427,6 +427,12 @@ fn raft_config(c: &NodeConfig) -> anyhow::Result<openraft::Config> {
         install_snapshot_timeout: 600_000,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(r.snapshot_after_entries),
         max_in_snapshot_log_to_keep: r.entries_kept_after_snapshot,
+        // Replicate an entry as soon as it is written, not after the leader's own fsync: the
+        // leader's fsync and the followers' overlap (the entry still commits only once a quorum,
+        // leader included, has it on disk).
+        broadcast_submitted_on_append: Some(true),
+        // Under load, replication traffic already proves liveness: skip redundant heartbeats.
+        heartbeat_min_interval: Some(r.heartbeat_ms),
         ..Default::default()
     };
     config.validate().context("invalid Raft settings")

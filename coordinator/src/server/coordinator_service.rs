@@ -956,4 +956,37 @@ impl CoordinatorService for CoordinatorApi {
         }
         Ok(Response::new(ConfirmFilesDeletedResponse { files }))
     }
+
+    async fn list_topics(&self, request: Request<ListTopicsRequest>) -> Result<Response<ListTopicsResponse>, Status> {
+        let fwd = forwarded_group(&request);
+        let req = request.into_inner();
+        let timeout = timeout_of(req.timeout_ms);
+        let names: std::collections::HashSet<String> = req.names.iter().cloned().collect();
+        let local = |_r: ListTopicsRequest| async {
+            self.node.linearizable(0, timeout).await?;
+            let sm = self.node.state_machine(0)?;
+            let topics = sm
+                .topics(&self.node.db().read())
+                .map_err(|e| RouteError::Failed { group: 0, message: e.to_string() })?;
+            Ok(ListTopicsResponse {
+                topics: topics
+                    .into_iter()
+                    .filter(|t| names.is_empty() || names.contains(&t.name))
+                    .map(|t| list_topics_response::Topic {
+                        topic_id: t.topic_id.as_bytes().to_vec(),
+                        name: t.name,
+                        num_partitions: t.num_partitions,
+                        configs: Some(TopicConfigs {
+                            retention_ms: Some(t.retention_ms),
+                            retention_bytes: Some(t.retention_bytes),
+                        }),
+                    })
+                    .collect(),
+            })
+        };
+        self.on_group(0, fwd.is_some(), req.clone(), local, |mut c, r| async move { c.list_topics(r).await })
+            .await
+            .map(Response::new)
+            .map_err(|e| Status::unavailable(e.to_string()))
+    }
 }

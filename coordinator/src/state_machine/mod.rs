@@ -61,6 +61,16 @@ use sha2::{Digest, Sha256};
 use crate::storage::{KvRead, StorageError, Txn};
 use keys::Keys;
 
+/// A topic as the catalog holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicInfo {
+    pub topic_id: uuid::Uuid,
+    pub name: String,
+    pub num_partitions: i32,
+    pub retention_ms: i64,
+    pub retention_bytes: i64,
+}
+
 /// One metadata partition's state machine. Holds no state of its own beyond which partition it
 /// is: the state is in the storage it is handed.
 #[derive(Debug, Clone)]
@@ -140,6 +150,26 @@ impl StateMachine {
     /// Files waiting for the broker to delete them, oldest first.
     pub fn files_to_delete(&self, view: &dyn KvRead, limit: usize) -> Result<Vec<FileToDelete>, StorageError> {
         files::to_delete(view, &self.keys, limit)
+    }
+
+    /// Every topic of the catalog, by topic id: (id, name, partitions, retention.ms, retention.bytes).
+    pub fn topics(&self, view: &dyn KvRead) -> Result<Vec<TopicInfo>, StorageError> {
+        let (from, to) = self.keys.table(keys::TOPIC);
+        let mut out = vec![];
+        view.scan(&from, &to, &mut |k, v| {
+            let id = uuid::Uuid::from_slice(&k[5..])
+                .map_err(|e| StorageError::Corrupt { key: crate::storage::display_key(k), reason: e.to_string() })?;
+            let t: records::TopicRecord = crate::storage::codec::decode(k, v)?;
+            out.push(TopicInfo {
+                topic_id: id,
+                name: t.name,
+                num_partitions: t.num_partitions,
+                retention_ms: t.retention_ms,
+                retention_bytes: t.retention_bytes,
+            });
+            Ok(true)
+        })?;
+        Ok(out)
     }
 
     /// A topic's name and partition count, if the topic exists.

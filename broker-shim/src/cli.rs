@@ -1,0 +1,92 @@
+//! The broker shim server's command line (`diskless-broker --config broker.toml`). In the library
+//! so test harnesses can build the same server.
+
+use std::path::PathBuf;
+
+use crate::config::{ShimConfig, StorageConfig};
+use crate::service::BrokerApi;
+use crate::Shim;
+use anyhow::Context;
+use clap::Parser;
+use diskless_proto::broker::broker_service_server::BrokerServiceServer;
+
+#[derive(Debug, Parser)]
+#[command(name = "diskless-broker", version, about = "Broker shim for Kafka diskless topics")]
+struct Args {
+    /// TOML configuration file.
+    #[arg(long, env = "DISKLESS_BROKER_CONFIG")]
+    config: Option<PathBuf>,
+    /// host:port for the broker API (overrides the file).
+    #[arg(long, env = "DISKLESS_BROKER_LISTEN")]
+    listen: Option<String>,
+    /// Coordinator nodes, comma separated (overrides the file).
+    #[arg(long, env = "DISKLESS_COORDINATORS")]
+    coordinators: Option<String>,
+    /// Store WAL segments in this local directory (overrides the file).
+    #[arg(long, env = "DISKLESS_STORAGE_DIR")]
+    storage_dir: Option<PathBuf>,
+    #[arg(long, env = "RUST_LOG", default_value = "info")]
+    log: String,
+}
+
+fn config(a: &Args) -> anyhow::Result<ShimConfig> {
+    let mut table: toml::Table = match &a.config {
+        Some(p) => std::fs::read_to_string(p).with_context(|| format!("read {}", p.display()))?.parse()?,
+        None => toml::Table::new(),
+    };
+    if let Some(l) = &a.listen {
+        table.insert("listen".into(), l.clone().into());
+    }
+    if let Some(c) = &a.coordinators {
+        let list: Vec<toml::Value> = c.split(',').map(|s| toml::Value::from(s.trim())).collect();
+        table.insert("coordinators".into(), toml::Value::Array(list));
+    }
+    if let Some(d) = &a.storage_dir {
+        let storage = StorageConfig::Local { path: d.clone() };
+        table.insert("storage".into(), toml::Value::try_from(storage)?);
+    }
+    let c: ShimConfig = table.try_into().context("invalid broker configuration")?;
+    c.validate()?;
+    Ok(c)
+}
+
+/// The server binary's `main`.
+pub fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log).unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .init();
+    let config = config(&args)?;
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&config.listen)
+            .await
+            .with_context(|| format!("listen on {}", config.listen))?;
+        let addr = listener.local_addr()?;
+        let shim = Shim::start(config).await?;
+        println!("diskless-broker listening on {addr}");
+        let shutdown = async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            tracing::info!("shutting down: committing what was accepted");
+        };
+        let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        tonic::transport::Server::builder()
+            .add_service(
+                BrokerServiceServer::new(BrokerApi::new(shim.clone()))
+                    .max_decoding_message_size(64 << 20)
+                    .max_encoding_message_size(256 << 20),
+            )
+            .serve_with_incoming_shutdown(incoming, shutdown)
+            .await?;
+        shim.shutdown().await;
+        anyhow::Ok(())
+    })
+}

@@ -1,0 +1,173 @@
+//! The broker shim's configuration: a TOML file (flags override the important keys).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShimConfig {
+    /// This broker's id (KIP-1164's UploaderBrokerId).
+    #[serde(default = "one")]
+    pub broker_id: i32,
+    /// Where the broker's own API listens, `host:port`.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// Coordinator nodes, `host:port` (any of them serves any request).
+    pub coordinators: Vec<String>,
+    pub storage: StorageConfig,
+    #[serde(default)]
+    pub produce: ProduceConfig,
+    #[serde(default)]
+    pub fetch: FetchConfig,
+    #[serde(default)]
+    pub cleanup: CleanupConfig,
+}
+
+/// Where WAL segments go.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, tag = "kind", rename_all = "lowercase")]
+pub enum StorageConfig {
+    /// A local directory (the default for local setups).
+    Local { path: PathBuf },
+    /// In memory (tests).
+    Memory,
+    /// S3 or an S3-compatible server.
+    S3 {
+        bucket: String,
+        #[serde(default)]
+        endpoint: Option<String>,
+        #[serde(default = "default_region")]
+        region: String,
+        #[serde(default)]
+        access_key_id: Option<String>,
+        #[serde(default)]
+        secret_access_key: Option<String>,
+        /// Path-style requests (`endpoint/bucket/key`), what MinIO-like servers expect.
+        #[serde(default = "yes")]
+        path_style: bool,
+        #[serde(default)]
+        allow_http: bool,
+    },
+    /// Any store `object_store` can build from a URL (`gs://bucket`, `az://container`, ...),
+    /// with its options (credentials and so on).
+    Url {
+        url: String,
+        #[serde(default)]
+        options: BTreeMap<String, String>,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProduceConfig {
+    /// `diskless.append.commit.interval.ms`: how long a segment stays open.
+    pub commit_interval_ms: u64,
+    /// `diskless.append.buffer.max.bytes`: a segment is closed when it reaches this size.
+    pub buffer_max_bytes: usize,
+    /// Uploads in flight at once (each holds one segment in memory).
+    pub max_parallel_uploads: usize,
+    /// Prefix of object keys (`<prefix><uuid>`).
+    pub key_prefix: String,
+}
+
+impl Default for ProduceConfig {
+    fn default() -> Self {
+        ProduceConfig {
+            commit_interval_ms: 250,
+            buffer_max_bytes: 8 << 20,
+            max_parallel_uploads: 8,
+            key_prefix: "wal/".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FetchConfig {
+    /// Bytes of raw batches kept in the byte-range cache.
+    pub cache_bytes: usize,
+    /// Ranges of one object closer than this are read with one GET.
+    pub coalesce_gap_bytes: u64,
+}
+
+impl Default for FetchConfig {
+    fn default() -> Self {
+        FetchConfig { cache_bytes: 64 << 20, coalesce_gap_bytes: 64 << 10 }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CleanupConfig {
+    /// How often released files are deleted.
+    pub interval_ms: u64,
+    /// How long a file waits after the coordinator released it before it is deleted (readers in
+    /// flight may still be fetching from it).
+    pub delete_grace_ms: u64,
+    /// `diskless.coordinator.orphan.scan.interval.ms` (0: no orphan scans).
+    pub orphan_scan_interval_ms: u64,
+    /// `diskless.coordinator.orphan.scan.grace.period.ms`: an unknown object younger than this may
+    /// still be waiting for its commit, and is left alone.
+    pub orphan_grace_ms: u64,
+}
+
+impl Default for CleanupConfig {
+    fn default() -> Self {
+        CleanupConfig {
+            interval_ms: 30_000,
+            delete_grace_ms: 60_000,
+            orphan_scan_interval_ms: 600_000,
+            orphan_grace_ms: 600_000,
+        }
+    }
+}
+
+fn one() -> i32 {
+    1
+}
+fn yes() -> bool {
+    true
+}
+fn default_listen() -> String {
+    "127.0.0.1:9192".into()
+}
+fn default_region() -> String {
+    "us-east-1".into()
+}
+
+impl ShimConfig {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(!self.coordinators.is_empty(), "coordinators lists no node");
+        anyhow::ensure!(self.produce.buffer_max_bytes >= 1024, "produce.buffer_max_bytes must be at least 1024");
+        anyhow::ensure!(self.produce.max_parallel_uploads >= 1, "produce.max_parallel_uploads must be at least 1");
+        anyhow::ensure!(self.produce.commit_interval_ms >= 1, "produce.commit_interval_ms must be at least 1");
+        if self.cleanup.orphan_scan_interval_ms > 0 && self.cleanup.orphan_grace_ms < 60_000 {
+            tracing::warn!(
+                grace_ms = self.cleanup.orphan_grace_ms,
+                "cleanup.orphan_grace_ms is under a minute: an object whose commit is slow could be deleted as an orphan"
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_kinds_parse() {
+        let c: ShimConfig = toml::from_str(
+            "coordinators = [\"127.0.0.1:7001\"]\n[storage]\nkind = \"s3\"\nbucket = \"b\"\nendpoint = \"http://127.0.0.1:9000\"\nallow_http = true\n",
+        )
+        .unwrap();
+        assert!(matches!(c.storage, StorageConfig::S3 { path_style: true, .. }));
+        assert_eq!(c.produce.commit_interval_ms, 250);
+        let c: ShimConfig =
+            toml::from_str("coordinators = [\"a:1\"]\n[storage]\nkind = \"local\"\npath = \"/tmp/x\"\n").unwrap();
+        assert!(matches!(c.storage, StorageConfig::Local { .. }));
+        c.validate().unwrap();
+    }
+}

@@ -1,0 +1,180 @@
+//! The coordinator cluster as the broker sees it: any node serves any request, so requests go to
+//! one node and move to the next when it cannot be reached. Also keeps the topic catalog (names to
+//! ids, refreshed on a miss) and the highest Raft index this broker's commits were applied at per
+//! metadata partition, which its FindBatches pass on so the broker reads its own writes from any
+//! replica.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use diskless_proto::admin::admin_service_client::AdminServiceClient;
+use diskless_proto::admin::StatusRequest;
+use diskless_proto::v1::coordinator_service_client::CoordinatorServiceClient;
+use diskless_proto::v1::*;
+use tonic::transport::{Channel, Endpoint};
+
+pub type Client = CoordinatorServiceClient<Channel>;
+
+/// A topic as the catalog holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicMeta {
+    pub id: [u8; 16],
+    pub name: String,
+    pub partitions: i32,
+}
+
+pub struct Coordinators {
+    channels: Vec<(String, Channel)>,
+    current: AtomicUsize,
+    topics: Mutex<HashMap<String, TopicMeta>>,
+    applied: Mutex<HashMap<u32, u64>>,
+    num_groups: u32,
+}
+
+/// Transport-level failures worth trying on another node.
+fn retry_elsewhere(s: &tonic::Status) -> bool {
+    matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled)
+}
+
+impl Coordinators {
+    /// Connects (lazily) to the nodes and learns the number of metadata partitions.
+    pub async fn connect(addrs: &[String]) -> anyhow::Result<Coordinators> {
+        let mut channels = vec![];
+        for a in addrs {
+            let ch = Endpoint::from_shared(format!("http://{a}"))?
+                .connect_timeout(Duration::from_secs(2))
+                .tcp_nodelay(true)
+                .http2_keep_alive_interval(Duration::from_secs(10))
+                .connect_lazy();
+            channels.push((a.clone(), ch));
+        }
+        let mut num_groups = 0;
+        let mut last_err = None;
+        for _ in 0..60 {
+            for (a, ch) in &channels {
+                match AdminServiceClient::new(ch.clone()).status(StatusRequest { with_digest: false }).await {
+                    Ok(s) => {
+                        num_groups = s.into_inner().num_metadata_partitions;
+                        break;
+                    }
+                    Err(e) => last_err = Some(format!("{a}: {e}")),
+                }
+            }
+            if num_groups > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        anyhow::ensure!(num_groups > 0, "no coordinator answered: {last_err:?}");
+        Ok(Coordinators {
+            channels,
+            current: AtomicUsize::new(0),
+            topics: Mutex::new(HashMap::new()),
+            applied: Mutex::new(HashMap::new()),
+            num_groups,
+        })
+    }
+
+    pub fn num_groups(&self) -> u32 {
+        self.num_groups
+    }
+
+    fn client(&self) -> (usize, Client) {
+        let i = self.current.load(Ordering::Relaxed) % self.channels.len();
+        (i, CoordinatorServiceClient::new(self.channels[i].1.clone()).max_decoding_message_size(256 << 20))
+    }
+
+    /// Sends a request that is safe to repeat, moving to the next node on transport failures.
+    pub async fn call<T, F, Fut>(&self, mut f: F) -> Result<T, tonic::Status>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let mut last = None;
+        for _ in 0..self.channels.len() * 2 {
+            let (i, c) = self.client();
+            match f(c).await {
+                Ok(r) => return Ok(r.into_inner()),
+                Err(s) if retry_elsewhere(&s) => {
+                    tracing::debug!(node = %self.channels[i].0, status = %s, "coordinator unreachable, trying the next");
+                    let _ = self.current.compare_exchange(i, i + 1, Ordering::Relaxed, Ordering::Relaxed);
+                    last = Some(s);
+                }
+                Err(s) => return Err(s),
+            }
+        }
+        Err(last.unwrap_or_else(|| tonic::Status::unavailable("no coordinator")))
+    }
+
+    /// Sends a request once (its outcome is unknown if the transport fails).
+    pub async fn call_once<T, F, Fut>(&self, f: F) -> Result<T, tonic::Status>
+    where
+        F: FnOnce(Client) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let (i, c) = self.client();
+        let r = f(c).await;
+        if let Err(s) = &r {
+            if retry_elsewhere(s) {
+                let _ = self.current.compare_exchange(i, i + 1, Ordering::Relaxed, Ordering::Relaxed);
+            }
+        }
+        r.map(|r| r.into_inner())
+    }
+
+    /// The topic named `name`, refreshing the catalog once when it is not known.
+    pub async fn topic(&self, name: &str) -> Result<Option<TopicMeta>, tonic::Status> {
+        if let Some(t) = self.topics.lock().unwrap_or_else(|e| e.into_inner()).get(name) {
+            return Ok(Some(t.clone()));
+        }
+        self.refresh_topics().await?;
+        Ok(self.topics.lock().unwrap_or_else(|e| e.into_inner()).get(name).cloned())
+    }
+
+    /// Reloads the whole catalog.
+    pub async fn refresh_topics(&self) -> Result<Vec<TopicMeta>, tonic::Status> {
+        let r = self
+            .call(|mut c| async move { c.list_topics(ListTopicsRequest { names: vec![], timeout_ms: 10_000 }).await })
+            .await?;
+        let topics: Vec<TopicMeta> = r
+            .topics
+            .into_iter()
+            .filter_map(|t| {
+                Some(TopicMeta {
+                    id: t.topic_id.as_slice().try_into().ok()?,
+                    name: t.name,
+                    partitions: t.num_partitions,
+                })
+            })
+            .collect();
+        let mut map = self.topics.lock().unwrap_or_else(|e| e.into_inner());
+        map.clear();
+        for t in &topics {
+            map.insert(t.name.clone(), t.clone());
+        }
+        Ok(topics)
+    }
+
+    /// Forgets a topic (after deleting it, or when the coordinator says it is unknown).
+    pub fn forget_topic(&self, name: &str) {
+        self.topics.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
+    }
+
+    /// Remembers the indexes a commit was applied at.
+    pub fn record_applied(&self, applied: &[GroupIndex]) {
+        let mut map = self.applied.lock().unwrap_or_else(|e| e.into_inner());
+        for g in applied {
+            let e = map.entry(g.metadata_partition).or_insert(0);
+            *e = (*e).max(g.index);
+        }
+    }
+
+    /// The indexes a replica must have applied to show this broker's own commits.
+    pub fn min_applied(&self) -> Vec<GroupIndex> {
+        let map = self.applied.lock().unwrap_or_else(|e| e.into_inner());
+        map.iter().map(|(&metadata_partition, &index)| GroupIndex { metadata_partition, index }).collect()
+    }
+}

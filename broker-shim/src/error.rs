@@ -1,0 +1,30 @@
+//! Errors the broker answers with: Kafka error codes and a message, as clients see them.
+
+use diskless_proto::ErrorCode;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct KafkaError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl KafkaError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> KafkaError {
+        KafkaError { code, message: message.into() }
+    }
+
+    /// From a code and optional message as they come in coordinator responses.
+    pub fn from_wire(code: i32, message: Option<String>) -> Option<KafkaError> {
+        if code == 0 {
+            return None;
+        }
+        let c = i16::try_from(code).ok().and_then(ErrorCode::from_code).unwrap_or(ErrorCode::UnknownServerError);
+        Some(KafkaError::new(c, message.unwrap_or_else(|| format!("error code {code}"))))
+    }
+
+    /// A coordinator that could not be reached: retriable.
+    pub fn unavailable(what: &str, status: &tonic::Status) -> KafkaError {
+        KafkaError::new(ErrorCode::RequestTimedOut, format!("{what}: coordinator unavailable: {}", status.message()))
+    }
+}

@@ -1,0 +1,4 @@
+//! The WAL segment format and Kafka record batches as bytes (no I/O here).
+
+pub mod record_batch;
+pub mod segment;
