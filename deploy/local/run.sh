@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Starts a local 3-node coordinator quorum on 127.0.0.1:7001-7003, data under ./data/local.
+# Starts a local 3-node coordinator quorum on 127.0.0.1:7001-7003 and a broker shim on
+# 127.0.0.1:9192 storing WAL segments in a local directory; everything under ./data/local.
 #
 #   deploy/local/run.sh            # build (first time: RocksDB takes minutes), start, show status
 #   DATA=/tmp/q PROFILE=release deploy/local/run.sh
@@ -12,10 +13,11 @@ DATA=${DATA:-$PWD/data/local}
 PROFILE=${PROFILE:-dev}
 GROUPS_N=${METADATA_PARTITIONS:-8}
 BASE_PORT=${BASE_PORT:-7001}
+BROKER_PORT=${BROKER_PORT:-9192}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/diskless-target}
 
 echo "building ($PROFILE profile)..."
-cargo build --profile "$PROFILE" -p diskless-coordinator --bins
+cargo build --profile "$PROFILE" -p diskless-coordinator -p diskless-broker-shim --bins
 case "$PROFILE" in dev) dir=debug ;; *) dir=$PROFILE ;; esac
 BIN=$CARGO_TARGET_DIR/$dir
 
@@ -48,11 +50,27 @@ done
 echo "waiting for every metadata partition to elect a leader..."
 "$BIN/coordctl" --addr "127.0.0.1:$BASE_PORT" wait-ready --timeout-secs 120
 "$BIN/coordctl" --addr "127.0.0.1:$BASE_PORT" status
+
+cat > "$DATA/broker.toml" <<TOML
+broker_id = 1
+listen = "127.0.0.1:$BROKER_PORT"
+coordinators = ["127.0.0.1:$BASE_PORT", "127.0.0.1:$((BASE_PORT + 1))", "127.0.0.1:$((BASE_PORT + 2))"]
+
+[storage]
+kind = "local"
+path = "$DATA/objects"
+TOML
+"$BIN/diskless-broker" --config "$DATA/broker.toml" >>"$DATA/broker.log" 2>&1 &
+pids+=($!)
 cat <<MSG
 
 Coordinator quorum running: 127.0.0.1:$BASE_PORT, :$((BASE_PORT + 1)), :$((BASE_PORT + 2)) (data in $DATA).
+Broker shim running: 127.0.0.1:$BROKER_PORT (WAL segments in $DATA/objects).
   status:    $BIN/coordctl --addr 127.0.0.1:$BASE_PORT status
-  logs:      tail -f $DATA/node-*.log
+  try it:    $BIN/diskless-demo create --topic demo --partitions 4
+             $BIN/diskless-demo produce --topic demo --partitions 4 --messages 1000
+             $BIN/diskless-demo consume --topic demo --partition 0
+  logs:      tail -f $DATA/node-*.log $DATA/broker.log
 Ctrl-C to stop.
 MSG
 wait "${pids[@]}"

@@ -100,10 +100,15 @@ impl CoordinatorApi {
         request.metadata_mut().insert(GROUP_HEADER, g.into());
         match remote(client, request).await {
             Ok(r) => Ok(r.into_inner()),
-            Err(s) if s.code() == tonic::Code::DeadlineExceeded => Err(RouteError::Timeout { group: g }),
-            Err(s) => {
+            // Not delivered (no connection): nothing happened there; retriable as such.
+            Err(s) if s.code() == tonic::Code::Unavailable => {
                 tracing::debug!(group = g, leader, status = %s, "forwarding failed");
                 Err(RouteError::NotLeader { group: g, leader: Some((leader, addr)) })
+            }
+            // Delivered or not, we cannot tell: the outcome is unknown, as for a timeout.
+            Err(s) => {
+                tracing::debug!(group = g, leader, status = %s, "forwarded request failed");
+                Err(RouteError::Timeout { group: g })
             }
         }
     }
