@@ -57,7 +57,10 @@ async fn main() -> anyhow::Result<()> {
                 let partition = ((t + n) % partitions as usize) as i32;
                 n += 1;
                 let start = Instant::now();
-                let r = c.produce(ProduceRequest { topic: topic.clone(), partition, records: batch.clone() }).await?.into_inner();
+                let r = c
+                    .produce(ProduceRequest { topic: topic.clone(), partition, records: batch.clone() })
+                    .await?
+                    .into_inner();
                 h.record(start.elapsed().as_micros() as u64)?;
                 if r.error_code == 0 {
                     ok += 1;

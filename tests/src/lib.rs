@@ -707,7 +707,12 @@ pub async fn create_topic_via(broker: &mut BrokerClient, name: &str, partitions:
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let r = broker
-            .create_topic(CreateTopicRequest { name: name.into(), partitions, retention_ms: None, retention_bytes: None })
+            .create_topic(CreateTopicRequest {
+                name: name.into(),
+                partitions,
+                retention_ms: None,
+                retention_bytes: None,
+            })
             .await
             .expect("create topic rpc")
             .into_inner();

@@ -29,7 +29,11 @@ async fn a_coordinator_crash_loses_and_duplicates_no_acknowledged_batch() {
                 n += 1;
                 let partition = ((n + p) % PARTITIONS as usize) as i32;
                 let values: Vec<String> = (0..3).map(|i| format!("p{p}-{n:05}-{i}")).collect();
-                let idem = Idempotence { producer_id: 200 + p as i64, producer_epoch: 0, base_sequence: sequences[partition as usize] };
+                let idem = Idempotence {
+                    producer_id: 200 + p as i64,
+                    producer_epoch: 0,
+                    base_sequence: sequences[partition as usize],
+                };
                 sequences[partition as usize] += 3;
                 let r = produce_retrying(&mut client, "stream", partition, idempotent_batch_of(&values, idem)).await;
                 acked.lock().unwrap().push((partition, r.base_offset, values));

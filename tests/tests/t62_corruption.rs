@@ -29,7 +29,11 @@ async fn corrupted_object_bytes_fail_the_partition_with_corrupt_message_and_noth
     bytes[at] ^= 0x20;
     std::fs::write(victim, &bytes).unwrap();
 
-    let r = client.fetch(FetchRequest { topic: "t".into(), partition: 0, offset: 0, max_bytes: 1 << 20 }).await.unwrap().into_inner();
+    let r = client
+        .fetch(FetchRequest { topic: "t".into(), partition: 0, offset: 0, max_bytes: 1 << 20 })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(r.error_code, 2, "CORRUPT_MESSAGE: {:?}", r.error_message);
     assert!(r.records.is_empty());
 
@@ -39,7 +43,11 @@ async fn corrupted_object_bytes_fail_the_partition_with_corrupt_message_and_noth
     assert_eq!(msgs.len(), 1);
     let more = produce_retrying(&mut client, "t", 0, batch_of(&["a3".into()])).await;
     assert_eq!(more.base_offset, 2);
-    let r = client.fetch(FetchRequest { topic: "t".into(), partition: 0, offset: 2, max_bytes: 1 << 20 }).await.unwrap().into_inner();
+    let r = client
+        .fetch(FetchRequest { topic: "t".into(), partition: 0, offset: 2, max_bytes: 1 << 20 })
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(r.error_code, 0);
     assert_eq!(kafka_records::decode(bytes::Bytes::from(r.records)).unwrap()[0].offset, 2);
 }

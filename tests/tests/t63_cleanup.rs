@@ -74,9 +74,10 @@ async fn run(c: &Cluster, storage: TestStorage, objects: diskless_broker_shim::s
 async fn orphans_and_released_objects_are_deleted_on_a_local_directory() {
     let c = Cluster::start(3, Options::default()).await;
     let dir = c.path("objects");
-    let objects =
-        diskless_broker_shim::storage::Storage::new(&diskless_broker_shim::config::StorageConfig::Local { path: dir.clone() })
-            .unwrap();
+    let objects = diskless_broker_shim::storage::Storage::new(&diskless_broker_shim::config::StorageConfig::Local {
+        path: dir.clone(),
+    })
+    .unwrap();
     run(&c, TestStorage::Local(dir), objects).await;
 }
 
