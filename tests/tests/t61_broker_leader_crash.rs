@@ -10,9 +10,21 @@ use diskless_cluster_tests::*;
 const PARTITIONS: i32 = 6;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_coordinator_crash_loses_and_duplicates_no_acknowledged_batch() {
+async fn a_coordinator_crash_loses_and_duplicates_no_acknowledged_batch_on_a_local_directory() {
     let mut c = Cluster::start(3, Options { leader_balance_ms: 0, ..Options::default() }).await;
-    let broker = BrokerProc::start(&c, "b1", &TestStorage::Local(c.path("objects")), &BrokerOptions::default()).await;
+    let storage = TestStorage::Local(c.path("objects"));
+    run(&mut c, storage).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_crash_loses_and_duplicates_no_acknowledged_batch_on_s3() {
+    let Some(s3) = S3Server::start("crash") else { return };
+    let mut c = Cluster::start(3, Options { leader_balance_ms: 0, ..Options::default() }).await;
+    run(&mut c, TestStorage::S3 { endpoint: s3.endpoint.clone(), bucket: "crash".into() }).await;
+}
+
+async fn run(c: &mut Cluster, storage: TestStorage) {
+    let broker = BrokerProc::start(c, "b1", &storage, &BrokerOptions::default()).await;
     let mut client = broker.client().await;
     create_topic_via(&mut client, "stream", PARTITIONS).await;
 

@@ -1,16 +1,38 @@
 //! Damaged object bytes: the fetch of the affected partition reports CORRUPT_MESSAGE; the broker
 //! stays up and serves everything else.
 
+use diskless_broker_shim::config::StorageConfig;
+use diskless_broker_shim::storage::Storage;
 use diskless_cluster_tests::*;
 use diskless_proto::broker::FetchRequest;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn corrupted_object_bytes_fail_the_partition_with_corrupt_message_and_nothing_else() {
+async fn corrupted_object_bytes_fail_the_partition_with_corrupt_message_on_a_local_directory() {
     let c = Cluster::start(3, Options::default()).await;
     let dir = c.path("objects");
-    // A long commit interval so both partitions' first batches share one segment... then a second
-    // segment for partition 1 only.
-    let broker = BrokerProc::start(&c, "b1", &TestStorage::Local(dir.clone()), &BrokerOptions::default()).await;
+    let objects = Storage::new(&StorageConfig::Local { path: dir.clone() }).unwrap();
+    run(&c, TestStorage::Local(dir), objects).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupted_object_bytes_fail_the_partition_with_corrupt_message_on_s3() {
+    let Some(s3) = S3Server::start("corrupt") else { return };
+    let c = Cluster::start(3, Options::default()).await;
+    let objects = Storage::new(&StorageConfig::S3 {
+        bucket: "corrupt".into(),
+        endpoint: Some(s3.endpoint.clone()),
+        region: "us-east-1".into(),
+        access_key_id: Some("test".into()),
+        secret_access_key: Some("test".into()),
+        path_style: true,
+        allow_http: true,
+    })
+    .unwrap();
+    run(&c, TestStorage::S3 { endpoint: s3.endpoint.clone(), bucket: "corrupt".into() }, objects).await;
+}
+
+async fn run(c: &Cluster, storage: TestStorage, objects: Storage) {
+    let broker = BrokerProc::start(c, "b1", &storage, &BrokerOptions::default()).await;
     let mut client = broker.client().await;
     create_topic_via(&mut client, "t", 2).await;
     let a = produce_retrying(&mut client, "t", 0, batch_of(&["a1".into(), "a2".into()])).await;
@@ -18,16 +40,17 @@ async fn corrupted_object_bytes_fail_the_partition_with_corrupt_message_and_noth
     assert_eq!((a.base_offset, b.base_offset), (0, 0));
 
     // Damage the object holding partition 0's batch: flip a byte inside its records.
-    let objects: Vec<_> = std::fs::read_dir(dir.join("wal")).unwrap().map(|e| e.unwrap().path()).collect();
     let needle = b"a2";
-    let victim = objects
-        .iter()
-        .find(|p| std::fs::read(p).unwrap().windows(2).any(|w| w == needle))
-        .expect("the object holding a2");
-    let mut bytes = std::fs::read(victim).unwrap();
-    let at = bytes.windows(2).position(|w| w == needle).unwrap();
-    bytes[at] ^= 0x20;
-    std::fs::write(victim, &bytes).unwrap();
+    let mut damaged = false;
+    for o in objects.list("wal/").await.unwrap() {
+        let mut bytes = objects.get(&o.key).await.unwrap().to_vec();
+        if let Some(at) = bytes.windows(2).position(|w| w == needle) {
+            bytes[at] ^= 0x20;
+            objects.overwrite(&o.key, bytes::Bytes::from(bytes)).await.unwrap();
+            damaged = true;
+        }
+    }
+    assert!(damaged, "found the object holding a2");
 
     let r = client
         .fetch(FetchRequest { topic: "t".into(), partition: 0, offset: 0, max_bytes: 1 << 20 })
