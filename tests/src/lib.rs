@@ -445,6 +445,24 @@ pub enum TestStorage {
 }
 
 impl TestStorage {
+    /// The store itself, for tests that look at or damage objects directly.
+    pub fn open(&self) -> diskless_broker_shim::storage::Storage {
+        use diskless_broker_shim::config::StorageConfig;
+        let config = match self {
+            TestStorage::Local(p) => StorageConfig::Local { path: p.clone() },
+            TestStorage::S3 { endpoint, bucket } => StorageConfig::S3 {
+                bucket: bucket.clone(),
+                endpoint: Some(endpoint.clone()),
+                region: "us-east-1".into(),
+                access_key_id: Some("test".into()),
+                secret_access_key: Some("test".into()),
+                path_style: true,
+                allow_http: true,
+            },
+        };
+        diskless_broker_shim::storage::Storage::new(&config).expect("open test storage")
+    }
+
     fn toml(&self) -> String {
         match self {
             TestStorage::Local(p) => format!("[storage]\nkind = \"local\"\npath = \"{}\"\n", p.display()),

@@ -1,7 +1,6 @@
 //! Damaged object bytes: the fetch of the affected partition reports CORRUPT_MESSAGE; the broker
 //! stays up and serves everything else.
 
-use diskless_broker_shim::config::StorageConfig;
 use diskless_broker_shim::storage::Storage;
 use diskless_cluster_tests::*;
 use diskless_proto::broker::FetchRequest;
@@ -10,25 +9,16 @@ use diskless_proto::broker::FetchRequest;
 async fn corrupted_object_bytes_fail_the_partition_with_corrupt_message_on_a_local_directory() {
     let c = Cluster::start(3, Options::default()).await;
     let dir = c.path("objects");
-    let objects = Storage::new(&StorageConfig::Local { path: dir.clone() }).unwrap();
-    run(&c, TestStorage::Local(dir), objects).await;
+    let storage = TestStorage::Local(dir);
+    run(&c, storage.clone(), storage.open()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corrupted_object_bytes_fail_the_partition_with_corrupt_message_on_s3() {
     let Some(s3) = S3Server::start("corrupt") else { return };
     let c = Cluster::start(3, Options::default()).await;
-    let objects = Storage::new(&StorageConfig::S3 {
-        bucket: "corrupt".into(),
-        endpoint: Some(s3.endpoint.clone()),
-        region: "us-east-1".into(),
-        access_key_id: Some("test".into()),
-        secret_access_key: Some("test".into()),
-        path_style: true,
-        allow_http: true,
-    })
-    .unwrap();
-    run(&c, TestStorage::S3 { endpoint: s3.endpoint.clone(), bucket: "corrupt".into() }, objects).await;
+    let storage = TestStorage::S3 { endpoint: s3.endpoint.clone(), bucket: "corrupt".into() };
+    run(&c, storage.clone(), storage.open()).await;
 }
 
 async fn run(c: &Cluster, storage: TestStorage, objects: Storage) {

@@ -73,27 +73,14 @@ async fn run(c: &Cluster, storage: TestStorage, objects: diskless_broker_shim::s
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orphans_and_released_objects_are_deleted_on_a_local_directory() {
     let c = Cluster::start(3, Options::default()).await;
-    let dir = c.path("objects");
-    let objects = diskless_broker_shim::storage::Storage::new(&diskless_broker_shim::config::StorageConfig::Local {
-        path: dir.clone(),
-    })
-    .unwrap();
-    run(&c, TestStorage::Local(dir), objects).await;
+    let storage = TestStorage::Local(c.path("objects"));
+    run(&c, storage.clone(), storage.open()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orphans_and_released_objects_are_deleted_on_s3() {
     let Some(s3) = S3Server::start("cleanup") else { return };
     let c = Cluster::start(3, Options::default()).await;
-    let objects = diskless_broker_shim::storage::Storage::new(&diskless_broker_shim::config::StorageConfig::S3 {
-        bucket: "cleanup".into(),
-        endpoint: Some(s3.endpoint.clone()),
-        region: "us-east-1".into(),
-        access_key_id: Some("test".into()),
-        secret_access_key: Some("test".into()),
-        path_style: true,
-        allow_http: true,
-    })
-    .unwrap();
-    run(&c, TestStorage::S3 { endpoint: s3.endpoint.clone(), bucket: "cleanup".into() }, objects).await;
+    let storage = TestStorage::S3 { endpoint: s3.endpoint.clone(), bucket: "cleanup".into() };
+    run(&c, storage.clone(), storage.open()).await;
 }

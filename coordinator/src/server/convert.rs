@@ -16,6 +16,11 @@ pub fn failure_fields(f: &Failure) -> (i32, Option<String>) {
     (f.code.wire(), Some(f.message.clone()))
 }
 
+/// The error code and message of a per-item result.
+pub fn result_fields<T>(r: &Result<T, Failure>) -> (i32, Option<String>) {
+    r.as_ref().map_or_else(failure_fields, |_| ok_fields())
+}
+
 /// The Kafka error a routing problem becomes for the items it affects.
 pub fn route_failure(e: &RouteError) -> Failure {
     let code = match e {

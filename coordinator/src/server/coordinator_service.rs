@@ -28,7 +28,7 @@ use futures_util::future::join_all;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
-use super::convert::{self, failure_fields, ok_fields, route_failure};
+use super::convert::{self, failure_fields, result_fields, route_failure};
 use crate::node::{Node, RouteError, DELETE_BUDGET};
 use crate::state_machine::{
     AlterTopic, CommitFile, CreateTopic, DeleteRecordsPartition, Failure, FetchBudget, Op, Outcome, TopicPartition,
@@ -289,7 +289,7 @@ impl CoordinatorService for CoordinatorApi {
             .iter()
             .zip(results)
             .map(|(t, r)| {
-                let (error_code, error_message) = r.as_ref().map_or_else(failure_fields, |_| ok_fields());
+                let (error_code, error_message) = result_fields(&r);
                 create_partitions_response::CreatablePartitionsResult {
                     topic_id: t.topic_id.clone(),
                     error_code,
@@ -325,7 +325,7 @@ impl CoordinatorService for CoordinatorApi {
             .iter()
             .zip(results)
             .map(|(t, r)| {
-                let (error_code, error_message) = r.as_ref().map_or_else(failure_fields, |_| ok_fields());
+                let (error_code, error_message) = result_fields(&r);
                 delete_topics_response::DeletableTopicResult { topic_id: t.topic_id.clone(), error_code, error_message }
             })
             .collect();
@@ -372,7 +372,7 @@ impl CoordinatorService for CoordinatorApi {
             .iter()
             .zip(results)
             .map(|(t, r)| {
-                let (error_code, error_message) = r.as_ref().map_or_else(failure_fields, |_| ok_fields());
+                let (error_code, error_message) = result_fields(&r);
                 alter_topic_configs_response::AlterableTopicResult {
                     topic_id: t.topic_id.clone(),
                     error_code,
@@ -535,7 +535,7 @@ impl CoordinatorService for CoordinatorApi {
                     topics: rs
                         .into_iter()
                         .map(|(tp, r)| {
-                            let (error_code, error_message) = r.as_ref().map_or_else(failure_fields, |_| ok_fields());
+                            let (error_code, error_message) = result_fields(&r);
                             delete_records_response::DeleteRecordsTopicResult {
                                 topic_id: tp.topic_id.as_bytes().to_vec(),
                                 partitions: vec![delete_records_response::DeleteRecordsPartitionResult {
@@ -581,7 +581,7 @@ impl CoordinatorService for CoordinatorApi {
             })
             .collect();
         for ((ti, pi, _), r) in flat.iter().zip(results) {
-            let (error_code, error_message) = r.as_ref().map_or_else(failure_fields, |_| ok_fields());
+            let (error_code, error_message) = result_fields(&r);
             topics[*ti].partitions.push(delete_records_response::DeleteRecordsPartitionResult {
                 partition_index: req.topics[*ti].partitions[*pi].partition_index,
                 low_watermark: *r.as_ref().unwrap_or(&-1),
@@ -638,7 +638,7 @@ impl CoordinatorService for CoordinatorApi {
                     let r = sm
                         .list_offsets(&view, tp, *ts)
                         .map_err(|e| RouteError::Failed { group: g, message: e.to_string() })?;
-                    let (error_code, error_message) = r.as_ref().map_or_else(failure_fields, |_| ok_fields());
+                    let (error_code, error_message) = result_fields(&r);
                     let found = r.map_or((-1, -1), |o| (o.timestamp, o.offset));
                     topics.push(list_offsets_response::ListOffsetsTopicResponse {
                         topic_id: tp.topic_id.as_bytes().to_vec(),
@@ -688,7 +688,7 @@ impl CoordinatorService for CoordinatorApi {
         for (ti, t) in req.topics.iter().enumerate() {
             for p in &t.partitions {
                 let r = &results[k];
-                let (error_code, error_message) = r.as_ref().map_or_else(failure_fields, |_| ok_fields());
+                let (error_code, error_message) = result_fields(r);
                 let (timestamp, offset) = *r.as_ref().unwrap_or(&(-1, -1));
                 topics[ti].partitions.push(list_offsets_response::ListOffsetsPartitionResponse {
                     partition_index: p.partition_index,
@@ -919,7 +919,7 @@ impl CoordinatorService for CoordinatorApi {
                     files: rs
                         .into_iter()
                         .map(|(object_key, r)| {
-                            let (error_code, error_message) = r.as_ref().map_or_else(failure_fields, |_| ok_fields());
+                            let (error_code, error_message) = result_fields(&r);
                             confirm_files_deleted_response::ConfirmFileResult { object_key, error_code, error_message }
                         })
                         .collect(),
