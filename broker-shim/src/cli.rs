@@ -68,6 +68,9 @@ pub fn main() -> anyhow::Result<()> {
         let addr = listener.local_addr()?;
         let shim = Shim::start(config).await?;
         println!("diskless-broker listening on {addr}");
+        if let Some(kafka) = shim.start_kafka().await? {
+            println!("diskless-broker Kafka listener on {kafka}");
+        }
         let shutdown = async {
             let mut term =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");

@@ -23,6 +23,42 @@ pub struct ShimConfig {
     pub fetch: FetchConfig,
     #[serde(default)]
     pub cleanup: CleanupConfig,
+    /// The Kafka protocol listener (off when absent).
+    #[serde(default)]
+    pub kafka: Option<KafkaConfig>,
+}
+
+/// The Kafka listener: what clients connect to, and how this broker describes itself.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// `host:port` to listen on (9092 by convention).
+    pub listen: String,
+    /// The host clients should connect to (default: the listen host).
+    #[serde(default)]
+    pub advertised_host: Option<String>,
+    /// The port clients should connect to (default: the listen port).
+    #[serde(default)]
+    pub advertised_port: Option<u16>,
+    /// Reported in Metadata responses.
+    #[serde(default = "default_cluster_id")]
+    pub cluster_id: String,
+    /// The largest request frame accepted (Kafka's socket.request.max.bytes).
+    #[serde(default = "default_kafka_max_request")]
+    pub max_request_bytes: usize,
+    /// Requests a connection may have in flight (answered in order).
+    #[serde(default = "default_inflight")]
+    pub max_in_flight_per_connection: usize,
+}
+
+fn default_cluster_id() -> String {
+    "diskless-cluster".into()
+}
+fn default_kafka_max_request() -> usize {
+    100 << 20
+}
+fn default_inflight() -> usize {
+    16
 }
 
 /// Where WAL segments go.

@@ -12,6 +12,7 @@ pub mod config;
 pub mod coordinator;
 pub mod error;
 pub mod fetch;
+pub mod kafka;
 pub mod produce;
 pub mod records;
 pub mod service;
@@ -62,6 +63,19 @@ impl Shim {
             tasks: std::sync::Mutex::new(Some(tasks)),
             stop,
         }))
+    }
+
+    /// Starts the Kafka listener if the configuration has one; returns its address.
+    pub async fn start_kafka(self: &Arc<Self>) -> anyhow::Result<Option<std::net::SocketAddr>> {
+        let Some(k) = self.config.kafka.clone() else { return Ok(None) };
+        let listener = tokio::net::TcpListener::bind(&k.listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("Kafka listener on {}: {e}", k.listen))?;
+        let addr = listener.local_addr()?;
+        let l = Arc::new(kafka::Listener::new(self.clone(), k, addr));
+        tokio::spawn(l.serve(listener, self.stop.subscribe()));
+        tracing::info!(%addr, "Kafka listener started");
+        Ok(Some(addr))
     }
 
     /// Stops accepting work, commits what was accepted, stops the cleaner.

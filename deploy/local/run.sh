@@ -14,6 +14,7 @@ PROFILE=${PROFILE:-dev}
 GROUPS_N=${METADATA_PARTITIONS:-8}
 BASE_PORT=${BASE_PORT:-7001}
 BROKER_PORT=${BROKER_PORT:-9192}
+KAFKA_PORT=${KAFKA_PORT:-9092}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/diskless-target}
 
 echo "building ($PROFILE profile)..."
@@ -59,15 +60,20 @@ coordinators = ["127.0.0.1:$BASE_PORT", "127.0.0.1:$((BASE_PORT + 1))", "127.0.0
 [storage]
 kind = "local"
 path = "$DATA/objects"
+
+[kafka]
+listen = "127.0.0.1:$KAFKA_PORT"
 TOML
 "$BIN/diskless-broker" --config "$DATA/broker.toml" >>"$DATA/broker.log" 2>&1 &
 pids+=($!)
 cat <<MSG
 
 Coordinator quorum running: 127.0.0.1:$BASE_PORT, :$((BASE_PORT + 1)), :$((BASE_PORT + 2)) (data in $DATA).
-Broker shim running: 127.0.0.1:$BROKER_PORT (WAL segments in $DATA/objects).
+Broker shim running: Kafka protocol on 127.0.0.1:$KAFKA_PORT, its own gRPC API on 127.0.0.1:$BROKER_PORT
+  (WAL segments in $DATA/objects).
   status:    $BIN/coordctl --addr 127.0.0.1:$BASE_PORT status
-  try it:    $BIN/diskless-demo create --topic demo --partitions 4
+  kcat:      kcat -b 127.0.0.1:$KAFKA_PORT -L
+  demo:      $BIN/diskless-demo create --topic demo --partitions 4
              $BIN/diskless-demo produce --topic demo --partitions 4 --messages 1000
              $BIN/diskless-demo consume --topic demo --partition 0
   logs:      tail -f $DATA/node-*.log $DATA/broker.log

@@ -482,11 +482,14 @@ pub struct BrokerOptions {
     pub delete_grace_ms: u64,
     pub orphan_scan_interval_ms: u64,
     pub orphan_grace_ms: u64,
+    /// Also serve the Kafka protocol (on a free port).
+    pub kafka: bool,
 }
 
 impl Default for BrokerOptions {
     fn default() -> Self {
         BrokerOptions {
+            kafka: false,
             commit_interval_ms: 50,
             cleanup_interval_ms: 500,
             delete_grace_ms: 1_000,
@@ -499,6 +502,8 @@ impl Default for BrokerOptions {
 /// A broker shim process.
 pub struct BrokerProc {
     pub addr: String,
+    /// The Kafka listener's `host:port`, when asked for.
+    pub kafka_addr: Option<String>,
     child: Child,
     log: PathBuf,
 }
@@ -519,6 +524,11 @@ impl BrokerProc {
             o.orphan_scan_interval_ms,
             o.orphan_grace_ms,
         );
+        let kafka_addr = o.kafka.then(|| format!("127.0.0.1:{}", free_port()));
+        let config = match &kafka_addr {
+            Some(k) => format!("{config}\n[kafka]\nlisten = \"{k}\"\n"),
+            None => config,
+        };
         let path = cluster.dir.path().join(format!("broker-{name}.toml"));
         std::fs::write(&path, config).expect("write broker config");
         let log = cluster.dir.path().join(format!("broker-{name}.log"));
@@ -532,7 +542,7 @@ impl BrokerProc {
             .stderr(out)
             .spawn()
             .expect("start broker-node");
-        let b = BrokerProc { addr, child, log };
+        let b = BrokerProc { addr, kafka_addr, child, log };
         let deadline = Instant::now() + Duration::from_secs(30);
         while b.client_opt().await.is_none() {
             assert!(Instant::now() < deadline, "broker does not answer: {}", b.log_tail());
@@ -584,7 +594,7 @@ impl Cluster {
 }
 
 /// A moto S3 server on a loopback port with one bucket, if `moto_server` is installed. CI
-/// installs it (and sets `DISKLESS_REQUIRE_S3=1`, which turns its absence into a failure).
+/// installs it (and sets `DISKLESS_CI=1`, which turns its absence into a failure).
 pub struct S3Server {
     child: Child,
     pub endpoint: String,
@@ -601,7 +611,7 @@ impl S3Server {
         {
             Ok(c) => c,
             Err(e) => {
-                assert!(std::env::var_os("DISKLESS_REQUIRE_S3").is_none(), "moto_server is required: {e}");
+                assert!(std::env::var_os("DISKLESS_CI").is_none(), "moto_server is required: {e}");
                 eprintln!(
                     "SKIPPED: moto_server not installed (pip install 'moto[server]'); the S3 variant did not run"
                 );

@@ -106,6 +106,18 @@ impl Producer {
 
     /// Appends one record batch to `partition` of topic `topic_id`; resolves when it is committed.
     pub async fn produce(&self, topic_id: [u8; 16], partition: i32, batch: Bytes) -> Result<Appended, KafkaError> {
+        self.submit(topic_id, partition, batch).await?.await
+    }
+
+    /// Validates and enqueues a batch; the returned future resolves when it is committed. Batches
+    /// submitted one after the other keep that order in the log, whatever order their futures are
+    /// awaited in.
+    pub async fn submit(
+        &self,
+        topic_id: [u8; 16],
+        partition: i32,
+        batch: Bytes,
+    ) -> Result<impl std::future::Future<Output = Result<Appended, KafkaError>> + Send + 'static, KafkaError> {
         let header =
             record_batch::validate(&batch).map_err(|e| KafkaError::new(ErrorCode::CorruptMessage, e.to_string()))?;
         let (reply, rx) = oneshot::channel();
@@ -114,7 +126,10 @@ impl Producer {
             .send(p)
             .await
             .map_err(|_| KafkaError::new(ErrorCode::KafkaStorageError, "the broker is shutting down"))?;
-        rx.await.unwrap_or_else(|_| Err(KafkaError::new(ErrorCode::KafkaStorageError, "the produce pipeline stopped")))
+        Ok(async move {
+            rx.await
+                .unwrap_or_else(|_| Err(KafkaError::new(ErrorCode::KafkaStorageError, "the produce pipeline stopped")))
+        })
     }
 }
 

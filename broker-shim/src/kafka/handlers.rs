@@ -1,0 +1,695 @@
+//! One handler per Kafka API. Each decodes its request body at the negotiated version, does the
+//! work through the shim (producer, fetcher, coordinators), and encodes the answer.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use diskless_proto::v1 as coord;
+use diskless_proto::ErrorCode;
+use futures_util::future::{join_all, BoxFuture};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Decodable, StrBytes};
+
+use super::{encode, versions, Listener, Reply};
+use crate::coordinator::TopicMeta;
+use crate::error::KafkaError;
+use crate::fetch::FetchPartition;
+use crate::wal::record_batch;
+
+const NONE: i16 = 0;
+const UNSUPPORTED_VERSION: i16 = 35;
+const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+const INVALID_REQUIRED_ACKS: i16 = 21;
+const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+fn msg(s: impl Into<String>) -> Option<StrBytes> {
+    Some(StrBytes::from_string(s.into()))
+}
+
+/// ApiVersions: answered for any version; a version we do not speak gets v0 with
+/// UNSUPPORTED_VERSION and our list, as Kafka does.
+pub fn api_versions(header: &RequestHeader) -> Reply {
+    let keys: Vec<api_versions_response::ApiVersion> = versions::APIS
+        .iter()
+        .filter_map(|api| {
+            let r = versions::supported(*api)?;
+            Some(
+                api_versions_response::ApiVersion::default()
+                    .with_api_key(*api as i16)
+                    .with_min_version(r.min)
+                    .with_max_version(r.max),
+            )
+        })
+        .collect();
+    let range = <ApiVersionsRequest as kafka_protocol::protocol::Message>::VERSIONS;
+    let mut version = header.request_api_version;
+    let mut body = ApiVersionsResponse::default().with_api_keys(keys);
+    if !(range.min..=range.max).contains(&version) {
+        body = body.with_error_code(UNSUPPORTED_VERSION);
+        version = 0;
+    }
+    encode(ApiKey::ApiVersions, header, version, &body)
+}
+
+type Pending = BoxFuture<'static, Reply>;
+
+fn ready(r: Reply) -> Pending {
+    Box::pin(async move { r })
+}
+
+/// Starts a request: produce enqueues its batches now (order), the rest runs in the future.
+pub async fn dispatch(
+    l: Arc<Listener>,
+    api: ApiKey,
+    header: RequestHeader,
+    mut body: Bytes,
+) -> anyhow::Result<Pending> {
+    let v = header.request_api_version;
+    Ok(match api {
+        ApiKey::Produce => produce(l, header, ProduceRequest::decode(&mut body, v).context("Produce")?).await,
+        ApiKey::Metadata => {
+            let req = MetadataRequest::decode(&mut body, v).context("Metadata")?;
+            Box::pin(async move { metadata(&l, &header, req).await })
+        }
+        ApiKey::Fetch => {
+            let req = FetchRequest::decode(&mut body, v).context("Fetch")?;
+            Box::pin(async move { fetch(&l, &header, req).await })
+        }
+        ApiKey::ListOffsets => {
+            let req = ListOffsetsRequest::decode(&mut body, v).context("ListOffsets")?;
+            Box::pin(async move { list_offsets(&l, &header, req).await })
+        }
+        ApiKey::CreateTopics => {
+            let req = CreateTopicsRequest::decode(&mut body, v).context("CreateTopics")?;
+            Box::pin(async move { create_topics(&l, &header, req).await })
+        }
+        ApiKey::DeleteTopics => {
+            let req = DeleteTopicsRequest::decode(&mut body, v).context("DeleteTopics")?;
+            Box::pin(async move { delete_topics(&l, &header, req).await })
+        }
+        ApiKey::DeleteRecords => {
+            let req = DeleteRecordsRequest::decode(&mut body, v).context("DeleteRecords")?;
+            Box::pin(async move { delete_records(&l, &header, req).await })
+        }
+        ApiKey::InitProducerId => {
+            let req = InitProducerIdRequest::decode(&mut body, v).context("InitProducerId")?;
+            ready(init_producer_id(&l, &header, req))
+        }
+        ApiKey::FindCoordinator => {
+            let req = FindCoordinatorRequest::decode(&mut body, v).context("FindCoordinator")?;
+            ready(find_coordinator(&header, req))
+        }
+        other => anyhow::bail!("API {other:?} is not supported"),
+    })
+}
+
+impl Listener {
+    async fn topic(&self, name: &str) -> Result<TopicMeta, KafkaError> {
+        match self.shim.coordinators.topic(name).await {
+            Ok(Some(t)) => Ok(t),
+            Ok(None) => Err(KafkaError::new(ErrorCode::UnknownTopicOrPartition, format!("no topic named {name:?}"))),
+            Err(s) => Err(KafkaError::unavailable("list topics", &s)),
+        }
+    }
+
+    fn partition(&self, t: &TopicMeta, p: i32) -> Result<(), KafkaError> {
+        if p < 0 || p >= t.partitions {
+            return Err(KafkaError::new(
+                ErrorCode::UnknownTopicOrPartition,
+                format!("{} has no partition {p}", t.name),
+            ));
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------- Produce
+
+async fn produce(l: Arc<Listener>, header: RequestHeader, req: ProduceRequest) -> Pending {
+    let v = header.request_api_version;
+    let acks = req.acks;
+    let refuse_all = |code: i16, why: &str| {
+        let responses = req
+            .topic_data
+            .iter()
+            .map(|t| {
+                produce_response::TopicProduceResponse::default().with_name(t.name.clone()).with_partition_responses(
+                    t.partition_data
+                        .iter()
+                        .map(|p| {
+                            produce_response::PartitionProduceResponse::default()
+                                .with_index(p.index)
+                                .with_error_code(code)
+                                .with_base_offset(-1)
+                                .with_error_message(if v >= 8 { msg(why) } else { None })
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        ProduceResponse::default().with_responses(responses)
+    };
+    if !(-1..=1).contains(&acks) {
+        let body = refuse_all(INVALID_REQUIRED_ACKS, "acks must be -1, 0 or 1");
+        return ready(encode(ApiKey::Produce, &header, v, &body));
+    }
+    if req.transactional_id.is_some() {
+        let body =
+            refuse_all(TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported on diskless topics yet");
+        return ready(if acks == 0 { Ok(None) } else { encode(ApiKey::Produce, &header, v, &body) });
+    }
+
+    // Enqueue every batch now, in request order; wait for the commits in the future.
+    type Waits = Vec<BoxFuture<'static, Result<crate::produce::Appended, KafkaError>>>;
+    let mut plan: Vec<(TopicName, Vec<(i32, Result<Waits, KafkaError>, bool)>)> = vec![];
+    for t in req.topic_data {
+        let topic = l.topic(t.name.as_str()).await;
+        let mut parts = vec![];
+        for p in t.partition_data {
+            let mut log_append_time = false;
+            let waits = async {
+                let topic = topic.clone()?;
+                l.partition(&topic, p.index)?;
+                let mut records = p.records.unwrap_or_default();
+                let mut waits: Waits = vec![];
+                while !records.is_empty() {
+                    let len = record_batch::framed_len(&records)
+                        .filter(|n| *n <= records.len())
+                        .ok_or_else(|| KafkaError::new(ErrorCode::CorruptMessage, "truncated record batch"))?;
+                    let batch = records.split_to(len);
+                    if batch.len() > 21 && (batch[22] & 0x08) != 0 {
+                        log_append_time = true;
+                    }
+                    let w = l.shim.producer.submit(topic.id, p.index, batch).await?;
+                    waits.push(Box::pin(w));
+                }
+                if waits.is_empty() {
+                    return Err(KafkaError::new(ErrorCode::CorruptMessage, "no record batch"));
+                }
+                Ok(waits)
+            }
+            .await;
+            parts.push((p.index, waits, log_append_time));
+        }
+        plan.push((t.name, parts));
+    }
+    Box::pin(async move {
+        let mut responses = vec![];
+        for (topic, parts) in plan {
+            let mut out = vec![];
+            for (index, waits, lat) in parts {
+                let result = match waits {
+                    Err(e) => Err(e),
+                    Ok(waits) => {
+                        let results = join_all(waits).await;
+                        match results.iter().find_map(|r| r.as_ref().err()) {
+                            Some(e) => Err(e.clone()),
+                            None => Ok(*results[0].as_ref().expect("no error")),
+                        }
+                    }
+                };
+                let mut r = produce_response::PartitionProduceResponse::default().with_index(index);
+                match result {
+                    Ok(a) => {
+                        r = r.with_error_code(NONE).with_base_offset(a.base_offset).with_log_append_time_ms(if lat {
+                            a.log_append_time
+                        } else {
+                            -1
+                        });
+                        if v >= 5 {
+                            r = r.with_log_start_offset(a.log_start_offset);
+                        }
+                    }
+                    Err(e) => {
+                        if e.code == ErrorCode::UnknownTopicOrPartition {
+                            l.shim.coordinators.forget_topic(topic.as_str());
+                        }
+                        r = r.with_error_code(e.code.code()).with_base_offset(-1);
+                        if v >= 8 {
+                            r = r.with_error_message(msg(e.message));
+                        }
+                    }
+                }
+                out.push(r);
+            }
+            responses
+                .push(produce_response::TopicProduceResponse::default().with_name(topic).with_partition_responses(out));
+        }
+        if acks == 0 {
+            return Ok(None);
+        }
+        encode(ApiKey::Produce, &header, v, &ProduceResponse::default().with_responses(responses))
+    })
+}
+
+// ---------------------------------------------------------------- Metadata
+
+async fn metadata(l: &Listener, header: &RequestHeader, req: MetadataRequest) -> Reply {
+    let v = header.request_api_version;
+    let all = match l.shim.coordinators.refresh_topics().await {
+        Ok(t) => t,
+        Err(s) => {
+            tracing::warn!(status = %s, "metadata: coordinators unavailable");
+            vec![]
+        }
+    };
+    let wanted: Option<Vec<String>> = match &req.topics {
+        None => None,
+        Some(list) if list.is_empty() && v == 0 => None,
+        Some(list) => Some(list.iter().filter_map(|t| t.name.as_ref().map(|n| n.as_str().to_string())).collect()),
+    };
+    let me = kafka_protocol::messages::BrokerId(l.broker_id);
+    let describe = |t: &TopicMeta| {
+        let partitions = (0..t.partitions)
+            .map(|p| {
+                metadata_response::MetadataResponsePartition::default()
+                    .with_partition_index(p)
+                    .with_leader_id(me)
+                    .with_leader_epoch(0)
+                    .with_replica_nodes(vec![me])
+                    .with_isr_nodes(vec![me])
+            })
+            .collect();
+        let mut topic = metadata_response::MetadataResponseTopic::default()
+            .with_name(Some(name(&t.name)))
+            .with_partitions(partitions);
+        if v >= 10 {
+            topic = topic.with_topic_id(uuid::Uuid::from_bytes(t.id));
+        }
+        topic
+    };
+    let topics: Vec<_> = match wanted {
+        None => all.iter().map(describe).collect(),
+        Some(names) => names
+            .iter()
+            .map(|n| match all.iter().find(|t| &t.name == n) {
+                Some(t) => describe(t),
+                None => metadata_response::MetadataResponseTopic::default()
+                    .with_name(Some(name(n)))
+                    .with_error_code(ErrorCode::UnknownTopicOrPartition.code()),
+            })
+            .collect(),
+    };
+    let broker = metadata_response::MetadataResponseBroker::default()
+        .with_node_id(me)
+        .with_host(StrBytes::from_string(l.host.clone()))
+        .with_port(l.port);
+    let mut body = MetadataResponse::default().with_brokers(vec![broker]).with_topics(topics);
+    if v >= 1 {
+        body = body.with_controller_id(me);
+    }
+    if v >= 2 {
+        body = body.with_cluster_id(Some(StrBytes::from_string(l.config.cluster_id.clone())));
+    }
+    encode(ApiKey::Metadata, header, v, &body)
+}
+
+// ---------------------------------------------------------------- Fetch
+
+/// The longest a fetch waits for data.
+const MAX_FETCH_WAIT: Duration = Duration::from_secs(30);
+
+async fn fetch(l: &Listener, header: &RequestHeader, req: FetchRequest) -> Reply {
+    let v = header.request_api_version;
+    // Resolve names once; remember unknown ones.
+    struct Want {
+        topic: TopicName,
+        partition: i32,
+        resolved: Result<FetchPartition, KafkaError>,
+    }
+    let mut wants = vec![];
+    for t in &req.topics {
+        let topic = l.topic(t.topic.as_str()).await;
+        for p in &t.partitions {
+            let resolved = topic.clone().and_then(|tm| {
+                l.partition(&tm, p.partition)?;
+                Ok(FetchPartition {
+                    topic_id: tm.id,
+                    partition: p.partition,
+                    offset: p.fetch_offset,
+                    max_bytes: p.partition_max_bytes,
+                })
+            });
+            wants.push(Want { topic: t.topic.clone(), partition: p.partition, resolved });
+        }
+    }
+    let asks: Vec<FetchPartition> = wants.iter().filter_map(|w| w.resolved.as_ref().ok().copied()).collect();
+    let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_FETCH_WAIT);
+    let max_bytes = if req.max_bytes <= 0 { i32::MAX } else { req.max_bytes };
+    let fetched = loop {
+        let r = if asks.is_empty() { Ok(vec![]) } else { l.shim.fetcher.fetch(&asks, max_bytes).await };
+        let done = match &r {
+            Err(_) => true,
+            Ok(v) => {
+                let bytes: usize = v.iter().map(|f| f.records.len()).sum();
+                bytes >= req.min_bytes.max(1) as usize || v.iter().any(|f| f.error.is_some())
+            }
+        };
+        if done || Instant::now() >= deadline {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(25).min(deadline.saturating_duration_since(Instant::now()))).await;
+    };
+    let mut fetched = match fetched {
+        Ok(v) => v.into_iter(),
+        Err(e) => {
+            // The coordinators are unreachable: every partition gets the retriable error.
+            let f = crate::fetch::Fetched {
+                error: Some(e),
+                high_watermark: -1,
+                log_start_offset: -1,
+                records: Bytes::new(),
+            };
+            vec![f; asks.len()].into_iter()
+        }
+    };
+    let mut responses: Vec<fetch_response::FetchableTopicResponse> = vec![];
+    for w in wants {
+        let data = match w.resolved {
+            Err(e) => fetch_response::PartitionData::default()
+                .with_partition_index(w.partition)
+                .with_error_code(e.code.code())
+                .with_high_watermark(-1),
+            Ok(_) => {
+                let f = fetched.next().expect("one answer per resolved partition");
+                let mut d = fetch_response::PartitionData::default()
+                    .with_partition_index(w.partition)
+                    .with_error_code(f.error.as_ref().map_or(NONE, |e| e.code.code()))
+                    .with_high_watermark(f.high_watermark)
+                    .with_last_stable_offset(f.high_watermark)
+                    .with_records(Some(f.records));
+                if v >= 5 {
+                    d = d.with_log_start_offset(f.log_start_offset);
+                }
+                if v >= 11 {
+                    d = d.with_preferred_read_replica(kafka_protocol::messages::BrokerId(-1));
+                }
+                d
+            }
+        };
+        match responses.last_mut() {
+            Some(last) if last.topic == w.topic => last.partitions.push(data),
+            _ => responses.push(
+                fetch_response::FetchableTopicResponse::default().with_topic(w.topic).with_partitions(vec![data]),
+            ),
+        }
+    }
+    encode(ApiKey::Fetch, header, v, &FetchResponse::default().with_responses(responses))
+}
+
+// ---------------------------------------------------------------- ListOffsets, DeleteRecords
+
+async fn list_offsets(l: &Listener, header: &RequestHeader, req: ListOffsetsRequest) -> Reply {
+    let v = header.request_api_version;
+    let mut topics = vec![];
+    for t in req.topics {
+        let topic = l.topic(t.name.as_str()).await;
+        let mut parts = vec![];
+        for p in t.partitions {
+            let r = async {
+                let tm = topic.clone()?;
+                l.partition(&tm, p.partition_index)?;
+                let q = coord::ListOffsetsRequest {
+                    topics: vec![coord::list_offsets_request::ListOffsetsTopic {
+                        topic_id: tm.id.to_vec(),
+                        partitions: vec![coord::list_offsets_request::ListOffsetsPartition {
+                            partition_index: p.partition_index,
+                            timestamp: p.timestamp,
+                        }],
+                    }],
+                    timeout_ms: 10_000,
+                };
+                let resp = l
+                    .shim
+                    .coordinators
+                    .call(|mut c| {
+                        let q = q.clone();
+                        async move { c.list_offsets(q).await }
+                    })
+                    .await
+                    .map_err(|s| KafkaError::unavailable("list offsets", &s))?;
+                let part = resp
+                    .topics
+                    .into_iter()
+                    .flat_map(|t| t.partitions)
+                    .next()
+                    .ok_or_else(|| KafkaError::new(ErrorCode::UnknownServerError, "no answer"))?;
+                match KafkaError::from_wire(part.error_code, part.error_message) {
+                    Some(e) => Err(e),
+                    None => Ok((part.timestamp, part.offset)),
+                }
+            }
+            .await;
+            let mut resp =
+                list_offsets_response::ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
+            resp = match r {
+                Ok((ts, off)) => resp.with_timestamp(ts).with_offset(off),
+                Err(e) => resp.with_error_code(e.code.code()).with_timestamp(-1).with_offset(-1),
+            };
+            if v >= 4 {
+                resp = resp.with_leader_epoch(0);
+            }
+            parts.push(resp);
+        }
+        topics
+            .push(list_offsets_response::ListOffsetsTopicResponse::default().with_name(t.name).with_partitions(parts));
+    }
+    encode(ApiKey::ListOffsets, header, v, &ListOffsetsResponse::default().with_topics(topics))
+}
+
+async fn delete_records(l: &Listener, header: &RequestHeader, req: DeleteRecordsRequest) -> Reply {
+    let v = header.request_api_version;
+    let mut topics = vec![];
+    for t in req.topics {
+        let topic = l.topic(t.name.as_str()).await;
+        let mut parts = vec![];
+        for p in t.partitions {
+            let r = async {
+                let tm = topic.clone()?;
+                l.partition(&tm, p.partition_index)?;
+                let q = coord::DeleteRecordsRequest {
+                    topics: vec![coord::delete_records_request::DeleteRecordsTopic {
+                        topic_id: tm.id.to_vec(),
+                        partitions: vec![coord::delete_records_request::DeleteRecordsPartition {
+                            partition_index: p.partition_index,
+                            offset: p.offset,
+                        }],
+                    }],
+                    timeout_ms: req.timeout_ms.max(1000),
+                };
+                let resp = l
+                    .shim
+                    .coordinators
+                    .call_once(|mut c| async move { c.delete_records(q).await })
+                    .await
+                    .map_err(|s| KafkaError::unavailable("delete records", &s))?;
+                let part = resp
+                    .topics
+                    .into_iter()
+                    .flat_map(|t| t.partitions)
+                    .next()
+                    .ok_or_else(|| KafkaError::new(ErrorCode::UnknownServerError, "no answer"))?;
+                match KafkaError::from_wire(part.error_code, part.error_message) {
+                    Some(e) => Err(e),
+                    None => Ok(part.low_watermark),
+                }
+            }
+            .await;
+            let resp = delete_records_response::DeleteRecordsPartitionResult::default()
+                .with_partition_index(p.partition_index);
+            parts.push(match r {
+                Ok(lw) => resp.with_low_watermark(lw),
+                Err(e) => resp.with_error_code(e.code.code()).with_low_watermark(-1),
+            });
+        }
+        topics.push(
+            delete_records_response::DeleteRecordsTopicResult::default().with_name(t.name).with_partitions(parts),
+        );
+    }
+    encode(ApiKey::DeleteRecords, header, v, &DeleteRecordsResponse::default().with_topics(topics))
+}
+
+// ---------------------------------------------------------------- CreateTopics, DeleteTopics
+
+/// Topic settings a CreateTopics request may carry; `diskless.enable=true` is required.
+fn topic_configs(t: &create_topics_request::CreatableTopic) -> Result<coord::TopicConfigs, KafkaError> {
+    let bad = |m: String| KafkaError::new(ErrorCode::InvalidConfig, m);
+    let mut diskless = false;
+    let mut out = coord::TopicConfigs::default();
+    for c in &t.configs {
+        let value = c.value.as_ref().map(|v| v.as_str().to_string()).unwrap_or_default();
+        match c.name.as_str() {
+            "diskless.enable" => diskless = value.eq_ignore_ascii_case("true"),
+            "retention.ms" => {
+                out.retention_ms =
+                    Some(value.parse().map_err(|_| bad(format!("retention.ms {value:?} is not a number")))?)
+            }
+            "retention.bytes" => {
+                out.retention_bytes =
+                    Some(value.parse().map_err(|_| bad(format!("retention.bytes {value:?} is not a number")))?)
+            }
+            other => tracing::debug!(config = other, "topic config ignored by diskless topics"),
+        }
+    }
+    if !diskless {
+        return Err(bad(
+            "this cluster serves diskless topics only: create the topic with the config diskless.enable=true".into(),
+        ));
+    }
+    Ok(out)
+}
+
+async fn create_topics(l: &Listener, header: &RequestHeader, req: CreateTopicsRequest) -> Reply {
+    let v = header.request_api_version;
+    let mut results = vec![];
+    for t in &req.topics {
+        let partitions = if t.num_partitions == -1 { 1 } else { t.num_partitions };
+        let id = uuid::Uuid::new_v4();
+        let r: Result<(), KafkaError> = async {
+            let configs = topic_configs(t)?;
+            if t.replication_factor != -1 && t.replication_factor < 1 {
+                return Err(KafkaError::new(ErrorCode::InvalidRequest, "replication factor must be positive"));
+            }
+            if req.validate_only {
+                return Ok(());
+            }
+            let q = coord::CreatePartitionsRequest {
+                topics: vec![coord::create_partitions_request::CreatablePartitions {
+                    topic_id: id.as_bytes().to_vec(),
+                    name: t.name.as_str().to_string(),
+                    num_partitions: partitions,
+                    configs: Some(configs),
+                }],
+                timeout_ms: req.timeout_ms.max(1000),
+            };
+            let resp = l
+                .shim
+                .coordinators
+                .call_once(|mut c| async move { c.create_partitions(q).await })
+                .await
+                .map_err(|s| KafkaError::unavailable("create topic", &s))?;
+            match resp.topics.into_iter().next() {
+                Some(r) => KafkaError::from_wire(r.error_code, r.error_message).map_or(Ok(()), Err),
+                None => Err(KafkaError::new(ErrorCode::UnknownServerError, "no answer")),
+            }
+        }
+        .await;
+        let mut res = create_topics_response::CreatableTopicResult::default().with_name(t.name.clone());
+        match r {
+            Ok(()) => {
+                if v >= 7 && !req.validate_only {
+                    res = res.with_topic_id(id);
+                }
+                if v >= 5 {
+                    res = res.with_num_partitions(partitions).with_replication_factor(1);
+                }
+            }
+            Err(e) => {
+                res = res.with_error_code(e.code.code());
+                if v >= 1 {
+                    res = res.with_error_message(msg(e.message));
+                }
+                if v >= 5 {
+                    res = res.with_num_partitions(-1).with_replication_factor(-1);
+                }
+            }
+        }
+        results.push(res);
+    }
+    encode(ApiKey::CreateTopics, header, v, &CreateTopicsResponse::default().with_topics(results))
+}
+
+async fn delete_topics(l: &Listener, header: &RequestHeader, req: DeleteTopicsRequest) -> Reply {
+    let v = header.request_api_version;
+    let names: Vec<String> = if v >= 6 {
+        req.topics.iter().filter_map(|t| t.name.as_ref().map(|n| n.as_str().to_string())).collect()
+    } else {
+        req.topic_names.iter().map(|n| n.as_str().to_string()).collect()
+    };
+    let mut results = vec![];
+    for n in names {
+        let r: Result<(), KafkaError> = async {
+            let tm = l.topic(&n).await?;
+            let q = coord::DeleteTopicsRequest {
+                topics: vec![coord::delete_topics_request::DeletableTopicState { topic_id: tm.id.to_vec() }],
+                timeout_ms: req.timeout_ms.max(1000),
+            };
+            l.shim.coordinators.forget_topic(&n);
+            let resp = l
+                .shim
+                .coordinators
+                .call_once(|mut c| async move { c.delete_topics(q).await })
+                .await
+                .map_err(|s| KafkaError::unavailable("delete topic", &s))?;
+            match resp.responses.into_iter().next() {
+                Some(r) => KafkaError::from_wire(r.error_code, r.error_message).map_or(Ok(()), Err),
+                None => Err(KafkaError::new(ErrorCode::UnknownServerError, "no answer")),
+            }
+        }
+        .await;
+        let mut res = delete_topics_response::DeletableTopicResult::default().with_name(Some(name(&n)));
+        if let Err(e) = r {
+            res = res.with_error_code(e.code.code());
+            if v >= 5 {
+                res = res.with_error_message(msg(e.message));
+            }
+        }
+        results.push(res);
+    }
+    encode(ApiKey::DeleteTopics, header, v, &DeleteTopicsResponse::default().with_responses(results))
+}
+
+// ---------------------------------------------------------------- InitProducerId, FindCoordinator
+
+fn init_producer_id(l: &Listener, header: &RequestHeader, req: InitProducerIdRequest) -> Reply {
+    let v = header.request_api_version;
+    let body = if req.transactional_id.is_some() {
+        InitProducerIdResponse::default()
+            .with_error_code(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            .with_producer_id(kafka_protocol::messages::ProducerId(-1))
+            .with_producer_epoch(-1)
+    } else {
+        // Idempotence only: a fresh id, epoch 0, every time (a restarted producer is a new one).
+        InitProducerIdResponse::default()
+            .with_producer_id(kafka_protocol::messages::ProducerId(l.new_producer_id()))
+            .with_producer_epoch(0)
+    };
+    encode(ApiKey::InitProducerId, header, v, &body)
+}
+
+/// Consumer groups and transactions need a group coordinator this system does not have yet: say
+/// so clearly instead of leaving clients waiting.
+fn find_coordinator(header: &RequestHeader, req: FindCoordinatorRequest) -> Reply {
+    let v = header.request_api_version;
+    let why =
+        "consumer groups and transactions are not supported by diskless brokers yet; assign partitions explicitly";
+    let mut body =
+        FindCoordinatorResponse::default().with_node_id(kafka_protocol::messages::BrokerId(-1)).with_port(-1);
+    if v >= 4 {
+        let coordinators = req
+            .coordinator_keys
+            .iter()
+            .map(|k| {
+                find_coordinator_response::Coordinator::default()
+                    .with_key(k.clone())
+                    .with_node_id(kafka_protocol::messages::BrokerId(-1))
+                    .with_port(-1)
+                    .with_error_code(COORDINATOR_NOT_AVAILABLE)
+                    .with_error_message(msg(why))
+            })
+            .collect();
+        body = FindCoordinatorResponse::default().with_coordinators(coordinators);
+    } else {
+        body = body.with_error_code(COORDINATOR_NOT_AVAILABLE);
+        if v >= 1 {
+            body = body.with_error_message(msg(why));
+        }
+    }
+    encode(ApiKey::FindCoordinator, header, v, &body)
+}

@@ -1,0 +1,187 @@
+//! The Kafka protocol listener (KIP-1163: diskless topics look like classic ones to clients).
+//!
+//! Owns: connections, framing (`i32` size + request), header and body decoding with the
+//! `kafka-protocol` crate, dispatch to the handlers, responses in request order. A connection may
+//! have up to `max_in_flight_per_connection` requests in flight: the reader decodes and *starts*
+//! each request in order (a produce enqueues its batches before the next request is read, so a
+//! pipelining producer keeps its order), the writer sends the answers in order. A malformed frame,
+//! an unknown API or an unsupported version closes the connection (what Kafka brokers do); nothing
+//! of such a request is committed.
+//!
+//! This broker is the leader of every partition in its Metadata answers, so a client produces to
+//! and fetches from the broker it bootstrapped from; any number of brokers may serve the same
+//! topics (the coordinators order everything).
+
+mod handlers;
+mod versions;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context;
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_util::future::BoxFuture;
+use futures_util::stream::{FuturesOrdered, StreamExt};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{decode_request_header_from_buffer, Encodable};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::config::KafkaConfig;
+use crate::Shim;
+
+/// What the listener knows about itself.
+pub struct Listener {
+    pub shim: Arc<Shim>,
+    pub config: KafkaConfig,
+    pub host: String,
+    pub port: i32,
+    pub broker_id: i32,
+    next_producer_id: AtomicU64,
+}
+
+/// An encoded response (header and body, without the size prefix), or none (acks=0 produce).
+type Reply = anyhow::Result<Option<BytesMut>>;
+
+impl Listener {
+    pub fn new(shim: Arc<Shim>, config: KafkaConfig, bound: std::net::SocketAddr) -> Listener {
+        let host = config.advertised_host.clone().unwrap_or_else(|| bound.ip().to_string());
+        let port = i32::from(config.advertised_port.unwrap_or(bound.port()));
+        let broker_id = shim.config.broker_id;
+        Listener { shim, config, host, port, broker_id, next_producer_id: AtomicU64::new(0) }
+    }
+
+    /// Accepts connections until `stop` fires.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, mut stop: tokio::sync::watch::Receiver<bool>) {
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        let me = self.clone();
+                        let mut stop = stop.clone();
+                        tokio::spawn(async move {
+                            tokio::select! {
+                                r = me.connection(stream) => {
+                                    if let Err(e) = r {
+                                        tracing::info!(%peer, error = %format!("{e:#}"), "Kafka connection closed");
+                                    }
+                                }
+                                _ = stop.changed() => {}
+                            }
+                        });
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    }
+                },
+                _ = stop.changed() => return,
+            }
+        }
+    }
+
+    async fn connection(self: Arc<Self>, stream: TcpStream) -> anyhow::Result<()> {
+        stream.set_nodelay(true)?;
+        let (mut rd, mut wr) = stream.into_split();
+        let limit = self.config.max_in_flight_per_connection.max(1);
+        let mut pending: FuturesOrdered<BoxFuture<'static, (i32, Reply)>> = FuturesOrdered::new();
+        let mut reading = true;
+        loop {
+            tokio::select! {
+                frame = read_frame(&mut rd, self.config.max_request_bytes), if reading && pending.len() < limit => {
+                    match frame? {
+                        None => reading = false,
+                        Some(frame) => {
+                            let fut = self.clone().start(frame).await?;
+                            pending.push_back(fut);
+                        }
+                    }
+                }
+                Some((correlation, reply)) = pending.next() => {
+                    if let Some(body) = reply.with_context(|| format!("request {correlation}"))? {
+                        let mut out = BytesMut::with_capacity(4 + body.len());
+                        out.put_i32(body.len() as i32);
+                        out.extend_from_slice(&body);
+                        wr.write_all(&out).await?;
+                    }
+                }
+                else => return Ok(()),
+            }
+            if !reading && pending.is_empty() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Decodes a request and starts it; the returned future gives its encoded answer.
+    async fn start(self: Arc<Self>, mut frame: Bytes) -> anyhow::Result<BoxFuture<'static, (i32, Reply)>> {
+        let header = decode_request_header_from_buffer(&mut frame).context("bad request header")?;
+        let api = ApiKey::try_from(header.request_api_key)
+            .map_err(|_| anyhow::anyhow!("unknown API key {}", header.request_api_key))?;
+        let version = header.request_api_version;
+        let correlation = header.correlation_id;
+        if api == ApiKey::ApiVersions {
+            // Answered even for versions we do not speak, so the client can pick one.
+            let reply = handlers::api_versions(&header);
+            return Ok(Box::pin(async move { (correlation, reply) }));
+        }
+        let range =
+            versions::supported(api).ok_or_else(|| anyhow::anyhow!("API {api:?} is not supported by this broker"))?;
+        anyhow::ensure!(
+            (range.min..=range.max).contains(&version),
+            "API {api:?} version {version} is not supported (only {}..={})",
+            range.min,
+            range.max
+        );
+        tracing::trace!(?api, version, correlation, "request");
+        let fut = handlers::dispatch(self, api, header, frame).await?;
+        Ok(Box::pin(async move { (correlation, fut.await) }))
+    }
+
+    /// A fresh producer id: unique across brokers (broker id in the top bits) and restarts (the
+    /// clock in milliseconds, never reused because at most 32 ids are handed out per millisecond).
+    pub fn new_producer_id(&self) -> i64 {
+        loop {
+            let now =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+            let floor = now << 5;
+            let prev = self.next_producer_id.load(Ordering::Relaxed);
+            let candidate = prev.max(floor);
+            if candidate >> 5 > now {
+                // 32 ids used this millisecond: wait for the next one.
+                std::thread::sleep(std::time::Duration::from_micros(200));
+                continue;
+            }
+            if self.next_producer_id.compare_exchange(prev, candidate + 1, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+            {
+                let broker = (self.broker_id as u64 & 0x7fff) << 48;
+                return (broker | (candidate & ((1 << 48) - 1))) as i64;
+            }
+        }
+    }
+}
+
+/// Reads one size-prefixed frame; `None` at a clean end of stream.
+async fn read_frame(rd: &mut tokio::net::tcp::OwnedReadHalf, max: usize) -> anyhow::Result<Option<Bytes>> {
+    let mut size = [0u8; 4];
+    match rd.read_exact(&mut size).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let size = i32::from_be_bytes(size);
+    anyhow::ensure!(size >= 0 && (size as usize) <= max, "request frame of {size} bytes (limit {max})");
+    let mut buf = BytesMut::zeroed(size as usize);
+    rd.read_exact(&mut buf).await.context("truncated request frame")?;
+    Ok(Some(buf.freeze()))
+}
+
+/// Encodes a response header and body for `api` at `version`.
+pub(crate) fn encode<R: Encodable>(api: ApiKey, header: &RequestHeader, version: i16, body: &R) -> Reply {
+    let response_header = ResponseHeader::default().with_correlation_id(header.correlation_id);
+    let hv = api.response_header_version(version);
+    let mut out = BytesMut::with_capacity(response_header.compute_size(hv)? + body.compute_size(version)?);
+    response_header.encode(&mut out, hv)?;
+    body.encode(&mut out, version)?;
+    Ok(Some(out))
+}
