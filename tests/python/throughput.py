@@ -19,7 +19,7 @@ topic = f"tp-{uuid.uuid4().hex[:8]}"
 admin = AdminClient({"bootstrap.servers": broker})
 admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1, config={"diskless.enable": "true"})])[topic].result(30)
 p = Producer({"bootstrap.servers": broker, "linger.ms": 100, "batch.size": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
-              "enable.idempotence": True, "compression.type": "none"})
+              "enable.idempotence": True, "compression.type": "none", "message.max.bytes": int(sys.argv[4]) if len(sys.argv) > 4 else 1_000_000})
 value = b"x" * size
 t0 = time.time()
 for i in range(n):
