@@ -1,0 +1,86 @@
+//! Our system under test: a local 3-node coordinator cluster with fsync on (the bench re-executes
+//! itself as each node), or a running one given by address.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use diskless_proto::admin::admin_service_client::AdminServiceClient;
+use diskless_proto::admin::StatusRequest;
+
+pub struct LocalCluster {
+    _dir: tempfile::TempDir,
+    children: Vec<Child>,
+    pub addrs: Vec<String>,
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl LocalCluster {
+    /// Starts 3 nodes with `groups` metadata partitions under a temporary directory (or `base`).
+    pub async fn start(groups: u32, base: Option<PathBuf>) -> anyhow::Result<LocalCluster> {
+        let dir = match base {
+            Some(b) => tempfile::Builder::new().prefix("diskless-bench-").tempdir_in(b)?,
+            None => tempfile::Builder::new().prefix("diskless-bench-").tempdir()?,
+        };
+        let addrs: Vec<String> =
+            (0..3).map(|_| free_port().map(|p| format!("127.0.0.1:{p}"))).collect::<Result<_, _>>()?;
+        let members = addrs.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect::<Vec<_>>().join(",");
+        let exe = std::env::current_exe()?;
+        let mut children = vec![];
+        for (i, a) in addrs.iter().enumerate() {
+            let log = std::fs::File::create(dir.path().join(format!("node-{}.log", i + 1)))?;
+            let child = Command::new(&exe)
+                .args(["node", "--node-id", &(i + 1).to_string(), "--listen", a, "--members", &members])
+                .arg("--data-dir")
+                .arg(dir.path().join(format!("node-{}", i + 1)))
+                .args(["--metadata-partitions", &groups.to_string()])
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .context("start a coordinator node")?;
+            children.push(child);
+        }
+        let c = LocalCluster { _dir: dir, children, addrs };
+        c.wait_ready(Duration::from_secs(120)).await?;
+        Ok(c)
+    }
+
+    async fn wait_ready(&self, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut ok = true;
+            for a in &self.addrs {
+                let leaders = async {
+                    let mut c = AdminServiceClient::connect(format!("http://{a}")).await.ok()?;
+                    let s = c.status(StatusRequest { with_digest: false }).await.ok()?.into_inner();
+                    Some(s.groups.iter().all(|g| g.leader != 0))
+                }
+                .await;
+                ok &= leaders == Some(true);
+            }
+            if ok {
+                // Let leadership balancing settle before measuring.
+                tokio::time::sleep(Duration::from_secs(4)).await;
+                return Ok(());
+            }
+            anyhow::ensure!(Instant::now() < deadline, "the local cluster did not elect leaders in {timeout:?}");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
+        }
+        for c in &mut self.children {
+            let _ = c.wait();
+        }
+    }
+}

@@ -1,0 +1,36 @@
+//! Keeps the benchmark working: a few seconds of every workload on both systems (PostgreSQL is
+//! started privately; without it installed the run measures our system alone, except in CI).
+
+use std::process::Command;
+
+#[test]
+fn the_benchmark_runs_end_to_end_and_writes_its_table_json_and_plot() {
+    let pg = ["17", "16", "15", "14"]
+        .iter()
+        .any(|v| std::path::Path::new(&format!("/usr/lib/postgresql/{v}/bin/initdb")).exists());
+    if !pg {
+        assert!(std::env::var_os("DISKLESS_CI").is_none(), "PostgreSQL is required in CI");
+        eprintln!("SKIPPED the PostgreSQL half: install postgresql to run it");
+    }
+    let out = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_diskless-bench"));
+    cmd.arg("--smoke").arg("--out").arg(out.path()).env("RUST_BACKTRACE", "0");
+    if !pg {
+        cmd.arg("--no-postgres");
+    }
+    let r = cmd.output().expect("run diskless-bench");
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "bench failed\n{stdout}\n{}", &stderr[stderr.len().saturating_sub(4000)..]);
+    assert!(stdout.contains("raft-coordinator"), "{stdout}");
+    if pg {
+        assert!(stdout.contains("postgresql") && stdout.contains("Index Scan"), "{stdout}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("results.json")).unwrap()).unwrap();
+    let rows = json["rows"].as_array().unwrap();
+    assert!(rows.len() >= if pg { 16 } else { 8 }, "{} rows", rows.len());
+    assert!(rows.iter().all(|r| r["samples"].as_u64().unwrap() > 0), "every workload measured something");
+    let svg = std::fs::read_to_string(out.path().join("commit-latency.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("raft-coordinator p99"));
+}
