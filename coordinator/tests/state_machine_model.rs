@@ -4,7 +4,7 @@
 //! naive model in `model/`; every answer, and the final state, must agree. A second, fresh state
 //! machine applies the same commands and must end with a byte-identical state (same digest).
 //!
-//! `DISKLESS_MODEL_CASES` sets the number of random sequences (default 30, of 300–450 operations
+//! `DISKLESS_MODEL_CASES` sets the number of random sequences (default 30, of 340–480 operations
 //! each: over 10,000 operations per run).
 
 mod model;
@@ -50,6 +50,7 @@ enum TOp {
     Create { topic: u8, partitions: i32, name: u8, retention_ms: Option<i64>, retention_bytes: Option<i64> },
     DeleteTopic { topic: u8, budget: u32 },
     Commit { batches: Vec<TBatch>, slack: i32, reuse: Option<u8> },
+    CommitMany(Vec<(Vec<TBatch>, i32, Option<u8>)>),
     DeleteRecords { parts: Vec<(u8, i32, u8)>, budget: u32 },
     Alter { topic: u8, ms: Option<i64>, bytes: Option<i64> },
     Retention { budget: u32 },
@@ -114,6 +115,11 @@ fn top() -> impl Strategy<Value = TOp> {
         1 => (1..=TOPICS, 0u32..12).prop_map(|(topic, budget)| TOp::DeleteTopic { topic, budget }),
         20 => (prop::collection::vec(tbatch(), 0..8), -20i32..20, prop::option::weighted(0.05, any::<u8>()))
             .prop_map(|(batches, slack, reuse)| TOp::Commit { batches, slack, reuse }),
+        4 => prop::collection::vec(
+            (prop::collection::vec(tbatch(), 0..5), -20i32..20, prop::option::weighted(0.1, any::<u8>())),
+            1..4
+        )
+        .prop_map(TOp::CommitMany),
         3 => (prop::collection::vec((1..=TOPICS, -1i32..MAX_PARTITIONS_USED, any::<u8>()), 1..3), 0u32..12)
             .prop_map(|(parts, budget)| TOp::DeleteRecords { parts, budget }),
         1 => (0..=TOPICS, retention_value(), retention_value()).prop_map(|(topic, ms, bytes)| TOp::Alter { topic, ms, bytes }),
@@ -144,6 +150,106 @@ struct Driver {
 }
 
 impl Driver {
+    fn commit_file(
+        &mut self,
+        now: i64,
+        batches: &[TBatch],
+        slack: &i32,
+        reuse: &Option<u8>,
+        model: &Model,
+        pending: &mut BTreeMap<(TopicPartition, i64), (i16, i32)>,
+    ) -> CommitFile {
+        let object_key = match reuse {
+            Some(i) if !model.known_keys().is_empty() => {
+                let k = model.known_keys();
+                k[usize::from(*i) % k.len()].clone()
+            }
+            Some(_) => String::new(),
+            None => {
+                self.next_key += 1;
+                format!("wal/{:06}", self.next_key)
+            }
+        };
+        let mut at = 0i32;
+        let mut out = Vec::with_capacity(batches.len());
+        // Sequences a producer used earlier in this same request.
+        for b in batches {
+            let t = tp(b.topic, b.partition);
+            let mut cb = CommitBatch {
+                magic: 2,
+                request_id: 0,
+                tp: t,
+                byte_offset: at,
+                size: b.size,
+                base_offset: 0,
+                last_offset: b.records - 1,
+                batch_max_timestamp: now + b.ts_delta,
+                timestamp_type: i8::from(b.log_append_time),
+                producer_id: -1,
+                producer_epoch: -1,
+                base_sequence: -1,
+                last_sequence: -1,
+            };
+            at += b.size;
+            if let Some((p, choice)) = &b.producer {
+                let pid = 1000 + i64::from(*p);
+                let epoch_now = self.epochs[usize::from(*p)];
+                let tail =
+                    pending.get(&(t, pid)).copied().or_else(|| model.producer_tail(&t, pid).map(|(e, _, l)| (e, l)));
+                let (epoch, last) = match tail {
+                    Some((e, l)) if e == epoch_now => (e, Some(l)),
+                    _ => (epoch_now, None),
+                };
+                let next = last.map_or(0, |l| if l == i32::MAX { 0 } else { l + 1 });
+                let (epoch, base, records) = match choice {
+                    SeqChoice::Next => (epoch, next, b.records),
+                    SeqChoice::Gap => (epoch, next.wrapping_add(2) & i32::MAX, b.records),
+                    SeqChoice::BumpEpoch => {
+                        self.epochs[usize::from(*p)] += 1;
+                        (epoch + 1, 0, b.records)
+                    }
+                    SeqChoice::OldEpoch => ((epoch - 1).max(0), next, b.records),
+                    SeqChoice::NearWrap => (epoch, next, i64::from(i32::MAX - 1 - next).max(1)),
+                    SeqChoice::Retry(i) => {
+                        let h = model.producer_history(&t, pid);
+                        if h.is_empty() {
+                            (epoch, next, b.records)
+                        } else {
+                            let (e, bs, ls) = h[usize::from(*i) % h.len()];
+                            (e, bs, (i64::from(ls) - i64::from(bs)).rem_euclid(1 << 31) + 1)
+                        }
+                    }
+                };
+                let last_seq = ((i64::from(base) + records - 1) % (1 << 31)) as i32;
+                cb.producer_id = pid;
+                cb.producer_epoch = epoch;
+                cb.base_sequence = base;
+                cb.last_sequence = last_seq;
+                cb.last_offset = records - 1;
+                pending.insert((t, pid), (epoch, last_seq));
+            }
+            match b.corrupt {
+                Some(0) => cb.size = 0,
+                Some(1) => cb.magic = 1,
+                Some(2) => cb.timestamp_type = 3,
+                Some(3) => cb.last_offset = -1,
+                Some(4) => cb.last_sequence = cb.last_sequence.wrapping_add(1),
+                Some(5) => cb.byte_offset = i32::MAX - 1,
+                Some(_) => cb.producer_id = -5,
+                None => {}
+            }
+            out.push(cb);
+        }
+        CommitFile {
+            object_key,
+            object_format: 1,
+            file_size: i64::from(at + slack).max(0),
+            uploader_broker_id: 1,
+            owner_ids: vec![0],
+            batches: out,
+        }
+    }
+
     fn command(&mut self, op: &TOp, model: &Model) -> Option<Command> {
         let now = self.now;
         let op = match op {
@@ -202,98 +308,18 @@ impl Driver {
                 Op::ConfirmFilesDeleted { object_keys: keys }
             }
             TOp::Commit { batches, slack, reuse } => {
-                let object_key = match reuse {
-                    Some(i) if !model.known_keys().is_empty() => {
-                        let k = model.known_keys();
-                        k[usize::from(*i) % k.len()].clone()
-                    }
-                    Some(_) => String::new(),
-                    None => {
-                        self.next_key += 1;
-                        format!("wal/{:06}", self.next_key)
-                    }
-                };
-                let mut at = 0i32;
-                let mut out = Vec::with_capacity(batches.len());
-                // Sequences a producer used earlier in this same request.
-                let mut pending: BTreeMap<(TopicPartition, i64), (i16, i32)> = Default::default();
-                for b in batches {
-                    let t = tp(b.topic, b.partition);
-                    let mut cb = CommitBatch {
-                        magic: 2,
-                        request_id: 0,
-                        tp: t,
-                        byte_offset: at,
-                        size: b.size,
-                        base_offset: 0,
-                        last_offset: b.records - 1,
-                        batch_max_timestamp: now + b.ts_delta,
-                        timestamp_type: i8::from(b.log_append_time),
-                        producer_id: -1,
-                        producer_epoch: -1,
-                        base_sequence: -1,
-                        last_sequence: -1,
-                    };
-                    at += b.size;
-                    if let Some((p, choice)) = &b.producer {
-                        let pid = 1000 + i64::from(*p);
-                        let epoch_now = self.epochs[usize::from(*p)];
-                        let tail = pending
-                            .get(&(t, pid))
-                            .copied()
-                            .or_else(|| model.producer_tail(&t, pid).map(|(e, _, l)| (e, l)));
-                        let (epoch, last) = match tail {
-                            Some((e, l)) if e == epoch_now => (e, Some(l)),
-                            _ => (epoch_now, None),
-                        };
-                        let next = last.map_or(0, |l| if l == i32::MAX { 0 } else { l + 1 });
-                        let (epoch, base, records) = match choice {
-                            SeqChoice::Next => (epoch, next, b.records),
-                            SeqChoice::Gap => (epoch, next.wrapping_add(2) & i32::MAX, b.records),
-                            SeqChoice::BumpEpoch => {
-                                self.epochs[usize::from(*p)] += 1;
-                                (epoch + 1, 0, b.records)
-                            }
-                            SeqChoice::OldEpoch => ((epoch - 1).max(0), next, b.records),
-                            SeqChoice::NearWrap => (epoch, next, i64::from(i32::MAX - 1 - next).max(1)),
-                            SeqChoice::Retry(i) => {
-                                let h = model.producer_history(&t, pid);
-                                if h.is_empty() {
-                                    (epoch, next, b.records)
-                                } else {
-                                    let (e, bs, ls) = h[usize::from(*i) % h.len()];
-                                    (e, bs, (i64::from(ls) - i64::from(bs)).rem_euclid(1 << 31) + 1)
-                                }
-                            }
-                        };
-                        let last_seq = ((i64::from(base) + records - 1) % (1 << 31)) as i32;
-                        cb.producer_id = pid;
-                        cb.producer_epoch = epoch;
-                        cb.base_sequence = base;
-                        cb.last_sequence = last_seq;
-                        cb.last_offset = records - 1;
-                        pending.insert((t, pid), (epoch, last_seq));
-                    }
-                    match b.corrupt {
-                        Some(0) => cb.size = 0,
-                        Some(1) => cb.magic = 1,
-                        Some(2) => cb.timestamp_type = 3,
-                        Some(3) => cb.last_offset = -1,
-                        Some(4) => cb.last_sequence = cb.last_sequence.wrapping_add(1),
-                        Some(5) => cb.byte_offset = i32::MAX - 1,
-                        Some(_) => cb.producer_id = -5,
-                        None => {}
-                    }
-                    out.push(cb);
-                }
-                Op::CommitFile(CommitFile {
-                    object_key,
-                    object_format: 1,
-                    file_size: i64::from(at + slack).max(0),
-                    uploader_broker_id: 1,
-                    owner_ids: vec![0],
-                    batches: out,
-                })
+                let mut pending = BTreeMap::new();
+                Op::CommitFile(self.commit_file(now, batches, slack, reuse, model, &mut pending))
+            }
+            TOp::CommitMany(files) => {
+                // Several files in one entry, as the leader gathers concurrent commits.
+                let mut pending = BTreeMap::new();
+                Op::CommitFiles(
+                    files
+                        .iter()
+                        .map(|(b, slack, reuse)| self.commit_file(now, b, slack, reuse, model, &mut pending))
+                        .collect(),
+                )
             }
         };
         Some(Command { now_ms: now, op })
@@ -313,6 +339,9 @@ fn blank(o: Outcome) -> Outcome {
         Outcome::ConfirmFilesDeleted(v) => {
             Outcome::ConfirmFilesDeleted(v.into_iter().map(|(k, r)| (k, b(r))).collect())
         }
+        Outcome::CommitFiles(v) => Outcome::CommitFiles(
+            v.into_iter().map(|f| f.into_iter().map(|r| r.map_err(|f| Failure::new(f.code, ""))).collect()).collect(),
+        ),
         other => other,
     }
 }
@@ -409,6 +438,9 @@ static BATCH_CODES: std::sync::Mutex<BTreeMap<i16, usize>> = std::sync::Mutex::n
 static DUPLICATES: AtomicUsize = AtomicUsize::new(0);
 
 fn count(outcome: &Outcome) {
+    if let Outcome::CommitFiles(files) = outcome {
+        files.iter().for_each(|rs| count(&Outcome::CommitFile(rs.clone())));
+    }
     if let Outcome::CommitFile(rs) = outcome {
         let mut codes = BATCH_CODES.lock().unwrap();
         for r in rs {
@@ -451,7 +483,7 @@ fn run_case(ops: &[(TOp, u64)], group: u32, groups: u32) {
 fn state_machine_matches_the_model_and_replicas_agree_byte_for_byte() {
     let cases: u32 = std::env::var("DISKLESS_MODEL_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
     let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
-    let strategy = (prop::collection::vec((top(), any::<u64>()), 300..450), 0u32..2, 1u32..3);
+    let strategy = (prop::collection::vec((top(), any::<u64>()), 340..480), 0u32..2, 1u32..3);
     runner
         .run(&strategy, |(ops, group, groups)| {
             let group = group % groups;

@@ -21,14 +21,14 @@ pub use config::{Member, NodeConfig};
 
 use crate::raft::network::{NetworkFactory, Peers};
 use crate::raft::{LogStore, NodeId, Raft, SmStore, TypeConfig, WalSyncer};
-use crate::state_machine::{Command, Op, Outcome, StateMachine};
+use crate::state_machine::{Command, CommitFile, CommittedBatch, Failure, Op, Outcome, StateMachine};
 use crate::storage::{codec, Db, Family, WriteBatch};
 
 /// Work units of one retention or deletion command (see `state_machine::purge`).
 pub const DELETE_BUDGET: u32 = 10_000;
 
 /// Why a request could not be served by this node for a metadata partition.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum RouteError {
     #[error("this node is not the leader of metadata partition {group} (leader: {leader:?})")]
     NotLeader { group: u32, leader: Option<(NodeId, String)> },
@@ -45,7 +45,22 @@ struct Group {
     sm: SmStore,
     /// Serializes membership changes of this group made through this node.
     membership: tokio::sync::Mutex<()>,
+    /// Commits waiting to be proposed together (see [`Node::commit`]).
+    commits: tokio::sync::mpsc::Sender<PendingCommit>,
 }
+
+/// The result of one file's commit: per batch, and the log index it was applied at.
+pub type CommitResult = Result<(Vec<Result<CommittedBatch, Failure>>, u64), RouteError>;
+
+struct PendingCommit {
+    file: CommitFile,
+    reply: tokio::sync::oneshot::Sender<CommitResult>,
+}
+
+/// Files one log entry gathers at most.
+const MAX_FILES_PER_ENTRY: usize = 256;
+/// Log entries of gathered commits in flight per group at once.
+const COMMIT_ENTRIES_IN_FLIGHT: usize = 4;
 
 /// A running coordinator node.
 pub struct Node {
@@ -84,6 +99,7 @@ impl Node {
         let raft_config = Arc::new(raft_config(&config)?);
         let n = config.num_metadata_partitions;
         let mut groups = Vec::with_capacity(n as usize);
+        let mut queues = Vec::with_capacity(n as usize);
         for g in 0..n {
             let sm = SmStore::open(db.clone(), StateMachine::new(g, n), &config.data_dir)
                 .with_context(|| format!("open the state of metadata partition {g}"))?;
@@ -92,10 +108,15 @@ impl Node {
             let raft = Raft::new(config.node_id, raft_config.clone(), net, log, sm.clone())
                 .await
                 .with_context(|| format!("start Raft for metadata partition {g}"))?;
-            groups.push(Group { raft, sm, membership: tokio::sync::Mutex::new(()) });
+            let (commits, rx) = tokio::sync::mpsc::channel(4096);
+            queues.push(rx);
+            groups.push(Group { raft, sm, membership: tokio::sync::Mutex::new(()), commits });
         }
         let (stop, _) = tokio::sync::watch::channel(false);
         let node = Arc::new(Node { id: config.node_id, config, db, syncer, groups, peers, stop });
+        for (g, rx) in queues.into_iter().enumerate() {
+            tokio::spawn(gather_commits(Arc::downgrade(&node), g as u32, rx));
+        }
         node.bootstrap().await?;
         node.spawn_duties();
         Ok(node)
@@ -200,6 +221,26 @@ impl Node {
                     return Err(RouteError::NotLeader { group: g, leader: leader.or_else(|| self.leader(g)) });
                 }
             }
+        }
+    }
+
+    /// Commits one file on `g` (this node must lead it). Concurrent commits of a group are gathered
+    /// into one log entry (group commit at the state machine level): at most
+    /// `COMMIT_ENTRIES_IN_FLIGHT` entries are in flight per group, and whatever arrives meanwhile
+    /// rides in the next one, so the per-entry costs (replication, fsync acknowledgements, apply
+    /// bookkeeping) are shared under load while a lone commit is proposed at once.
+    pub async fn commit(&self, g: u32, file: CommitFile, timeout: Duration) -> CommitResult {
+        let group = self.group(g)?;
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        group
+            .commits
+            .send(PendingCommit { file, reply })
+            .await
+            .map_err(|_| RouteError::Failed { group: g, message: "the node is shutting down".into() })?;
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(RouteError::Failed { group: g, message: "the commit was dropped".into() }),
+            Err(_) => Err(RouteError::Timeout { group: g }),
         }
     }
 
@@ -413,6 +454,41 @@ impl Node {
         if let Err(e) = self.db.sync_wal() {
             tracing::error!(error = %e, "final WAL fsync failed");
         }
+    }
+}
+
+/// Proposes the commits queued for group `g`, gathering those that arrive while earlier entries
+/// are in flight (see [`Node::commit`]).
+async fn gather_commits(node: std::sync::Weak<Node>, g: u32, mut rx: tokio::sync::mpsc::Receiver<PendingCommit>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(COMMIT_ENTRIES_IN_FLIGHT));
+    while let Some(first) = rx.recv().await {
+        // Wait for a free slot first: while every slot is busy, commits pile up for this entry.
+        let Ok(permit) = slots.clone().acquire_owned().await else { return };
+        let mut batch = vec![first];
+        while batch.len() < MAX_FILES_PER_ENTRY {
+            match rx.try_recv() {
+                Ok(p) => batch.push(p),
+                Err(_) => break,
+            }
+        }
+        let Some(node) = node.upgrade() else { return };
+        tokio::spawn(async move {
+            let files: Vec<CommitFile> = batch.iter().map(|p| p.file.clone()).collect();
+            let r = node.propose(g, Op::CommitFiles(files), Duration::from_secs(30)).await;
+            drop(permit);
+            match r {
+                Ok((Outcome::CommitFiles(outs), index)) if outs.len() == batch.len() => {
+                    for (p, out) in batch.into_iter().zip(outs) {
+                        let _ = p.reply.send(Ok((out, index)));
+                    }
+                }
+                Ok((other, _)) => {
+                    let e = RouteError::Failed { group: g, message: format!("unexpected outcome {other:?}") };
+                    batch.into_iter().for_each(|p| drop(p.reply.send(Err(e.clone()))));
+                }
+                Err(e) => batch.into_iter().for_each(|p| drop(p.reply.send(Err(e.clone())))),
+            }
+        });
     }
 }
 

@@ -417,18 +417,15 @@ impl CoordinatorService for CoordinatorApi {
                     .map(convert::commit_batch)
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|f| RouteError::Failed { group: g, message: f.message })?;
-                let op = Op::CommitFile(CommitFile {
+                let file = CommitFile {
                     object_key: sub.object_key,
                     object_format,
                     file_size: sub.file_size,
                     uploader_broker_id: sub.uploader_broker_id,
                     owner_ids: sub.owner_ids,
                     batches,
-                });
-                let (outcome, index) = self.propose(g, op, timeout).await?;
-                let Outcome::CommitFile(rs) = outcome else {
-                    return Err(RouteError::Failed { group: g, message: "unexpected outcome".into() });
                 };
+                let (rs, index) = self.node.commit(g, file, timeout).await?;
                 let batches = rs
                     .iter()
                     .map(|r| match r {

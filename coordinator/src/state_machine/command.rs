@@ -44,6 +44,9 @@ pub enum Op {
     EnforceRetention { budget: u32 },
     /// Does nothing; lets a new leader commit an entry of its term, and tests probe the log.
     Noop,
+    /// Several DisklessCommitFile requests in one log entry, applied one after the other exactly
+    /// as separate entries would be (the leader gathers concurrent commits: group commit).
+    CommitFiles(Vec<CommitFile>),
 }
 
 /// Kafka's defaults for topics created without settings.
@@ -142,6 +145,8 @@ pub enum Outcome {
     EnforceRetention(RetentionReport),
     #[default]
     Noop,
+    /// Per file of a CommitFiles, in order: per batch, in request order.
+    CommitFiles(Vec<Vec<Result<CommittedBatch, Failure>>>),
 }
 
 /// A batch the commit accepted, or recognised as a retry of one it accepted before.
@@ -179,6 +184,7 @@ impl std::fmt::Display for Command {
             Op::ConfirmFilesDeleted { .. } => "ConfirmFilesDeleted",
             Op::EnforceRetention { .. } => "EnforceRetention",
             Op::Noop => "Noop",
+            Op::CommitFiles(files) => return write!(f, "CommitFiles({} files) at {}", files.len(), self.now_ms),
         };
         write!(f, "{name} at {}", self.now_ms)
     }

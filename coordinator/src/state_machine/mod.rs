@@ -108,6 +108,13 @@ impl StateMachine {
                 Outcome::Topics(delete_topics::apply(self, txn, now, topic_ids, *budget)?)
             }
             Op::CommitFile(c) => Outcome::CommitFile(commit_file::apply(self, txn, now, c)?),
+            Op::CommitFiles(files) => {
+                let mut out = Vec::with_capacity(files.len());
+                for c in files {
+                    out.push(commit_file::apply(self, txn, now, c)?);
+                }
+                Outcome::CommitFiles(out)
+            }
             Op::DeleteRecords { partitions, budget } => {
                 Outcome::DeleteRecords(delete_records::apply(self, txn, now, partitions, *budget)?)
             }

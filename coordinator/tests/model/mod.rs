@@ -105,6 +105,7 @@ impl Model {
                 Outcome::Topics(r)
             }
             Op::CommitFile(c) => Outcome::CommitFile(self.commit(now, c)),
+            Op::CommitFiles(files) => Outcome::CommitFiles(files.iter().map(|c| self.commit(now, c)).collect()),
             Op::DeleteRecords { partitions, budget } => {
                 let r = partitions.iter().map(|p| (p.tp, self.delete_records(p))).collect();
                 self.purge(now, &mut budget.clone());
