@@ -178,3 +178,62 @@ impl Coordinators {
         map.iter().map(|(&metadata_partition, &index)| GroupIndex { metadata_partition, index }).collect()
     }
 }
+
+impl Coordinators {
+    /// ListOffsets of one partition: `(timestamp, offset)`.
+    pub async fn list_offset(
+        &self,
+        topic_id: [u8; 16],
+        partition: i32,
+        timestamp: i64,
+    ) -> Result<(i64, i64), crate::error::KafkaError> {
+        use crate::error::KafkaError;
+        let req = ListOffsetsRequest {
+            topics: vec![list_offsets_request::ListOffsetsTopic {
+                topic_id: topic_id.to_vec(),
+                partitions: vec![list_offsets_request::ListOffsetsPartition { partition_index: partition, timestamp }],
+            }],
+            timeout_ms: 10_000,
+        };
+        let resp = self
+            .call(|mut c| {
+                let req = req.clone();
+                async move { c.list_offsets(req).await }
+            })
+            .await
+            .map_err(|s| KafkaError::unavailable("list offsets", &s))?;
+        let p = resp.topics.into_iter().flat_map(|t| t.partitions).next().ok_or_else(no_answer)?;
+        KafkaError::from_wire(p.error_code, p.error_message).map_or(Ok((p.timestamp, p.offset)), Err)
+    }
+
+    /// DeleteRecords of one partition: the new low watermark. Sent once (not repeated on failure).
+    pub async fn delete_records_before(
+        &self,
+        topic_id: [u8; 16],
+        partition: i32,
+        offset: i64,
+        timeout_ms: i32,
+    ) -> Result<i64, crate::error::KafkaError> {
+        use crate::error::KafkaError;
+        let req = DeleteRecordsRequest {
+            topics: vec![delete_records_request::DeleteRecordsTopic {
+                topic_id: topic_id.to_vec(),
+                partitions: vec![delete_records_request::DeleteRecordsPartition { partition_index: partition, offset }],
+            }],
+            timeout_ms: timeout_ms.max(1000),
+        };
+        let resp = self
+            .call_once(|mut c| async move { c.delete_records(req).await })
+            .await
+            .map_err(|s| KafkaError::unavailable("delete records", &s))?;
+        let p = resp.topics.into_iter().flat_map(|t| t.partitions).next().ok_or_else(no_answer)?;
+        KafkaError::from_wire(p.error_code, p.error_message).map_or(Ok(p.low_watermark), Err)
+    }
+}
+
+fn no_answer() -> crate::error::KafkaError {
+    crate::error::KafkaError::new(
+        diskless_proto::ErrorCode::UnknownServerError,
+        "the coordinator answered no partition",
+    )
+}

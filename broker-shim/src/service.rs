@@ -156,38 +156,7 @@ impl BrokerService for BrokerApi {
         let r = request.into_inner();
         let result = match self.topic_id(&r.topic).await {
             Err(e) => Err(e),
-            Ok(id) => {
-                let req = c::DeleteRecordsRequest {
-                    topics: vec![c::delete_records_request::DeleteRecordsTopic {
-                        topic_id: id.to_vec(),
-                        partitions: vec![c::delete_records_request::DeleteRecordsPartition {
-                            partition_index: r.partition,
-                            offset: r.offset,
-                        }],
-                    }],
-                    timeout_ms: 30_000,
-                };
-                match self
-                    .shim
-                    .coordinators
-                    .call(|mut cl| {
-                        let req = req.clone();
-                        async move { cl.delete_records(req).await }
-                    })
-                    .await
-                {
-                    Ok(resp) => {
-                        let p = resp.topics.into_iter().flat_map(|t| t.partitions).next();
-                        match p {
-                            Some(p) => {
-                                KafkaError::from_wire(p.error_code, p.error_message).map_or(Ok(p.low_watermark), Err)
-                            }
-                            None => Err(KafkaError::new(ErrorCode::UnknownServerError, "no answer")),
-                        }
-                    }
-                    Err(s) => Err(KafkaError::unavailable("delete records", &s)),
-                }
-            }
+            Ok(id) => self.shim.coordinators.delete_records_before(id, r.partition, r.offset, 30_000).await,
         };
         let (error_code, error_message) = fields(&result.as_ref().err().cloned());
         Ok(Response::new(DeleteRecordsResponse {
@@ -204,37 +173,10 @@ impl BrokerService for BrokerApi {
         let r = request.into_inner();
         let result = match self.topic_id(&r.topic).await {
             Err(e) => Err(e),
-            Ok(id) => {
-                let req = c::ListOffsetsRequest {
-                    topics: vec![c::list_offsets_request::ListOffsetsTopic {
-                        topic_id: id.to_vec(),
-                        partitions: vec![c::list_offsets_request::ListOffsetsPartition {
-                            partition_index: r.partition,
-                            timestamp: r.timestamp,
-                        }],
-                    }],
-                    timeout_ms: 10_000,
-                };
-                match self
-                    .shim
-                    .coordinators
-                    .call(|mut cl| {
-                        let req = req.clone();
-                        async move { cl.list_offsets(req).await }
-                    })
-                    .await
-                {
-                    Ok(resp) => match resp.topics.into_iter().flat_map(|t| t.partitions).next() {
-                        Some(p) => KafkaError::from_wire(p.error_code, p.error_message)
-                            .map_or(Ok((p.offset, p.timestamp)), Err),
-                        None => Err(KafkaError::new(ErrorCode::UnknownServerError, "no answer")),
-                    },
-                    Err(s) => Err(KafkaError::unavailable("list offsets", &s)),
-                }
-            }
+            Ok(id) => self.shim.coordinators.list_offset(id, r.partition, r.timestamp).await,
         };
         let (error_code, error_message) = fields(&result.as_ref().err().cloned());
-        let (offset, timestamp) = *result.as_ref().unwrap_or(&(-1, -1));
+        let (timestamp, offset) = *result.as_ref().unwrap_or(&(-1, -1));
         Ok(Response::new(ListOffsetsResponse { error_code, error_message, offset, timestamp }))
     }
 }

@@ -415,35 +415,7 @@ async fn list_offsets(l: &Listener, header: &RequestHeader, req: ListOffsetsRequ
             let r = async {
                 let tm = topic.clone()?;
                 l.partition(&tm, p.partition_index)?;
-                let q = coord::ListOffsetsRequest {
-                    topics: vec![coord::list_offsets_request::ListOffsetsTopic {
-                        topic_id: tm.id.to_vec(),
-                        partitions: vec![coord::list_offsets_request::ListOffsetsPartition {
-                            partition_index: p.partition_index,
-                            timestamp: p.timestamp,
-                        }],
-                    }],
-                    timeout_ms: 10_000,
-                };
-                let resp = l
-                    .shim
-                    .coordinators
-                    .call(|mut c| {
-                        let q = q.clone();
-                        async move { c.list_offsets(q).await }
-                    })
-                    .await
-                    .map_err(|s| KafkaError::unavailable("list offsets", &s))?;
-                let part = resp
-                    .topics
-                    .into_iter()
-                    .flat_map(|t| t.partitions)
-                    .next()
-                    .ok_or_else(|| KafkaError::new(ErrorCode::UnknownServerError, "no answer"))?;
-                match KafkaError::from_wire(part.error_code, part.error_message) {
-                    Some(e) => Err(e),
-                    None => Ok((part.timestamp, part.offset)),
-                }
+                l.shim.coordinators.list_offset(tm.id, p.partition_index, p.timestamp).await
             }
             .await;
             let mut resp =
@@ -473,32 +445,7 @@ async fn delete_records(l: &Listener, header: &RequestHeader, req: DeleteRecords
             let r = async {
                 let tm = topic.clone()?;
                 l.partition(&tm, p.partition_index)?;
-                let q = coord::DeleteRecordsRequest {
-                    topics: vec![coord::delete_records_request::DeleteRecordsTopic {
-                        topic_id: tm.id.to_vec(),
-                        partitions: vec![coord::delete_records_request::DeleteRecordsPartition {
-                            partition_index: p.partition_index,
-                            offset: p.offset,
-                        }],
-                    }],
-                    timeout_ms: req.timeout_ms.max(1000),
-                };
-                let resp = l
-                    .shim
-                    .coordinators
-                    .call_once(|mut c| async move { c.delete_records(q).await })
-                    .await
-                    .map_err(|s| KafkaError::unavailable("delete records", &s))?;
-                let part = resp
-                    .topics
-                    .into_iter()
-                    .flat_map(|t| t.partitions)
-                    .next()
-                    .ok_or_else(|| KafkaError::new(ErrorCode::UnknownServerError, "no answer"))?;
-                match KafkaError::from_wire(part.error_code, part.error_message) {
-                    Some(e) => Err(e),
-                    None => Ok(part.low_watermark),
-                }
+                l.shim.coordinators.delete_records_before(tm.id, p.partition_index, p.offset, req.timeout_ms).await
             }
             .await;
             let resp = delete_records_response::DeleteRecordsPartitionResult::default()
