@@ -19,8 +19,11 @@ pub struct Coord {
 
 /// A client connection of one system (one per simulated broker).
 pub enum Conn {
+    /// Commits go through the broker's client (each metadata partition's part straight to its
+    /// leader, as a broker does); reads to this connection's node.
     Ours {
         client: CoordinatorServiceClient<Channel>,
+        broker: Box<diskless_broker_shim::coordinator::Coordinators>,
         last_applied: Vec<GroupIndex>,
     },
     Pg(
@@ -52,8 +55,10 @@ impl System {
                 let a = &addrs[i % addrs.len()];
                 let ch =
                     tonic::transport::Endpoint::from_shared(format!("http://{a}"))?.tcp_nodelay(true).connect().await?;
+                let broker = diskless_broker_shim::coordinator::Coordinators::connect(addrs).await?;
                 Ok(Conn::Ours {
                     client: CoordinatorServiceClient::new(ch).max_decoding_message_size(256 << 20),
+                    broker: Box::new(broker),
                     last_applied: vec![],
                 })
             }
@@ -110,7 +115,7 @@ impl Conn {
     /// Commits one file of `coords` batches; returns how many were accepted.
     pub async fn commit(&mut self, key: &str, topic: Uuid, coords: &[Coord], now: i64) -> anyhow::Result<usize> {
         match self {
-            Conn::Ours { client, last_applied } => {
+            Conn::Ours { broker, last_applied, .. } => {
                 let batches = coords
                     .iter()
                     .enumerate()
@@ -131,7 +136,7 @@ impl Conn {
                         last_sequence: -1,
                     })
                     .collect();
-                let r = client
+                let r = broker
                     .commit_file(CommitFileRequest {
                         object_key: key.into(),
                         object_format: 1,
@@ -141,8 +146,7 @@ impl Conn {
                         timeout_ms: 30_000,
                         uploader_broker_id: 1,
                     })
-                    .await?
-                    .into_inner();
+                    .await;
                 *last_applied = r.applied;
                 Ok(r.batches.iter().filter(|b| b.error_code == 0).count())
             }
@@ -170,7 +174,7 @@ impl Conn {
         min_index: bool,
     ) -> anyhow::Result<usize> {
         match self {
-            Conn::Ours { client, last_applied } => {
+            Conn::Ours { client, last_applied, .. } => {
                 let r = client
                     .find_batches(FindBatchesRequest {
                         fetch_max_bytes: i32::MAX,

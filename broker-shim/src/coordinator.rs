@@ -32,7 +32,14 @@ pub struct Coordinators {
     topics: Mutex<HashMap<String, TopicMeta>>,
     applied: Mutex<HashMap<u32, u64>>,
     num_groups: u32,
+    /// Each metadata partition's leader as last learned (AdminService.Status), for sending each
+    /// part of a commit straight to its leader.
+    leaders: Mutex<Vec<Option<String>>>,
+    by_addr: Mutex<HashMap<String, Channel>>,
 }
+
+/// The header that makes a node serve exactly one metadata partition (no forwarding).
+const GROUP_HEADER: &str = "x-diskless-group";
 
 /// Transport-level failures worth trying on another node.
 fn retry_elsewhere(s: &tonic::Status) -> bool {
@@ -69,13 +76,18 @@ impl Coordinators {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         anyhow::ensure!(num_groups > 0, "no coordinator answered: {last_err:?}");
-        Ok(Coordinators {
+        let by_addr = channels.iter().cloned().collect();
+        let c = Coordinators {
             channels,
             current: AtomicUsize::new(0),
             topics: Mutex::new(HashMap::new()),
             applied: Mutex::new(HashMap::new()),
             num_groups,
-        })
+            leaders: Mutex::new(vec![None; num_groups as usize]),
+            by_addr: Mutex::new(by_addr),
+        };
+        c.refresh_leaders().await;
+        Ok(c)
     }
 
     pub fn num_groups(&self) -> u32 {
@@ -123,6 +135,119 @@ impl Coordinators {
             }
         }
         r.map(|r| r.into_inner())
+    }
+
+    /// Learns every metadata partition's leader from any node.
+    pub async fn refresh_leaders(&self) {
+        for _ in 0..self.channels.len() {
+            let (i, _) = self.client();
+            let ch = self.channels[i].1.clone();
+            match AdminServiceClient::new(ch).status(StatusRequest { with_digest: false }).await {
+                Ok(s) => {
+                    let s = s.into_inner();
+                    let addr: HashMap<u64, String> = s.nodes.iter().map(|n| (n.node_id, n.address.clone())).collect();
+                    let mut leaders = self.leaders.lock().unwrap_or_else(|e| e.into_inner());
+                    for g in s.groups {
+                        if let Some(slot) = leaders.get_mut(g.metadata_partition as usize) {
+                            *slot = addr.get(&g.leader).cloned();
+                        }
+                    }
+                    return;
+                }
+                Err(_) => {
+                    let _ = self.current.compare_exchange(i, i + 1, Ordering::Relaxed, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    fn channel_to(&self, addr: &str) -> Option<Channel> {
+        let mut map = self.by_addr.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = map.get(addr) {
+            return Some(c.clone());
+        }
+        let ch = Endpoint::from_shared(format!("http://{addr}"))
+            .ok()?
+            .connect_timeout(Duration::from_secs(2))
+            .tcp_nodelay(true)
+            .connect_lazy();
+        map.insert(addr.to_string(), ch.clone());
+        Some(ch)
+    }
+
+    /// Commits a file, sending each metadata partition's part straight to that partition's leader
+    /// (no forwarding hop). A part refused because the node is no longer the leader was not
+    /// applied, so it is sent again once after learning the new leaders. Per-batch results come
+    /// back in request order; a part whose outcome is unknown gets REQUEST_TIMED_OUT.
+    pub async fn commit_file(&self, req: CommitFileRequest) -> CommitFileResponse {
+        let n = self.num_groups;
+        let mut parts: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
+        for (i, b) in req.batches.iter().enumerate() {
+            let g = <[u8; 16]>::try_from(b.topic_id.as_slice())
+                .map(|t| diskless_proto::metadata_partition_for(&t, b.partition_index.max(0), n))
+                .unwrap_or(0);
+            parts.entry(g).or_default().push(i);
+        }
+        if parts.is_empty() {
+            parts.insert(0, vec![]);
+        }
+        let mut results: Vec<Option<commit_file_response::CommitBatchResult>> = vec![None; req.batches.len()];
+        let mut applied = vec![];
+        let mut pending: Vec<(u32, Vec<usize>)> = parts.into_iter().collect();
+        for attempt in 0..2 {
+            let outs = futures_util::future::join_all(pending.iter().map(|(g, idxs)| {
+                let sub = CommitFileRequest {
+                    batches: idxs.iter().map(|&i| req.batches[i].clone()).collect(),
+                    ..req.clone()
+                };
+                self.commit_part(*g, sub)
+            }))
+            .await;
+            let mut retry = vec![];
+            for ((g, idxs), out) in pending.into_iter().zip(outs) {
+                match out {
+                    Ok(resp) if resp.batches.len() == idxs.len() => {
+                        let not_leader = !idxs.is_empty() && resp.batches.iter().all(|b| b.error_code == 6);
+                        if not_leader && attempt == 0 {
+                            retry.push((g, idxs));
+                            continue;
+                        }
+                        for (&i, b) in idxs.iter().zip(resp.batches) {
+                            results[i] = Some(b);
+                        }
+                        applied.extend(resp.applied);
+                    }
+                    Ok(_) | Err(_) => {
+                        for &i in &idxs {
+                            results[i] = Some(unknown_outcome(g));
+                        }
+                    }
+                }
+            }
+            if retry.is_empty() {
+                break;
+            }
+            self.refresh_leaders().await;
+            pending = retry;
+        }
+        let batches = results.into_iter().map(|r| r.unwrap_or_else(|| unknown_outcome(0))).collect();
+        CommitFileResponse { throttle_time_ms: 0, batches, applied }
+    }
+
+    async fn commit_part(&self, g: u32, sub: CommitFileRequest) -> Result<CommitFileResponse, tonic::Status> {
+        let leader = self.leaders.lock().unwrap_or_else(|e| e.into_inner()).get(g as usize).cloned().flatten();
+        if let Some(ch) = leader.and_then(|a| self.channel_to(&a)) {
+            let mut r = tonic::Request::new(sub.clone());
+            r.metadata_mut().insert(GROUP_HEADER, g.into());
+            match CoordinatorServiceClient::new(ch).commit_file(r).await {
+                Ok(r) => return Ok(r.into_inner()),
+                // Not delivered: the leader moved or went away; let any node route it.
+                Err(s) if s.code() == tonic::Code::Unavailable => self.refresh_leaders().await,
+                Err(s) => return Err(s),
+            }
+        }
+        // No leader known (or unreachable): any node forwards it.
+        self.call_once(|mut c| async move { c.commit_file(sub).await }).await
     }
 
     /// The topic named `name`, refreshing the catalog once when it is not known.
@@ -228,6 +353,18 @@ impl Coordinators {
             .map_err(|s| KafkaError::unavailable("delete records", &s))?;
         let p = resp.topics.into_iter().flat_map(|t| t.partitions).next().ok_or_else(no_answer)?;
         KafkaError::from_wire(p.error_code, p.error_message).map_or(Ok(p.low_watermark), Err)
+    }
+}
+
+/// A batch whose commit may or may not have happened.
+fn unknown_outcome(g: u32) -> commit_file_response::CommitBatchResult {
+    commit_file_response::CommitBatchResult {
+        error_code: diskless_proto::ErrorCode::RequestTimedOut.wire(),
+        error_message: Some(format!("metadata partition {g} did not confirm the commit; its outcome is unknown")),
+        assigned_base_offset: -1,
+        log_append_time: -1,
+        log_start_offset: -1,
+        is_duplicate: false,
     }
 }
 

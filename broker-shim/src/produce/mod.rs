@@ -11,9 +11,10 @@
 //! - Commits go strictly in the order segments were sealed, so batches of a partition keep their
 //!   produce order across segments.
 //! - An upload failure fails every batch of the segment with a retriable error; nothing is
-//!   committed. A commit the coordinator did not answer fails the segment's batches (retriable);
-//!   the object is deleted at once if every metadata partition says it does not know it, otherwise
-//!   it is left to the orphan reconciler.
+//!   committed. Each metadata partition's part of the commit goes straight to that partition's
+//!   leader. A commit that surely applied nowhere (not-leader everywhere) is deleted at once if no
+//!   coordinator knows it; one whose outcome is unknown is left to the orphan reconciler, whose
+//!   grace period outlasts any commit in flight.
 //! - Memory is bounded: the open segment stops at `buffer_max_bytes`, and sealing waits for an
 //!   upload slot when `max_parallel_uploads` segments are in flight.
 //! - Shutdown seals and commits what was accepted.
@@ -268,35 +269,31 @@ async fn commit(s: Sealed, broker_id: i32, storage: &Storage, coordinators: &Coo
         timeout_ms: 30_000,
         uploader_broker_id: broker_id,
     };
-    match coordinators.call_once(|mut c| async move { c.commit_file(req).await }).await {
-        Ok(r) => {
-            coordinators.record_applied(&r.applied);
-            let mut results = r.batches.into_iter();
-            for p in s.placed {
-                let res = match results.next() {
-                    Some(b) => match KafkaError::from_wire(b.error_code, b.error_message) {
-                        Some(e) => Err(e),
-                        None => Ok(Appended {
-                            base_offset: b.assigned_base_offset,
-                            log_append_time: b.log_append_time,
-                            log_start_offset: b.log_start_offset,
-                            duplicate: b.is_duplicate,
-                        }),
-                    },
-                    None => {
-                        Err(KafkaError::new(ErrorCode::UnknownServerError, "the coordinator answered fewer batches"))
-                    }
-                };
-                let _ = p.tag.send(res);
-            }
-        }
-        Err(status) => {
-            let err = KafkaError::unavailable("commit", &status);
-            for p in s.placed {
-                let _ = p.tag.send(Err(err.clone()));
-            }
-            delete_if_unknown(&s.key, storage, coordinators).await;
-        }
+    let r = coordinators.commit_file(req).await;
+    coordinators.record_applied(&r.applied);
+    // Nothing committed anywhere, for sure (every batch refused by a node that was not the
+    // leader)? Then the object is garbage: delete it now if no metadata partition knows it. An
+    // unknown outcome (REQUEST_TIMED_OUT) may still commit later, so that object is left to the
+    // orphan reconciler and its grace period.
+    let nothing = r.batches.iter().all(|b| b.error_code == ErrorCode::NotLeaderOrFollower.wire());
+    let mut results = r.batches.into_iter();
+    for p in s.placed {
+        let res = match results.next() {
+            Some(b) => match KafkaError::from_wire(b.error_code, b.error_message) {
+                Some(e) => Err(e),
+                None => Ok(Appended {
+                    base_offset: b.assigned_base_offset,
+                    log_append_time: b.log_append_time,
+                    log_start_offset: b.log_start_offset,
+                    duplicate: b.is_duplicate,
+                }),
+            },
+            None => Err(KafkaError::new(ErrorCode::UnknownServerError, "the coordinator answered fewer batches")),
+        };
+        let _ = p.tag.send(res);
+    }
+    if nothing {
+        delete_if_unknown(&s.key, storage, coordinators).await;
     }
 }
 

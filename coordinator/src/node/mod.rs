@@ -30,9 +30,11 @@ pub const DELETE_BUDGET: u32 = 10_000;
 /// Why a request could not be served by this node for a metadata partition.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RouteError {
+    /// Nothing was applied: the request never reached a leader.
     #[error("this node is not the leader of metadata partition {group} (leader: {leader:?})")]
     NotLeader { group: u32, leader: Option<(NodeId, String)> },
-    #[error("metadata partition {group} did not answer in time")]
+    /// The outcome is unknown: the request may or may not have been applied.
+    #[error("metadata partition {group} did not confirm in time; the outcome is unknown")]
     Timeout { group: u32 },
     #[error("there is no metadata partition {0}")]
     UnknownGroup(u32),
@@ -206,6 +208,12 @@ impl Node {
                     let us = started.elapsed().as_micros() as u64;
                     tracing::trace!(group = g, index = resp.log_id.index, us, "proposal applied");
                     return Ok((resp.data, resp.log_id.index));
+                }
+                // Appended, then discarded when another leader took over: it may still commit.
+                Err(openraft::errors::RaftError::APIError(openraft::errors::ClientWriteError::LogEntryDiscarded(
+                    _,
+                ))) => {
+                    return Err(RouteError::Timeout { group: g });
                 }
                 Err(e) => {
                     let Some(f) = e.forward_to_leader() else {
