@@ -170,6 +170,8 @@ impl Coordinators {
             .ok()?
             .connect_timeout(Duration::from_secs(2))
             .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_timeout(Duration::from_secs(10))
             .connect_lazy();
         map.insert(addr.to_string(), ch.clone());
         Some(ch)
@@ -239,15 +241,26 @@ impl Coordinators {
         if let Some(ch) = leader.and_then(|a| self.channel_to(&a)) {
             let mut r = tonic::Request::new(sub.clone());
             r.metadata_mut().insert(GROUP_HEADER, g.into());
+            // Bounded: a blackholed leader must not stall the broker's commits for minutes.
+            r.set_timeout(Duration::from_millis(sub.timeout_ms.max(1000) as u64 + 5_000));
             match CoordinatorServiceClient::new(ch).commit_file(r).await {
                 Ok(r) => return Ok(r.into_inner()),
-                // Not delivered: the leader moved or went away; let any node route it.
-                Err(s) if s.code() == tonic::Code::Unavailable => self.refresh_leaders().await,
-                Err(s) => return Err(s),
+                Err(s) => {
+                    // Delivered or not, we cannot tell: never re-sent (the caller reports an
+                    // unknown outcome); learn where the leaders are now for the next commits.
+                    self.refresh_leaders().await;
+                    return Err(s);
+                }
             }
         }
-        // No leader known (or unreachable): any node forwards it.
-        self.call_once(|mut c| async move { c.commit_file(sub).await }).await
+        // No leader known: any node forwards it.
+        let deadline = Duration::from_millis(sub.timeout_ms.max(1000) as u64 + 5_000);
+        self.call_once(|mut c| async move {
+            let mut r = tonic::Request::new(sub);
+            r.set_timeout(deadline);
+            c.commit_file(r).await
+        })
+        .await
     }
 
     /// The topic named `name`, refreshing the catalog once when it is not known.

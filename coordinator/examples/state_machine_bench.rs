@@ -82,6 +82,7 @@ impl Bench {
         }
         self.key += 1;
         let c = CommitFile {
+            deadline_ms: None,
             object_key: format!("wal/{:016}", self.key),
             object_format: 1,
             file_size: i64::from(at),

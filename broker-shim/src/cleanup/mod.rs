@@ -89,11 +89,15 @@ impl Cleaner {
             })
             .await?;
         let cutoff = now_ms() - self.config.delete_grace_ms as i64;
-        let mut keys: Vec<String> =
-            r.files.iter().filter(|f| f.marked_for_deletion_at <= cutoff).map(|f| f.object_key.clone()).collect();
-        keys.sort();
-        keys.dedup();
-        let mut swept = Swept { kept: r.files.len() - keys.len(), ..Swept::default() };
+        // A file several metadata partitions released waits for the grace period after the
+        // *last* release (readers of the last one may still be fetching from it).
+        let mut last_release: std::collections::BTreeMap<String, i64> = Default::default();
+        for f in &r.files {
+            let e = last_release.entry(f.object_key.clone()).or_insert(i64::MIN);
+            *e = (*e).max(f.marked_for_deletion_at);
+        }
+        let keys: Vec<String> = last_release.iter().filter(|(_, at)| **at <= cutoff).map(|(k, _)| k.clone()).collect();
+        let mut swept = Swept { kept: last_release.len() - keys.len(), ..Swept::default() };
         if keys.is_empty() {
             return Ok(swept);
         }

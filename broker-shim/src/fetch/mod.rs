@@ -91,8 +91,28 @@ impl Fetcher {
             .await
             .map_err(|s| KafkaError::unavailable("find batches", &s))?;
 
+        // Reads never go backwards: the next FindBatches waits for what this one saw.
+        self.coordinators.record_applied(&r.applied);
         // Per partition: its answer; and every batch whose bytes are needed.
-        let answers: Vec<_> = r.topics.into_iter().map(|t| t.partitions.into_iter().next()).collect();
+        let mut answers: Vec<_> = r.topics.into_iter().map(|t| t.partitions.into_iter().next()).collect();
+        // A replica behind the leader may call an offset past its own high watermark out of range
+        // when it is not: ask the leader (strictly) before telling a consumer to reset.
+        for (a, p) in answers.iter_mut().zip(parts) {
+            let Some(a) = a else { continue };
+            if a.error_code == ErrorCode::OffsetOutOfRange.wire()
+                && p.offset > a.high_watermark
+                && a.high_watermark >= 0
+            {
+                if let Ok((_, hwm)) = self.coordinators.list_offset(p.topic_id, p.partition, -1).await {
+                    if p.offset <= hwm {
+                        a.error_code = 0;
+                        a.error_message = None;
+                        a.high_watermark = hwm;
+                        a.batches.clear();
+                    }
+                }
+            }
+        }
         let mut needed: BTreeMap<String, Vec<Range<u64>>> = BTreeMap::new();
         for a in answers.iter().flatten() {
             for b in &a.batches {

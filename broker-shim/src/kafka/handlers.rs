@@ -183,7 +183,7 @@ async fn produce(l: Arc<Listener>, header: RequestHeader, req: ProduceRequest) -
                         .filter(|n| *n <= records.len())
                         .ok_or_else(|| KafkaError::new(ErrorCode::CorruptMessage, "truncated record batch"))?;
                     let batch = records.split_to(len);
-                    if batch.len() > 21 && (batch[22] & 0x08) != 0 {
+                    if batch.len() > 22 && (batch[22] & 0x08) != 0 {
                         log_append_time = true;
                     }
                     let w = l.shim.producer.submit(topic.id, p.index, batch).await?;

@@ -84,15 +84,31 @@ impl Listener {
         stream.set_nodelay(true)?;
         let (mut rd, mut wr) = stream.into_split();
         let limit = self.config.max_in_flight_per_connection.max(1);
+        // Frames are read by their own task: a read must never be cancelled half-way (a select!
+        // that dropped `read_exact` would lose the bytes it had read). The channel's bound makes
+        // the reader wait while `limit` requests are in flight.
+        let (frames_tx, mut frames) = tokio::sync::mpsc::channel::<anyhow::Result<Bytes>>(1);
+        let max = self.config.max_request_bytes;
+        let reader = tokio::spawn(async move {
+            loop {
+                let r = read_frame(&mut rd, max).await.transpose();
+                let Some(r) = r else { return };
+                let stop = r.is_err();
+                if frames_tx.send(r).await.is_err() || stop {
+                    return;
+                }
+            }
+        });
+        let _abort_reader = AbortOnDrop(reader);
         let mut pending: FuturesOrdered<BoxFuture<'static, (i32, Reply)>> = FuturesOrdered::new();
         let mut reading = true;
         loop {
             tokio::select! {
-                frame = read_frame(&mut rd, self.config.max_request_bytes), if reading && pending.len() < limit => {
-                    match frame? {
+                frame = frames.recv(), if reading && pending.len() < limit => {
+                    match frame {
                         None => reading = false,
                         Some(frame) => {
-                            let fut = self.clone().start(frame).await?;
+                            let fut = self.clone().start(frame?).await?;
                             pending.push_back(fut);
                         }
                     }
@@ -158,6 +174,15 @@ impl Listener {
                 return (broker | (candidate & ((1 << 48) - 1))) as i64;
             }
         }
+    }
+}
+
+/// Stops the connection's reader task when the connection ends.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

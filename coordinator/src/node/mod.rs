@@ -217,7 +217,10 @@ impl Node {
                 }
                 Err(e) => {
                     let Some(f) = e.forward_to_leader() else {
-                        return Err(RouteError::Failed { group: g, message: e.to_string() });
+                        // The group stopped (a fatal error, a shutdown) with the entry perhaps
+                        // appended: it may still commit under another leader.
+                        tracing::warn!(group = g, error = %e, "proposal outcome unknown");
+                        return Err(RouteError::Timeout { group: g });
                     };
                     let retry = matches!(f.reason, ForwardReason::LeaseExpired | ForwardReason::LeadershipTransfer)
                         && f.leader_id.is_none_or(|l| l == self.id);
@@ -237,8 +240,11 @@ impl Node {
     /// `COMMIT_ENTRIES_IN_FLIGHT` entries are in flight per group, and whatever arrives meanwhile
     /// rides in the next one, so the per-entry costs (replication, fsync acknowledgements, apply
     /// bookkeeping) are shared under load while a lone commit is proposed at once.
-    pub async fn commit(&self, g: u32, file: CommitFile, timeout: Duration) -> CommitResult {
+    pub async fn commit(&self, g: u32, mut file: CommitFile, timeout: Duration) -> CommitResult {
         let group = self.group(g)?;
+        // Past this the state machine refuses the commit: once the caller has been told "timed
+        // out", the commit cannot apply later (the broker's cleaners rely on it).
+        file.deadline_ms = Some(Self::now_ms() + timeout.as_millis() as i64);
         let (reply, rx) = tokio::sync::oneshot::channel();
         group
             .commits
@@ -247,7 +253,8 @@ impl Node {
             .map_err(|_| RouteError::Failed { group: g, message: "the node is shutting down".into() })?;
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(r)) => r,
-            Ok(Err(_)) => Err(RouteError::Failed { group: g, message: "the commit was dropped".into() }),
+            // The gathering task went away with the commit perhaps proposed: unknown.
+            Ok(Err(_)) => Err(RouteError::Timeout { group: g }),
             Err(_) => Err(RouteError::Timeout { group: g }),
         }
     }
@@ -478,6 +485,11 @@ async fn gather_commits(node: std::sync::Weak<Node>, g: u32, mut rx: tokio::sync
                 Ok(p) => batch.push(p),
                 Err(_) => break,
             }
+        }
+        // Callers that gave up (timed out) are not proposed for.
+        batch.retain(|p| !p.reply.is_closed());
+        if batch.is_empty() {
+            continue;
         }
         let Some(node) = node.upgrade() else { return };
         tokio::spawn(async move {

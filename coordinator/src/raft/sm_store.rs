@@ -33,6 +33,9 @@ pub struct SmStore {
     sm: StateMachine,
     group: u32,
     dir: PathBuf,
+    /// Serializes snapshot builds and installs of this group: openraft may run a build while it
+    /// installs a snapshot received from the leader, and each rewrites the snapshot directory.
+    snapshots: Arc<std::sync::Mutex<()>>,
 }
 
 /// Bytes of pairs per write batch while installing a snapshot.
@@ -42,7 +45,14 @@ impl SmStore {
     /// Opens the store; finishes a snapshot install a crash interrupted.
     pub fn open(db: Arc<Db>, sm: StateMachine, data_dir: &std::path::Path) -> io::Result<SmStore> {
         let group = sm.group();
-        let store = SmStore { db, sm, group, dir: snapshot::group_dir(data_dir, group) };
+        let store = SmStore {
+            db,
+            sm,
+            group,
+            dir: snapshot::group_dir(data_dir, group),
+            snapshots: Arc::new(std::sync::Mutex::new(())),
+        };
+        snapshot::remove_partial(&store.dir)?;
         if let Some(path) = store.db.get(Family::Raft, &keys::installing(group)).map_err(io_err)? {
             let path = PathBuf::from(String::from_utf8_lossy(&path).into_owned());
             tracing::warn!(group, path = %path.display(), "finishing a snapshot install interrupted by a crash");
@@ -74,6 +84,7 @@ impl SmStore {
 
     /// Replaces the group's state with the file's pairs (see the module docs for crash safety).
     fn install_file(&self, path: &std::path::Path, meta: &SnapshotMeta) -> io::Result<()> {
+        let _one_at_a_time = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
         let db = &self.db;
         let mut b = WriteBatch::default();
         db.batch_put(&mut b, Family::Raft, &keys::installing(self.group), path.to_string_lossy().as_bytes());
@@ -107,6 +118,7 @@ impl SmStore {
     }
 
     fn build(&self) -> io::Result<Snapshot> {
+        let _one_at_a_time = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
         let view = self.db.read();
         let (last_log_id, last_membership) = self.read_applied(&view)?;
         let meta = SnapshotMeta { last_log_id, last_membership };
@@ -178,7 +190,10 @@ impl RaftStateMachine<TypeConfig> for SmStore {
         let me = self.clone();
         let meta = meta.clone();
         tokio::task::spawn_blocking(move || {
-            let (file, file_meta) = snapshot::adopt(&snap.path, &me.dir)?;
+            let (file, file_meta) = {
+                let _one_at_a_time = me.snapshots.lock().unwrap_or_else(|e| e.into_inner());
+                snapshot::adopt(&snap.path, &me.dir)?
+            };
             if file_meta.last_log_id != meta.last_log_id {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, "snapshot file does not match its metadata"));
             }

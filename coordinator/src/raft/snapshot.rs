@@ -117,10 +117,28 @@ pub fn newest(dir: &Path) -> io::Result<Option<SnapshotFile>> {
     Ok(list(dir)?.pop().map(|path| SnapshotFile { path }))
 }
 
-/// Removes every snapshot file in `dir` except `keep`.
+/// Removes the snapshot files in `dir` older than `keep` (names sort by applied index; a newer
+/// file, e.g. one being installed, is never touched).
 pub fn remove_older(dir: &Path, keep: &Path) -> io::Result<()> {
     for p in list(dir)? {
-        if p != keep {
+        if p.as_path() < keep {
+            fs::remove_file(&p)?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes what an interrupted write or transfer left behind (`*.tmp`, `receiving-*.part`).
+pub fn remove_partial(dir: &Path) -> io::Result<()> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for e in entries {
+        let p = e?.path();
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if name.ends_with(".tmp") || (name.starts_with("receiving-") && name.ends_with(".part")) {
             fs::remove_file(&p)?;
         }
     }

@@ -94,18 +94,18 @@ impl CoordinatorApi {
         let Some((leader, addr)) = self.node.leader(g).filter(|(id, _)| *id != self.node.id) else {
             return Err(RouteError::NotLeader { group: g, leader: None });
         };
-        let channel = self.node.peers.channel(&addr).map_err(|message| RouteError::Failed { group: g, message })?;
+        let channel = self
+            .node
+            .peers
+            .channel(&addr)
+            .map_err(|_| RouteError::NotLeader { group: g, leader: Some((leader, addr.clone())) })?;
         let client = CoordinatorServiceClient::new(channel).max_decoding_message_size(256 << 20);
         let mut request = Request::new(req);
         request.metadata_mut().insert(GROUP_HEADER, g.into());
         match remote(client, request).await {
             Ok(r) => Ok(r.into_inner()),
-            // Not delivered (no connection): nothing happened there; retriable as such.
-            Err(s) if s.code() == tonic::Code::Unavailable => {
-                tracing::debug!(group = g, leader, status = %s, "forwarding failed");
-                Err(RouteError::NotLeader { group: g, leader: Some((leader, addr)) })
-            }
-            // Delivered or not, we cannot tell: the outcome is unknown, as for a timeout.
+            // Delivered or not, we cannot tell (gRPC reports a reset or keep-alive failure after
+            // delivery as UNAVAILABLE too): the outcome is unknown, as for a timeout.
             Err(s) => {
                 tracing::debug!(group = g, leader, status = %s, "forwarded request failed");
                 Err(RouteError::Timeout { group: g })
@@ -418,6 +418,7 @@ impl CoordinatorService for CoordinatorApi {
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|f| RouteError::Failed { group: g, message: f.message })?;
                 let file = CommitFile {
+                    deadline_ms: None, // set by Node::commit
                     object_key: sub.object_key,
                     object_format,
                     file_size: sub.file_size,

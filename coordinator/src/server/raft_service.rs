@@ -75,6 +75,9 @@ impl RaftService for RaftApi {
         let dir = snapshot::group_dir(&self.node.config.data_dir, group);
         tokio::fs::create_dir_all(&dir).await.map_err(|e| Status::internal(e.to_string()))?;
         let path = dir.join(format!("receiving-{}.part", uuid::Uuid::new_v4()));
+        // However this ends (error, cancelled transfer, or adopted under its final name), the
+        // partial file does not stay behind.
+        let _cleanup = RemoveOnDrop(path.clone());
         let result = async {
             let mut file = tokio::fs::File::create(&path).await?;
             file.write_all(&first.data).await?;
@@ -99,5 +102,14 @@ impl RaftService for RaftApi {
             let _ = tokio::fs::remove_file(&path).await;
         }
         reply(r)
+    }
+}
+
+/// Deletes a file when dropped (if it is still there).
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
     }
 }

@@ -79,6 +79,10 @@ pub struct DeleteRecordsPartition {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CommitFile {
+    /// After this time (the command's "now"), the commit is refused whole and nothing of it is
+    /// recorded: a commit that waited too long can never apply once its caller gave up (and the
+    /// cleaners' grace periods outlast the deadline). `None`: no deadline.
+    pub deadline_ms: Option<i64>,
     pub object_key: String,
     pub object_format: i8,
     pub file_size: i64,

@@ -5,7 +5,7 @@
 //! high watermark, which then grows by the batch's record count. The file is recorded with the
 //! bytes of its accepted batches as live bytes; a file with none is marked for deletion at once.
 //! An object key this metadata partition already knows is refused, leaving the existing file as it
-//! was.
+//! was. A commit applied after its deadline is refused whole (REQUEST_TIMED_OUT) and not recorded.
 
 use super::command::{
     CommitBatch, CommitFile, CommittedBatch, ErrorCode, Failure, OBJECT_FORMAT_WAL_MULTI_SEGMENT,
@@ -29,6 +29,13 @@ pub fn apply(
     c: &CommitFile,
 ) -> Result<Vec<Result<CommittedBatch, Failure>>, StorageError> {
     let keys = &sm.keys;
+    if c.deadline_ms.is_some_and(|d| now > d) {
+        let late = Failure::new(
+            ErrorCode::RequestTimedOut,
+            format!("commit of {:?} reached the log after its deadline; nothing of it was committed", c.object_key),
+        );
+        return Ok(c.batches.iter().map(|_| Err(late.clone())).collect());
+    }
     let refused = match validate_file(c) {
         Err(f) => Some(f),
         Ok(()) if tables::file(txn, keys, &c.object_key)?.is_some() => Some(Failure::new(

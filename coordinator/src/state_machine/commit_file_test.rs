@@ -132,6 +132,7 @@ fn a_byte_range_outside_the_file_is_refused() {
     let mut b = batch(tp(1, 0), 1);
     b.byte_offset = 50;
     let c = super::command::CommitFile {
+        deadline_ms: None,
         object_key: "k".into(),
         object_format: 1,
         file_size: 120,
@@ -191,6 +192,7 @@ fn file_level_problems_refuse_every_batch() {
     let r = f.commit_as("", vec![batch(tp(1, 0), 1), batch(tp(1, 0), 1)]);
     assert!(r.iter().all(|r| code(r) == ErrorCode::InvalidRequest));
     let c = super::command::CommitFile {
+        deadline_ms: None,
         object_key: "k".into(),
         object_format: 9,
         file_size: 100,
@@ -297,4 +299,28 @@ fn batch_ids_are_unique_and_carry_the_metadata_partition() {
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), n);
+}
+
+#[test]
+fn a_commit_past_its_deadline_is_refused_whole_and_not_recorded() {
+    let mut f = Fixture::new();
+    f.create(1, 1).unwrap();
+    f.now = 5_000;
+    let c = super::command::CommitFile {
+        deadline_ms: Some(4_999),
+        object_key: "late".into(),
+        object_format: 1,
+        file_size: 100,
+        uploader_broker_id: 1,
+        owner_ids: vec![0],
+        batches: vec![batch(tp(1, 0), 1)],
+    };
+    let super::Outcome::CommitFile(r) = f.apply(super::Op::CommitFile(c.clone())) else { panic!() };
+    assert_eq!(code(&r[0]), ErrorCode::RequestTimedOut);
+    assert_eq!(f.offsets(tp(1, 0)), (0, 0));
+    assert!(!f.describe("late").known, "not recorded: the orphan reconciler deletes the object");
+    // At the deadline itself it still applies.
+    let on_time = super::command::CommitFile { deadline_ms: Some(5_000), ..c };
+    let super::Outcome::CommitFile(r) = f.apply(super::Op::CommitFile(on_time)) else { panic!() };
+    assert_eq!(code(&r[0]), ErrorCode::None);
 }

@@ -115,6 +115,7 @@ impl Fixture {
             at += b.size.max(0);
         }
         let c = CommitFile {
+            deadline_ms: None,
             object_key: key.to_string(),
             object_format: OBJECT_FORMAT_WAL_MULTI_SEGMENT,
             file_size: i64::from(at),

@@ -329,6 +329,9 @@ impl Model {
     }
 
     fn commit(&mut self, now: i64, c: &CommitFile) -> Vec<Result<CommittedBatch, Failure>> {
+        if c.deadline_ms.is_some_and(|d| now > d) {
+            return c.batches.iter().map(|_| fail(ErrorCode::RequestTimedOut)).collect();
+        }
         let file_bad = c.object_key.is_empty()
             || c.object_key.len() > 1024
             || c.object_format != 1
