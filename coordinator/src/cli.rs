@@ -32,7 +32,7 @@ pub struct ServerArgs {
     #[arg(long, env = "DISKLESS_METADATA_PARTITIONS")]
     pub metadata_partitions: Option<u32>,
     /// Log filter (tracing's EnvFilter syntax), e.g. `info` or `diskless_coordinator=debug`.
-    #[arg(long, env = "RUST_LOG", default_value = "info,openraft=warn")]
+    #[arg(long, env = "RUST_LOG", default_value = "info,openraft=warn,openraft::core::heartbeat=error")]
     pub log: String,
 }
 

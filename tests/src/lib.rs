@@ -3,7 +3,8 @@
 //! gives gRPC clients and request builders.
 //!
 //! Each node's log goes to `<tmp>/node-<id>.log`; when a test fails, the tail of every log is
-//! printed. Set `DISKLESS_KEEP_TEST_DIRS=1` to keep the folder.
+//! printed. Set `DISKLESS_KEEP_TEST_DIRS=1` to keep the folder, and `DISKLESS_NODE_LOG` to change the
+//! nodes' `RUST_LOG` filter.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -120,7 +121,11 @@ impl Cluster {
         let child = Command::new(node_binary())
             .arg("--config")
             .arg(&config_path)
-            .env("RUST_LOG", "info,openraft=warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("DISKLESS_NODE_LOG")
+                    .unwrap_or_else(|_| "info,openraft=warn,openraft::core::heartbeat=error".into()),
+            )
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -63,6 +63,8 @@ struct PendingCommit {
 const MAX_FILES_PER_ENTRY: usize = 256;
 /// Log entries of gathered commits in flight per group at once.
 const COMMIT_ENTRIES_IN_FLIGHT: usize = 4;
+/// How often postponed log purges are asked for again (see [`Node::finish_purges`]).
+const PURGE_CHECK_MS: u64 = 5_000;
 
 /// A running coordinator node.
 pub struct Node {
@@ -410,6 +412,29 @@ impl Node {
         }
     }
 
+    /// Finishes log purges that openraft postponed and never retried.
+    ///
+    /// A leader postpones a purge while a replication stream still covers the entries (a follower
+    /// that is down keeps its stream open) and retries only when replication progresses; a node
+    /// that loses leadership meanwhile keeps the postponed purge until its next snapshot. Asking
+    /// again here bounds the log to about one snapshot interval whatever the followers do.
+    async fn finish_purges(&self) {
+        let keep = self.config.raft.entries_kept_after_snapshot;
+        for (g, group) in self.groups.iter().enumerate() {
+            let m = group.raft.metrics().borrow_watched().clone();
+            let Some(snapshot) = m.snapshot else { continue };
+            let Some(upto) = snapshot.index.checked_sub(keep) else { continue };
+            if m.purged.is_some_and(|p| p.index >= upto) {
+                continue;
+            }
+            // openraft ignores a request for the index it already scheduled, so ask for one more
+            // entry (it clamps to the snapshot): that re-runs the postponed purge.
+            if let Err(e) = group.raft.trigger().purge_log(upto + 1).await {
+                tracing::warn!(group = g, error = %e, "asking for a log purge failed");
+            }
+        }
+    }
+
     /// Runs retention and pending deletions on the groups this node leads.
     async fn enforce_retention(&self) {
         for g in 0..self.num_groups() {
@@ -452,6 +477,9 @@ impl Node {
             };
         periodic(self.config.leader_balance_ms, Duration::from_secs(3), |n| {
             Box::pin(async move { n.balance_leaders().await })
+        });
+        periodic(PURGE_CHECK_MS, Duration::from_millis(PURGE_CHECK_MS), |n| {
+            Box::pin(async move { n.finish_purges().await })
         });
         periodic(self.config.retention_check_ms, Duration::from_millis(self.config.retention_check_ms), |n| {
             Box::pin(async move { n.enforce_retention().await })
