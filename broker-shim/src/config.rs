@@ -160,6 +160,9 @@ impl Default for CleanupConfig {
     }
 }
 
+/// Clock difference between brokers and coordinator nodes the grace periods allow for.
+const CLOCK_SKEW_MARGIN_MS: u64 = 15_000;
+
 fn one() -> i32 {
     1
 }
@@ -179,6 +182,15 @@ impl ShimConfig {
         anyhow::ensure!(self.produce.buffer_max_bytes >= 1024, "produce.buffer_max_bytes must be at least 1024");
         anyhow::ensure!(self.produce.max_parallel_uploads >= 1, "produce.max_parallel_uploads must be at least 1");
         anyhow::ensure!(self.produce.commit_interval_ms >= 1, "produce.commit_interval_ms must be at least 1");
+        let commit_bound = crate::produce::COMMIT_TIMEOUT_MS as u64 + CLOCK_SKEW_MARGIN_MS;
+        if self.cleanup.delete_grace_ms < commit_bound {
+            tracing::warn!(
+                grace_ms = self.cleanup.delete_grace_ms,
+                "cleanup.delete_grace_ms is under {commit_bound} ms (commit timeout + clock skew margin): a \
+                 file one metadata partition released could be deleted while another's commit of it \
+                 is still pending"
+            );
+        }
         if self.cleanup.orphan_scan_interval_ms > 0 && self.cleanup.orphan_grace_ms < 60_000 {
             tracing::warn!(
                 grace_ms = self.cleanup.orphan_grace_ms,

@@ -35,6 +35,11 @@ use crate::storage::Storage;
 use crate::wal::record_batch::{self, BatchHeader};
 use crate::wal::segment::{PartitionKey, Placed, SegmentBuilder, OBJECT_FORMAT};
 
+/// How long the coordinator may take to commit a segment. The coordinator turns it into a
+/// deadline in the command: past it the commit is refused whole, so no commit of ours applies
+/// later than this after it reached a coordinator (the cleaner's grace periods rely on it).
+pub const COMMIT_TIMEOUT_MS: i32 = 30_000;
+
 /// Where a committed batch landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Appended {
@@ -266,7 +271,7 @@ async fn commit(s: Sealed, broker_id: i32, storage: &Storage, coordinators: &Coo
                 last_sequence: p.header.last_sequence(),
             })
             .collect(),
-        timeout_ms: 30_000,
+        timeout_ms: COMMIT_TIMEOUT_MS,
         uploader_broker_id: broker_id,
     };
     let r = coordinators.commit_file(req).await;
