@@ -53,7 +53,7 @@ enum TOp {
     CommitMany(Vec<(Vec<TBatch>, i32, Option<u8>)>),
     DeleteRecords { parts: Vec<(u8, i32, u8)>, budget: u32 },
     Alter { topic: u8, ms: Option<i64>, bytes: Option<i64> },
-    Retention { budget: u32 },
+    Retention { budget: u32, producer_expiration_ms: i64 },
     Confirm { take: u8, live_too: bool },
     Tick { ms: i64 },
 }
@@ -123,7 +123,8 @@ fn top() -> impl Strategy<Value = TOp> {
         3 => (prop::collection::vec((1..=TOPICS, -1i32..MAX_PARTITIONS_USED, any::<u8>()), 1..3), 0u32..12)
             .prop_map(|(parts, budget)| TOp::DeleteRecords { parts, budget }),
         1 => (0..=TOPICS, retention_value(), retention_value()).prop_map(|(topic, ms, bytes)| TOp::Alter { topic, ms, bytes }),
-        3 => (0u32..15).prop_map(|budget| TOp::Retention { budget }),
+        3 => (0u32..15, prop_oneof![2 => Just(-1i64), 1 => Just(0i64), 2 => 0i64..20_000])
+            .prop_map(|(budget, producer_expiration_ms)| TOp::Retention { budget, producer_expiration_ms }),
         2 => (0u8..4, prop::bool::weighted(0.2)).prop_map(|(take, live_too)| TOp::Confirm { take, live_too }),
         4 => (-200i64..3_000).prop_map(|ms| TOp::Tick { ms }),
     ]
@@ -280,7 +281,9 @@ impl Driver {
                 retention_ms: *ms,
                 retention_bytes: *bytes,
             }]),
-            TOp::Retention { budget } => Op::EnforceRetention { budget: *budget },
+            TOp::Retention { budget, producer_expiration_ms } => {
+                Op::EnforceRetention { budget: *budget, producer_expiration_ms: *producer_expiration_ms }
+            }
             TOp::DeleteRecords { parts, budget } => Op::DeleteRecords {
                 partitions: parts
                     .iter()
@@ -437,8 +440,12 @@ static OPERATIONS: AtomicUsize = AtomicUsize::new(0);
 /// Commit batch results by Kafka error code (0 = appended), and duplicates, for the summary.
 static BATCH_CODES: std::sync::Mutex<BTreeMap<i16, usize>> = std::sync::Mutex::new(BTreeMap::new());
 static DUPLICATES: AtomicUsize = AtomicUsize::new(0);
+static PRODUCERS_EXPIRED: AtomicUsize = AtomicUsize::new(0);
 
 fn count(outcome: &Outcome) {
+    if let Outcome::EnforceRetention(r) = outcome {
+        PRODUCERS_EXPIRED.fetch_add(r.producers_expired as usize, Ordering::Relaxed);
+    }
     if let Outcome::CommitFiles(files) = outcome {
         files.iter().for_each(|rs| count(&Outcome::CommitFile(rs.clone())));
     }
@@ -495,9 +502,10 @@ fn state_machine_matches_the_model_and_replicas_agree_byte_for_byte() {
     let n = OPERATIONS.load(Ordering::Relaxed);
     println!("model test: {n} operations compared over {cases} sequences");
     println!(
-        "commit batch results by error code (0 = appended): {:?}; duplicates recognised: {}",
+        "commit batch results by error code (0 = appended): {:?}; duplicates recognised: {}; producer states expired: {}",
         BATCH_CODES.lock().unwrap(),
-        DUPLICATES.load(Ordering::Relaxed)
+        DUPLICATES.load(Ordering::Relaxed),
+        PRODUCERS_EXPIRED.load(Ordering::Relaxed)
     );
     if cases >= 30 {
         assert!(n >= 10_000, "only {n} operations ran");

@@ -33,6 +33,11 @@ pub struct NodeConfig {
     /// How often each group's leader enforces retention and finishes pending deletions.
     #[serde(default = "default_retention_check_ms")]
     pub retention_check_ms: u64,
+    /// Kafka's `producer.id.expiration.ms`: an idempotent producer's state (its last 5 batches
+    /// per partition, for duplicate detection) is forgotten once it has appended nothing for
+    /// this long, checked with retention. Negative: never.
+    #[serde(default = "default_producer_id_expiration_ms")]
+    pub producer_id_expiration_ms: i64,
     /// How often a node hands leaderships back to each group's preferred leader (0 = never).
     #[serde(default = "default_leader_balance_ms")]
     pub leader_balance_ms: u64,
@@ -77,6 +82,10 @@ impl Default for RaftTuning {
 
 fn default_groups() -> u32 {
     DEFAULT_METADATA_PARTITIONS
+}
+
+fn default_producer_id_expiration_ms() -> i64 {
+    24 * 60 * 60 * 1000
 }
 
 fn default_retention_check_ms() -> u64 {

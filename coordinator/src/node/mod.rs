@@ -442,7 +442,11 @@ impl Node {
                 continue;
             }
             for _ in 0..100 {
-                match self.propose(g, Op::EnforceRetention { budget: DELETE_BUDGET }, Duration::from_secs(10)).await {
+                let op = Op::EnforceRetention {
+                    budget: DELETE_BUDGET,
+                    producer_expiration_ms: self.config.producer_id_expiration_ms,
+                };
+                match self.propose(g, op, Duration::from_secs(10)).await {
                     Ok((Outcome::EnforceRetention(r), _)) if r.more => continue,
                     Ok(_) => break,
                     Err(e) => {

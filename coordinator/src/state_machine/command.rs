@@ -39,9 +39,10 @@ pub enum Op {
     AlterTopicConfigs(Vec<AlterTopic>),
     /// The broker deleted these objects; forget them.
     ConfirmFilesDeleted { object_keys: Vec<String> },
-    /// Finish pending deletions, then delete batches beyond retention, doing at most `budget`
-    /// units of work (one per batch or producer state deleted, one per partition examined).
-    EnforceRetention { budget: u32 },
+    /// Finish pending deletions, then delete batches beyond retention, then expire producer states
+    /// idle for `producer_expiration_ms` (negative: never), doing at most `budget` units of work
+    /// (one per batch deleted, per partition examined and per producer state examined).
+    EnforceRetention { budget: u32, producer_expiration_ms: i64 },
     /// Does nothing; lets a new leader commit an entry of its term, and tests probe the log.
     Noop,
     /// Several DisklessCommitFile requests in one log entry, applied one after the other exactly
@@ -167,6 +168,7 @@ pub struct CommittedBatch {
 pub struct RetentionReport {
     pub batches_deleted: u64,
     pub partitions_examined: u64,
+    pub producers_expired: u64,
     /// Work is left: call again.
     pub more: bool,
 }

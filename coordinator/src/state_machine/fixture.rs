@@ -144,8 +144,15 @@ impl Fixture {
         r.remove(0).1
     }
 
+    /// EnforceRetention with producer states never expiring.
     pub fn retention(&mut self, budget: u32) -> RetentionReport {
-        let Outcome::EnforceRetention(r) = self.apply(Op::EnforceRetention { budget }) else { panic!("wrong outcome") };
+        self.retention_expiring_producers(budget, -1)
+    }
+
+    pub fn retention_expiring_producers(&mut self, budget: u32, producer_expiration_ms: i64) -> RetentionReport {
+        let Outcome::EnforceRetention(r) = self.apply(Op::EnforceRetention { budget, producer_expiration_ms }) else {
+            panic!("wrong outcome")
+        };
         r
     }
 

@@ -39,6 +39,7 @@ pub const APPLIED: u8 = b'A';
 /// Names under the `M` table.
 pub const META_NEXT_BATCH_ID: &[u8] = b"next_batch_id";
 pub const META_RETENTION_CURSOR: &[u8] = b"retention_cursor";
+pub const META_PRODUCER_CURSOR: &[u8] = b"producer_cursor";
 
 /// A topic-partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]

@@ -122,7 +122,9 @@ impl StateMachine {
             Op::ConfirmFilesDeleted { object_keys } => {
                 Outcome::ConfirmFilesDeleted(files::confirm_deleted(self, txn, object_keys)?)
             }
-            Op::EnforceRetention { budget } => Outcome::EnforceRetention(retention::apply(self, txn, now, *budget)?),
+            Op::EnforceRetention { budget, producer_expiration_ms } => {
+                Outcome::EnforceRetention(retention::apply(self, txn, now, *budget, *producer_expiration_ms)?)
+            }
             Op::Noop => Outcome::Noop,
         })
     }

@@ -7,19 +7,30 @@
 //! `now - retention.ms`, or while the partition would still hold at least `retention.bytes` without
 //! it (Kafka's rule for segments); the first batch that stays ends the partition's turn. The log
 //! start offset follows the deleted batches.
+//!
+//! After a complete pass over the partitions, the same kind of walk (its own cursor, one unit per
+//! state examined) expires idempotent-producer states whose last append is `producer.id.
+//! expiration.ms` old, as Kafka does, so producer churn does not grow the state forever; then the
+//! next command starts a new pass over the partitions. Time is the command's.
 
 use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
 use super::command::RetentionReport;
-use super::keys::{TopicPartition, BATCH, META_RETENTION_CURSOR, PARTITION};
+use super::keys::{TopicPartition, BATCH, META_PRODUCER_CURSOR, META_RETENTION_CURSOR, PARTITION, PRODUCER};
 use super::purge::{self, Progress};
-use super::records::{BatchRecord, PartitionRecord, TopicRecord};
+use super::records::{BatchRecord, PartitionRecord, ProducerRecord, TopicRecord};
 use super::{tables, time_index, StateMachine};
 use crate::storage::{codec, KvRead, StorageError, Txn};
 
-pub fn apply(sm: &StateMachine, txn: &mut Txn<'_>, now: i64, mut budget: u32) -> Result<RetentionReport, StorageError> {
+pub fn apply(
+    sm: &StateMachine,
+    txn: &mut Txn<'_>,
+    now: i64,
+    mut budget: u32,
+    producer_expiration_ms: i64,
+) -> Result<RetentionReport, StorageError> {
     let keys = &sm.keys;
     let mut report = RetentionReport::default();
     let mut progress = Progress::default();
@@ -30,23 +41,61 @@ pub fn apply(sm: &StateMachine, txn: &mut Txn<'_>, now: i64, mut budget: u32) ->
         return Ok(report);
     }
 
+    let producer_cursor_key = keys.meta(META_PRODUCER_CURSOR);
+    let mut producer_cursor: Option<Vec<u8>> = tables::get(txn, &producer_cursor_key)?;
+    if producer_expiration_ms < 0 && producer_cursor.take().is_some() {
+        txn.delete(producer_cursor_key.clone());
+    }
+    let from = match producer_cursor {
+        Some(from) => from,
+        None => {
+            if !walk_partitions(sm, txn, now, &mut budget, &mut report)? {
+                report.more = true;
+                return Ok(report);
+            }
+            if producer_expiration_ms < 0 {
+                return Ok(report);
+            }
+            keys.table(PRODUCER).0
+        }
+    };
+    let expired_at_or_before = now.saturating_sub(producer_expiration_ms);
+    match expire_producers(sm, txn, from, expired_at_or_before, &mut budget, &mut report)? {
+        Some(next) => {
+            tables::put(txn, producer_cursor_key, &next)?;
+            report.more = true;
+        }
+        None => txn.delete(producer_cursor_key),
+    }
+    Ok(report)
+}
+
+/// One step of the walk over the partitions, from the cursor in the state. Returns true when the
+/// walk reached the end (the cursor is then cleared), false when the budget ran out first.
+fn walk_partitions(
+    sm: &StateMachine,
+    txn: &mut Txn<'_>,
+    now: i64,
+    budget: &mut u32,
+    report: &mut RetentionReport,
+) -> Result<bool, StorageError> {
+    let keys = &sm.keys;
     let cursor_key = keys.meta(META_RETENTION_CURSOR);
     let mut cursor: Option<TopicPartition> = tables::get(txn, &cursor_key)?;
     let mut topics: BTreeMap<Uuid, Option<TopicRecord>> = BTreeMap::new();
     loop {
-        let page = next_partitions(txn, sm, cursor.as_ref(), (budget as usize).clamp(1, 256))?;
+        let page = next_partitions(txn, sm, cursor.as_ref(), (*budget as usize).clamp(1, 256))?;
         if page.is_empty() {
-            // A whole pass is done: the next command starts from the beginning.
+            // A whole pass is done: the next one starts from the beginning.
             txn.delete(cursor_key);
-            return Ok(report);
+            return Ok(true);
         }
         for (tp, mut part) in page {
-            if budget == 0 {
+            if *budget == 0 {
                 tables::put(txn, cursor_key, &tp)?;
-                report.more = true;
-                return Ok(report);
+                return Ok(false);
             }
-            budget -= 1;
+            *budget -= 1;
             report.partitions_examined += 1;
             cursor = Some(tp);
             let topic = match topics.get(&tp.topic_id) {
@@ -61,15 +110,49 @@ pub fn apply(sm: &StateMachine, txn: &mut Txn<'_>, now: i64, mut budget: u32) ->
             if topic.retention_ms < 0 && topic.retention_bytes < 0 {
                 continue;
             }
-            let finished = trim(sm, txn, now, &tp, &mut part, &topic, &mut budget, &mut report)?;
-            if !finished {
+            if !trim(sm, txn, now, &tp, &mut part, &topic, budget, report)? {
                 tables::put(txn, cursor_key, &tp)?;
-                report.more = true;
-                return Ok(report);
+                return Ok(false);
             }
         }
         // Continue after the last partition of the page.
         cursor = cursor.map(successor);
+    }
+}
+
+/// Deletes idempotent-producer states whose last append is at or before `expired_at_or_before`
+/// (Kafka's `producer.id.expiration.ms`), walking the producer table from key `from`, one budget
+/// unit per state examined. Returns the key to resume from when the budget ran out first.
+fn expire_producers(
+    sm: &StateMachine,
+    txn: &mut Txn<'_>,
+    mut from: Vec<u8>,
+    expired_at_or_before: i64,
+    budget: &mut u32,
+    report: &mut RetentionReport,
+) -> Result<Option<Vec<u8>>, StorageError> {
+    let end = sm.keys.table(PRODUCER).1;
+    loop {
+        let page_len = (*budget as usize).clamp(1, 256);
+        let mut page: Vec<(Vec<u8>, ProducerRecord)> = Vec::new();
+        txn.scan(&from, &end, &mut |k, v| {
+            page.push((k.to_vec(), codec::decode(k, v)?));
+            Ok(page.len() < page_len)
+        })?;
+        let Some(last) = page.last() else { return Ok(None) };
+        let mut next = last.0.clone();
+        next.push(0);
+        for (k, state) in page {
+            if *budget == 0 {
+                return Ok(Some(k));
+            }
+            *budget -= 1;
+            if state.batches.last().is_none_or(|b| b.log_append_time <= expired_at_or_before) {
+                txn.delete(k);
+                report.producers_expired += 1;
+            }
+        }
+        from = next;
     }
 }
 

@@ -102,3 +102,50 @@ fn altering_retention_takes_effect_on_the_next_pass() {
     assert_eq!(codes, [ErrorCode::None, ErrorCode::UnknownTopicId, ErrorCode::InvalidConfig]);
     assert_eq!(f.retention(100).batches_deleted, 1);
 }
+
+#[test]
+fn idle_producer_states_expire_and_active_ones_keep_their_duplicate_detection() {
+    let mut f = Fixture::new();
+    f.create_with(1, "t", 1, Some(-1), Some(-1)).unwrap();
+    let t = tp(1, 0);
+    f.now = 1_000;
+    f.commit_one(idem(t, 7, 0, 0, 1)).unwrap(); // idle from now on
+    f.commit_one(idem(t, 8, 0, 0, 1)).unwrap();
+    f.now = 5_000;
+    f.commit_one(idem(t, 8, 0, 1, 1)).unwrap(); // producer 8 appends again
+
+    // Expiration 4 s: producer 7 (last append at 1 s) goes, producer 8 (5 s) stays.
+    f.now = 5_000 + 3_999;
+    let r = f.retention_expiring_producers(100, 4_000);
+    assert_eq!((r.producers_expired, r.more), (1, false));
+    assert!(f.commit_one(idem(t, 8, 0, 1, 1)).unwrap().is_duplicate, "producer 8 still recognises retries");
+    // Producer 7 is forgotten: a retry of its batch is a new producer's first batch...
+    assert!(!f.commit_one(idem(t, 7, 0, 0, 1)).unwrap().is_duplicate);
+    // ...and nothing expires while expiration is off.
+    f.now = i64::MAX / 2;
+    assert_eq!(f.retention(100).producers_expired, 0);
+}
+
+#[test]
+fn producer_expiration_resumes_where_the_budget_ran_out() {
+    let mut f = Fixture::new();
+    f.create_with(1, "t", 2, Some(-1), Some(-1)).unwrap();
+    for pid in 0..10 {
+        f.commit_one(idem(tp(1, (pid % 2) as i32), pid, 0, 0, 1)).unwrap();
+    }
+    f.now += 10_000;
+    // Each command first walks the 2 partitions (2 units), then examines producer states.
+    let mut expired = 0;
+    let mut commands = 0;
+    loop {
+        let r = f.retention_expiring_producers(4, 1_000);
+        expired += r.producers_expired;
+        commands += 1;
+        if !r.more {
+            break;
+        }
+    }
+    assert_eq!(expired, 10);
+    // 2 partitions + 10 states = 12 units at 4 per command, the first one partly spent on partitions.
+    assert_eq!(commands, 3);
+}

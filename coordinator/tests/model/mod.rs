@@ -55,6 +55,8 @@ pub struct Model {
     files: BTreeMap<String, File>,
     queue: BTreeSet<TopicPartition>,
     cursor: Option<TopicPartition>,
+    /// In the producer-expiration walk: where it resumes (`Some(None)`: from the start).
+    producer_cursor: Option<Option<(TopicPartition, i64)>>,
     next_batch_id: i64,
 }
 
@@ -81,6 +83,7 @@ impl Model {
             files: BTreeMap::new(),
             queue: BTreeSet::new(),
             cursor: None,
+            producer_cursor: None,
             next_batch_id: 0,
         }
     }
@@ -115,7 +118,9 @@ impl Model {
             Op::ConfirmFilesDeleted { object_keys } => {
                 Outcome::ConfirmFilesDeleted(object_keys.iter().map(|k| (k.clone(), self.confirm(k))).collect())
             }
-            Op::EnforceRetention { budget } => Outcome::EnforceRetention(self.retention(now, *budget)),
+            Op::EnforceRetention { budget, producer_expiration_ms } => {
+                Outcome::EnforceRetention(self.retention(now, *budget, *producer_expiration_ms))
+            }
             Op::Noop => Outcome::Noop,
         }
     }
@@ -275,7 +280,7 @@ impl Model {
         }
     }
 
-    fn retention(&mut self, now: i64, mut budget: u32) -> RetentionReport {
+    fn retention(&mut self, now: i64, mut budget: u32, expiration: i64) -> RetentionReport {
         let mut r = RetentionReport::default();
         let (empty, deleted) = self.purge(now, &mut budget);
         r.batches_deleted = deleted;
@@ -283,6 +288,41 @@ impl Model {
             r.more = true;
             return r;
         }
+        if expiration < 0 {
+            self.producer_cursor = None;
+        }
+        if self.producer_cursor.is_none() {
+            if !self.walk_partitions(now, &mut budget, &mut r) {
+                r.more = true;
+                return r;
+            }
+            if expiration < 0 {
+                return r;
+            }
+            self.producer_cursor = Some(None);
+        }
+        // Expire producer states idle for `expiration`, one unit per state examined.
+        let from = self.producer_cursor.flatten();
+        let states: Vec<(TopicPartition, i64)> =
+            self.producers.keys().filter(|k| from.is_none_or(|c| **k >= c)).copied().collect();
+        for k in states {
+            if budget == 0 {
+                self.producer_cursor = Some(Some(k));
+                r.more = true;
+                return r;
+            }
+            budget -= 1;
+            if self.producers[&k].batches.last().is_none_or(|b| now - b.3 >= expiration) {
+                self.producers.remove(&k);
+                r.producers_expired += 1;
+            }
+        }
+        self.producer_cursor = None;
+        r
+    }
+
+    /// The retention walk over the partitions; false when the budget ran out first.
+    fn walk_partitions(&mut self, now: i64, budget: &mut u32, r: &mut RetentionReport) -> bool {
         let start = self.cursor;
         let tps: Vec<TopicPartition> = self
             .parts
@@ -291,12 +331,11 @@ impl Model {
             .map(|(tp, _)| *tp)
             .collect();
         for tp in tps {
-            if budget == 0 {
+            if *budget == 0 {
                 self.cursor = Some(tp);
-                r.more = true;
-                return r;
+                return false;
             }
-            budget -= 1;
+            *budget -= 1;
             r.partitions_examined += 1;
             let Some(t) = self.topics.get(&tp.topic_id).cloned() else { continue };
             if t.retention_ms < 0 && t.retention_bytes < 0 {
@@ -310,12 +349,11 @@ impl Model {
                 if !(old || big) {
                     break;
                 }
-                if budget == 0 {
+                if *budget == 0 {
                     self.cursor = Some(tp);
-                    r.more = true;
-                    return r;
+                    return false;
                 }
-                budget -= 1;
+                *budget -= 1;
                 r.batches_deleted += 1;
                 let part = self.parts.get_mut(&tp).unwrap();
                 let b = part.batches.remove(0);
@@ -325,7 +363,7 @@ impl Model {
             }
         }
         self.cursor = None;
-        r
+        true
     }
 
     fn commit(&mut self, now: i64, c: &CommitFile) -> Vec<Result<CommittedBatch, Failure>> {
