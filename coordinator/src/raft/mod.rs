@@ -11,6 +11,7 @@
 mod keys;
 mod log_store;
 pub mod network;
+pub mod progress;
 mod sm_store;
 pub mod snapshot;
 mod wal_sync;

@@ -27,6 +27,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use tokio::io::AsyncReadExt;
 use tonic::transport::{Channel, Endpoint};
 
+use super::progress::Progress;
 use super::snapshot::SnapshotFile;
 use super::{NodeId, Snapshot, TypeConfig, Vote};
 use crate::storage::codec;
@@ -35,8 +36,11 @@ use crate::storage::codec;
 const APPEND_TIMEOUT: Duration = Duration::from_secs(2);
 /// Bytes per snapshot chunk.
 const SNAPSHOT_CHUNK: usize = 1 << 20;
-/// How long a snapshot transfer may go without progress before it is abandoned.
-const SNAPSHOT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a snapshot transfer may go without progress (a chunk) before it is abandoned, on
+/// either side. There is no limit on the whole transfer: a large snapshot on a slow link arrives.
+pub const SNAPSHOT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the receiver may take to install a snapshot it received whole.
+const SNAPSHOT_INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Test hook: peers this node must not talk to (both directions are cut when both nodes block
 /// each other).
@@ -167,31 +171,44 @@ impl Conn {
             .await
             .map_err(|e| StreamingError::from(network(format!("open snapshot: {e}"))))?;
         let group = self.group;
+        let progress = Progress::default();
+        let sent = progress.clone();
         // Chunks are read as the transport asks for them: the file is never in memory whole.
-        let chunks = futures_util::stream::unfold((file, Some(header)), move |(mut file, header)| async move {
-            let mut buf = vec![0u8; SNAPSHOT_CHUNK];
-            let mut filled = 0;
-            while filled < buf.len() {
-                match file.read(&mut buf[filled..]).await {
-                    Ok(0) => break,
-                    Ok(n) => filled += n,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "reading a snapshot to send failed");
-                        return None;
+        let chunks = futures_util::stream::unfold((file, Some(header)), move |(mut file, header)| {
+            let sent = sent.clone();
+            async move {
+                let mut buf = vec![0u8; SNAPSHOT_CHUNK];
+                let mut filled = 0;
+                while filled < buf.len() {
+                    match file.read(&mut buf[filled..]).await {
+                        Ok(0) => break,
+                        Ok(n) => filled += n,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "reading a snapshot to send failed");
+                            return None;
+                        }
                     }
                 }
+                if filled == 0 && header.is_none() {
+                    sent.finish();
+                    return None;
+                }
+                buf.truncate(filled);
+                sent.advance();
+                let chunk = SnapshotChunk { group, header: header.unwrap_or_default(), data: buf };
+                Some((chunk, (file, None)))
             }
-            if filled == 0 && header.is_none() {
-                return None;
-            }
-            buf.truncate(filled);
-            let chunk = SnapshotChunk { group, header: header.unwrap_or_default(), data: buf };
-            Some((chunk, (file, None)))
         });
-        let mut request = tonic::Request::new(chunks);
-        request.set_timeout(SNAPSHOT_IDLE_TIMEOUT * 20);
-        let reply =
-            client.install_snapshot(request).await.map_err(|s| StreamingError::from(transport(s)))?.into_inner();
+        let reply = tokio::select! {
+            r = client.install_snapshot(tonic::Request::new(chunks)) => r.map_err(|s| StreamingError::from(transport(s)))?,
+            _ = progress.stalled(SNAPSHOT_IDLE_TIMEOUT, SNAPSHOT_INSTALL_TIMEOUT) => {
+                return Err(StreamingError::from(network(format!(
+                    "snapshot transfer to node {} stalled (no chunk taken for {SNAPSHOT_IDLE_TIMEOUT:?}, or not installed within {SNAPSHOT_INSTALL_TIMEOUT:?})",
+                    self.target
+                ))));
+            }
+        }
+        .into_inner();
         if !reply.error.is_empty() {
             return Err(StreamingError::Unreachable(Unreachable::from_string(reply.error)));
         }

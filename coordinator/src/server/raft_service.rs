@@ -12,6 +12,7 @@ use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::node::Node;
+use crate::raft::network::SNAPSHOT_IDLE_TIMEOUT;
 use crate::raft::snapshot::{self, SnapshotFile};
 use crate::raft::{Raft, Snapshot, SnapshotMeta, Vote};
 use crate::storage::codec;
@@ -68,7 +69,10 @@ impl RaftService for RaftApi {
         request: Request<Streaming<SnapshotChunk>>,
     ) -> Result<Response<RaftReply>, Status> {
         let mut stream = request.into_inner();
-        let first = stream.next().await.ok_or_else(|| Status::invalid_argument("empty snapshot stream"))??;
+        let first = tokio::time::timeout(SNAPSHOT_IDLE_TIMEOUT, stream.next())
+            .await
+            .map_err(|_| Status::deadline_exceeded(format!("no snapshot chunk for {SNAPSHOT_IDLE_TIMEOUT:?}")))?
+            .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))??;
         let group = first.group;
         let raft = self.raft(group)?.clone();
         let (vote, meta): (Vote, SnapshotMeta) = decode(&first.header)?;
@@ -81,7 +85,15 @@ impl RaftService for RaftApi {
         let result = async {
             let mut file = tokio::fs::File::create(&path).await?;
             file.write_all(&first.data).await?;
-            while let Some(chunk) = stream.next().await {
+            // No limit on the whole transfer, only on a silence between two chunks.
+            loop {
+                let next = tokio::time::timeout(SNAPSHOT_IDLE_TIMEOUT, stream.next()).await.map_err(|_| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no snapshot chunk for {SNAPSHOT_IDLE_TIMEOUT:?}"),
+                    )
+                })?;
+                let Some(chunk) = next else { break };
                 let chunk = chunk.map_err(std::io::Error::other)?;
                 file.write_all(&chunk.data).await?;
             }
