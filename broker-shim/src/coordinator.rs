@@ -121,6 +121,19 @@ impl Coordinators {
         Err(last.unwrap_or_else(|| tonic::Status::unavailable("no coordinator")))
     }
 
+    /// Moves the requests that go to "any node" on to the next node (the current one answered that
+    /// it cannot serve, e.g. its replica is stale). Returns how many nodes there are.
+    pub fn move_on(&self) -> usize {
+        let i = self.current.load(Ordering::Relaxed);
+        let _ = self.current.compare_exchange(i, i + 1, Ordering::Relaxed, Ordering::Relaxed);
+        self.channels.len()
+    }
+
+    /// How many coordinator nodes this broker knows.
+    pub fn nodes(&self) -> usize {
+        self.channels.len()
+    }
+
     /// Sends a request once (its outcome is unknown if the transport fails).
     pub async fn call_once<T, F, Fut>(&self, f: F) -> Result<T, tonic::Status>
     where

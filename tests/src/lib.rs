@@ -29,6 +29,8 @@ pub struct Options {
     pub snapshot_after_entries: u64,
     pub entries_kept_after_snapshot: u64,
     pub leader_balance_ms: u64,
+    /// Every snapshot install pauses this long, twice (see the node's `test_snapshot_install_pause_ms`).
+    pub snapshot_install_pause_ms: u64,
 }
 
 impl Default for Options {
@@ -38,6 +40,7 @@ impl Default for Options {
             snapshot_after_entries: 20_000,
             entries_kept_after_snapshot: 1_000,
             leader_balance_ms: 2_000,
+            snapshot_install_pause_ms: 0,
         }
     }
 }
@@ -88,12 +91,14 @@ impl Cluster {
         let o = &self.options;
         let mut s = format!(
             "node_id = {id}\nlisten = \"{}\"\ndata_dir = \"{}\"\nnum_metadata_partitions = {}\n\
-             leader_balance_ms = {}\nretention_check_ms = 3600000\nallow_fault_injection = true\n\n\
+             leader_balance_ms = {}\nretention_check_ms = 3600000\nallow_fault_injection = true\n\
+             test_snapshot_install_pause_ms = {}\n\n\
              [raft]\nsnapshot_after_entries = {}\nentries_kept_after_snapshot = {}\n",
             node.addr,
             self.data_dir(id).display(),
             o.groups,
             o.leader_balance_ms,
+            o.snapshot_install_pause_ms,
             o.snapshot_after_entries,
             o.entries_kept_after_snapshot,
         );
@@ -139,6 +144,12 @@ impl Cluster {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Deletes node `id`'s data directory (a replaced disk); the node must be stopped.
+    pub fn wipe(&mut self, id: u64) {
+        assert!(self.nodes[&id].child.is_none(), "wipe node {id} after stopping it");
+        std::fs::remove_dir_all(self.data_dir(id)).expect("remove the data directory");
     }
 
     /// Adds a process for a new node `id` that does not bootstrap (it waits to be added).
@@ -683,7 +694,7 @@ pub fn idempotent_batch_of(values: &[String], idem: Idempotence) -> Vec<u8> {
 
 /// Whether a Kafka error code is worth retrying (leadership moves, timeouts, storage hiccups).
 pub fn retriable(code: i32) -> bool {
-    matches!(code, 6 | 7 | 56)
+    matches!(code, 6 | 7 | 9 | 56)
 }
 
 /// Produces one batch, retrying retriable errors (the same bytes: for idempotent batches the

@@ -59,15 +59,19 @@ async fn run(c: &Cluster, storage: TestStorage, objects: diskless_broker_shim::s
         assert_eq!((r.error_code, r.low_watermark), (0, 2), "{:?}", r.error_message);
     }
     eventually("every released object is deleted", async || count(&objects).await.is_empty()).await;
-    // And the coordinator forgot them (confirmed).
-    let mut coordinator = c.client(1).await;
-    let files = coordinator
-        .list_files_to_delete(diskless_proto::v1::ListFilesToDeleteRequest { limit: 100, timeout_ms: 5000 })
-        .await
-        .unwrap()
-        .into_inner()
-        .files;
-    assert!(files.is_empty(), "{files:?}");
+    // And the coordinator forgets them once the cleaner confirms (just after deleting).
+    let coordinator = c.client(1).await;
+    eventually("every deletion is confirmed", async || {
+        let files = coordinator
+            .clone()
+            .list_files_to_delete(diskless_proto::v1::ListFilesToDeleteRequest { limit: 100, timeout_ms: 5000 })
+            .await
+            .unwrap()
+            .into_inner()
+            .files;
+        files.is_empty()
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

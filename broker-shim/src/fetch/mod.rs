@@ -82,14 +82,29 @@ impl Fetcher {
             timeout_ms: 10_000,
             min_applied: self.coordinators.min_applied(),
         };
-        let r = self
-            .coordinators
-            .call(|mut c| {
-                let req = req.clone();
-                async move { c.find_batches(req).await }
-            })
-            .await
-            .map_err(|s| KafkaError::unavailable("find batches", &s))?;
+        let mut attempts = 0;
+        let r = loop {
+            let r = self
+                .coordinators
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.find_batches(req).await }
+                })
+                .await
+                .map_err(|s| KafkaError::unavailable("find batches", &s))?;
+            // A node whose replica cannot vouch for its state (stale, removed, mid-install) says
+            // so per partition: ask the next node.
+            let unavailable = r
+                .topics
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .any(|p| p.error_code == ErrorCode::ReplicaNotAvailable.wire());
+            attempts += 1;
+            if !unavailable || attempts >= self.coordinators.nodes() {
+                break r;
+            }
+            self.coordinators.move_on();
+        };
 
         // Reads never go backwards: the next FindBatches waits for what this one saw.
         self.coordinators.record_applied(&r.applied);

@@ -30,7 +30,8 @@ enum Cmd {
         #[arg(long)]
         to: u64,
     },
-    /// Add a node to every metadata partition (learner, caught up, then voter).
+    /// Add a node to every metadata partition (learner, caught up, then voter). Also how a node
+    /// whose data directory was replaced rejoins: its old replicas are removed first.
     AddNode {
         #[arg(long)]
         id: u64,
@@ -109,6 +110,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
 fn print_status(s: &StatusResponse) {
     println!("answered by node {} ({} metadata partitions)", s.node_id, s.num_metadata_partitions);
+    if s.cluster_id.is_empty() {
+        println!("cluster: none yet (bootstrapping, or waiting to be added)");
+    } else {
+        println!("cluster: {}", s.cluster_id);
+    }
+    let outside: Vec<u32> = s.groups.iter().filter(|g| !g.member).map(|g| g.metadata_partition).collect();
+    if !outside.is_empty() {
+        println!(
+            "this node's replicas of metadata partitions {outside:?} are not members: it takes no part in them              (new node, or a replaced data directory: `coordctl add-node --id {} --address <its address>`)",
+            s.node_id
+        );
+    }
     println!("WAL fsyncs: {} covering {} log appends", s.wal_syncs, s.wal_synced_appends);
     println!("\n{:>6}  {:<22} role", "node", "address");
     for n in &s.nodes {

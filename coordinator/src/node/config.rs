@@ -23,9 +23,11 @@ pub struct NodeConfig {
     /// The number of metadata partitions (Raft groups); fixed when the cluster is created.
     #[serde(default = "default_groups")]
     pub num_metadata_partitions: u32,
-    /// The voters every metadata partition starts with. A node listed here bootstraps the cluster
-    /// on its first start (safe to repeat: an initialized group is left alone). Empty on a node
-    /// that will be added to a running cluster.
+    /// The voters every metadata partition starts with. The nodes listed here bootstrap a new
+    /// cluster once every one of them answers and none has an initialized group; a listed node
+    /// whose data directory is new while the cluster exists (a replaced disk) initializes nothing
+    /// and takes no part until it is added again (`coordctl add-node`). Keeping the list after the
+    /// first start is safe. Empty on a node that will be added to a running cluster.
     #[serde(default)]
     pub members: Vec<Member>,
     #[serde(default)]
@@ -44,9 +46,13 @@ pub struct NodeConfig {
     /// The largest request a client may send, in bytes.
     #[serde(default = "default_max_request_bytes")]
     pub max_request_bytes: usize,
-    /// Accept the `InjectFault` admin call (tests only).
+    /// Accept the `InjectFault` admin call and the `test_*` settings (tests only).
     #[serde(default)]
     pub allow_fault_injection: bool,
+    /// Tests only (needs `allow_fault_injection`): every snapshot install pauses this long before
+    /// adopting the received file and again halfway through replacing the state.
+    #[serde(default)]
+    pub test_snapshot_install_pause_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -135,6 +141,10 @@ impl NodeConfig {
             "raft timeouts must satisfy heartbeat_ms < election_timeout_min_ms < election_timeout_max_ms"
         );
         anyhow::ensure!(self.max_request_bytes >= 1024, "max_request_bytes must be at least 1024");
+        anyhow::ensure!(
+            self.test_snapshot_install_pause_ms == 0 || self.allow_fault_injection,
+            "test_snapshot_install_pause_ms is a test setting: it needs allow_fault_injection = true"
+        );
         Ok(())
     }
 }

@@ -13,16 +13,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
+use diskless_proto::internal::{Addressee, IdentifyReply, IdentifyRequest};
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::ForwardReason;
-use openraft::{BasicNode, RaftMetrics, ReadPolicy, ServerState};
+use openraft::{ChangeMembers, RaftMetrics, ReadPolicy, ServerState};
 
 pub use config::{Member, NodeConfig};
 
+use crate::raft::identity::{self, Identity, Refusal};
 use crate::raft::network::{NetworkFactory, Peers};
-use crate::raft::{LogStore, NodeId, Raft, SmStore, TypeConfig, WalSyncer};
+use crate::raft::{LogStore, NodeId, Raft, Replica, SmStore, TypeConfig, WalSyncer};
 use crate::state_machine::{Command, CommitFile, CommittedBatch, Failure, Op, Outcome, StateMachine};
-use crate::storage::{codec, Db, Family, WriteBatch};
+use crate::storage::{codec, Db};
 
 /// Work units of one retention or deletion command (see `state_machine::purge`).
 pub const DELETE_BUDGET: u32 = 10_000;
@@ -40,6 +42,13 @@ pub enum RouteError {
     UnknownGroup(u32),
     #[error("metadata partition {group} failed: {message}")]
     Failed { group: u32, message: String },
+    /// A read could not be confirmed by a quorum in time (peers down or cut off); nothing changed.
+    #[error("metadata partition {group}: no quorum confirmed the read in time")]
+    NoQuorum { group: u32 },
+    /// This node's replica cannot serve reads now (stale, not a member, stopped); another node's
+    /// may.
+    #[error("this node's replica of metadata partition {group} cannot serve reads: {reason}")]
+    ReplicaUnavailable { group: u32, reason: String },
 }
 
 struct Group {
@@ -74,21 +83,20 @@ pub struct Node {
     syncer: WalSyncer,
     groups: Vec<Group>,
     pub peers: Arc<Peers>,
+    identity: Arc<Identity>,
+    /// Per group: when this replica last accepted a message of a leader (ms since `started`).
+    heard_from_leader: Vec<std::sync::atomic::AtomicU64>,
+    started: Instant,
     stop: tokio::sync::watch::Sender<bool>,
 }
 
-/// Where the cluster's fixed shape is recorded (outside every group's key range).
-const CLUSTER_KEY: &[u8] = b"\xff\xff\xff\xffcluster";
-
-#[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
-struct ClusterRecord {
-    num_metadata_partitions: u32,
-    node_id: u64,
-}
+/// A replica that has heard nothing from a leader for this many maximum election timeouts serves
+/// no reads (it may be cut off, removed, or frozen).
+const STALE_AFTER_ELECTION_TIMEOUTS: u64 = 3;
 
 impl Node {
-    /// Opens the data directory, starts every group, bootstraps them if this node is a listed
-    /// member of a new cluster, and starts the background duties.
+    /// Opens the data directory, starts every group and the background duties, and starts
+    /// bootstrapping (see [`Node::bootstrap`]) if this node is a listed member.
     pub async fn start(config: NodeConfig) -> anyhow::Result<Arc<Node>> {
         config.validate()?;
         std::fs::create_dir_all(&config.data_dir)
@@ -97,16 +105,17 @@ impl Node {
             Db::open(&config.data_dir.join("rocksdb"))
                 .with_context(|| format!("open RocksDB in {}", config.data_dir.display()))?,
         );
-        check_cluster_record(&db, &config)?;
-        let syncer = WalSyncer::start(db.clone());
-        let peers = Arc::new(Peers::default());
-        let raft_config = Arc::new(raft_config(&config)?);
         let n = config.num_metadata_partitions;
+        let identity = Arc::new(Identity::load_or_create(&db, &config.data_dir, config.node_id, n)?);
+        let syncer = WalSyncer::start(db.clone());
+        let peers = Arc::new(Peers::new(identity.clone()));
+        let raft_config = Arc::new(raft_config(&config)?);
         let mut groups = Vec::with_capacity(n as usize);
         let mut queues = Vec::with_capacity(n as usize);
         for g in 0..n {
             let sm = SmStore::open(db.clone(), StateMachine::new(g, n), &config.data_dir)
-                .with_context(|| format!("open the state of metadata partition {g}"))?;
+                .with_context(|| format!("open the state of metadata partition {g}"))?
+                .with_install_pause(Duration::from_millis(config.test_snapshot_install_pause_ms));
             let log = LogStore::new(db.clone(), g, syncer.clone());
             let net = NetworkFactory { group: g, peers: peers.clone() };
             let raft = Raft::new(config.node_id, raft_config.clone(), net, log, sm.clone())
@@ -117,32 +126,230 @@ impl Node {
             groups.push(Group { raft, sm, membership: tokio::sync::Mutex::new(()), commits });
         }
         let (stop, _) = tokio::sync::watch::channel(false);
-        let node = Arc::new(Node { id: config.node_id, config, db, syncer, groups, peers, stop });
+        let heard_from_leader = (0..n).map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
+        let node = Arc::new(Node {
+            id: config.node_id,
+            config,
+            db,
+            syncer,
+            groups,
+            peers,
+            identity,
+            heard_from_leader,
+            started: Instant::now(),
+            stop,
+        });
         for (g, rx) in queues.into_iter().enumerate() {
             tokio::spawn(gather_commits(Arc::downgrade(&node), g as u32, rx));
         }
-        node.bootstrap().await?;
+        if node.config.members.iter().any(|m| m.id == node.id) {
+            let me = Arc::downgrade(&node);
+            tokio::spawn(async move { Node::bootstrap(me).await });
+        }
         node.spawn_duties();
         Ok(node)
     }
 
-    async fn bootstrap(&self) -> anyhow::Result<()> {
-        if !self.config.members.iter().any(|m| m.id == self.id) {
-            return Ok(());
-        }
-        let members: BTreeMap<NodeId, BasicNode> =
-            self.config.members.iter().map(|m| (m.id, BasicNode::new(&m.addr))).collect();
-        for (g, group) in self.groups.iter().enumerate() {
-            if group.raft.is_initialized().await? {
-                continue;
+    /// Bootstraps the metadata partitions of a new cluster, safely.
+    ///
+    /// A listed member initializes a group only when **every** other listed member has answered
+    /// `Identify` and none has that group initialized: then the cluster is new, and each member's
+    /// replica enters the membership under the incarnation it reported (all members that
+    /// initialize compute the same membership and the same cluster id). As soon as any member
+    /// reports the group initialized, this node initializes nothing: its replica joins through
+    /// replication if the group knows its incarnation, and is refused (see `raft::identity`) until
+    /// an operator adds it again if it does not — the case of a wiped or replaced data directory,
+    /// which must never vote with the log it lost. Members that do not answer are waited for.
+    async fn bootstrap(me: std::sync::Weak<Node>) {
+        let mut last_note: Option<Instant> = None;
+        loop {
+            let Some(node) = me.upgrade() else { return };
+            if *node.stop.borrow() {
+                return;
             }
-            match group.raft.initialize(members.clone()).await {
+            match node.try_bootstrap().await {
+                Ok(None) => return,
+                Ok(Some(missing)) => {
+                    if last_note.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                        last_note = Some(Instant::now());
+                        tracing::info!(
+                            ?missing,
+                            "waiting for every member to answer before bootstrapping a new cluster"
+                        );
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "bootstrap stopped");
+                    return;
+                }
+            }
+            drop(node);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    /// One bootstrap attempt: `Ok(None)` when there is nothing left to do, else the members that
+    /// did not answer.
+    async fn try_bootstrap(&self) -> anyhow::Result<Option<Vec<NodeId>>> {
+        let mut todo = vec![];
+        for (g, group) in self.groups.iter().enumerate() {
+            if !group.raft.is_initialized().await? {
+                todo.push(g as u32);
+            }
+        }
+        if todo.is_empty() {
+            return Ok(None);
+        }
+        let mut replies: BTreeMap<NodeId, IdentifyReply> = BTreeMap::new();
+        let mut missing = vec![];
+        for m in self.config.members.iter().filter(|m| m.id != self.id) {
+            match self.identify_peer(&m.addr).await {
+                Ok(r) if r.node_id != m.id || r.num_metadata_partitions != self.num_groups() => {
+                    tracing::error!(
+                        addr = %m.addr,
+                        "member {} at {} answers as node {} with {} metadata partitions; fix the members list",
+                        m.id,
+                        m.addr,
+                        r.node_id,
+                        r.num_metadata_partitions
+                    );
+                    missing.push(m.id);
+                }
+                Ok(r) => {
+                    replies.insert(m.id, r);
+                }
+                Err(e) => {
+                    tracing::debug!(member = m.id, error = %e, "member did not answer");
+                    missing.push(m.id);
+                }
+            }
+        }
+        let exists = |g: u32| replies.values().any(|r| r.initialized.get(g as usize) == Some(&true));
+        if todo.iter().any(|&g| exists(g)) {
+            tracing::info!(
+                "the cluster exists: this node's replicas take part once their groups know them (a node whose data                  directory is new is added with `coordctl add-node`)"
+            );
+            return Ok(None);
+        }
+        if !missing.is_empty() {
+            return Ok(Some(missing));
+        }
+        let membership = |g: u32| -> BTreeMap<NodeId, Replica> {
+            self.config
+                .members
+                .iter()
+                .map(|m| {
+                    let incarnation = if m.id == self.id {
+                        self.identity.incarnation(g).unwrap_or_default()
+                    } else {
+                        replies.get(&m.id).and_then(|r| r.incarnations.get(g as usize).copied()).unwrap_or_default()
+                    };
+                    (m.id, Replica::new(&m.addr, incarnation))
+                })
+                .collect()
+        };
+        self.identity.join_cluster(&self.db, identity::derive_cluster_id(&membership(0))?)?;
+        for g in todo {
+            let members = membership(g);
+            match self.groups[g as usize].raft.initialize(members.clone()).await {
                 Ok(()) => tracing::info!(group = g, ?members, "bootstrapped metadata partition"),
-                // Another member initialized it first, or this node learned of it: both fine.
+                // Another member's replication got here first: fine.
                 Err(e) => tracing::debug!(group = g, error = %e, "initialize skipped"),
             }
         }
-        Ok(())
+        Ok(None)
+    }
+
+    /// Asks the node at `addr` who it is.
+    pub async fn identify_peer(&self, addr: &str) -> anyhow::Result<IdentifyReply> {
+        let mut client = self.peers.client(addr).map_err(anyhow::Error::msg)?;
+        let r = tokio::time::timeout(Duration::from_secs(2), client.identify(IdentifyRequest {}))
+            .await
+            .map_err(|_| anyhow::anyhow!("no answer from {addr}"))??;
+        Ok(r.into_inner())
+    }
+
+    /// Who this node is (the answer to `Identify`).
+    pub fn identify(&self) -> IdentifyReply {
+        IdentifyReply {
+            node_id: self.id,
+            incarnations: self.identity.incarnations().to_vec(),
+            initialized: (0..self.num_groups())
+                .map(|g| self.metrics(g).is_ok_and(|m| m.membership_config.membership().nodes().next().is_some()))
+                .collect(),
+            cluster_id: self.identity.cluster_id().map(|c| c.to_vec()).unwrap_or_default(),
+            num_metadata_partitions: self.num_groups(),
+        }
+    }
+
+    /// Whether a Raft message for `g` addressed to `to` is for this node's replica (see
+    /// `raft::identity`).
+    pub fn admit(&self, g: u32, to: Option<&Addressee>) -> Result<(), Refusal> {
+        self.identity.admit(&self.db, g, to)
+    }
+
+    pub fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    /// Notes that this node's replica of `g` accepted a message of a current leader.
+    pub fn heard_from_leader(&self, g: u32) {
+        if let Some(slot) = self.heard_from_leader.get(g as usize) {
+            let now = self.started.elapsed().as_millis() as u64;
+            slot.fetch_max(now.max(1), std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Whether this node's replica of `g` may serve reads from its own state (FindBatches): it runs,
+    /// the group's membership names it, and it is in touch with a leader — as a follower it accepted
+    /// a leader's message recently, as the leader a quorum acknowledged it recently. A replica cut
+    /// off, removed from the group or stopped would otherwise serve a frozen state for ever, pointing
+    /// readers at objects the cleaner has since deleted.
+    pub fn check_serving(&self, g: u32) -> Result<(), RouteError> {
+        let m = self.metrics(g)?;
+        let unavailable = |reason: String| Err(RouteError::ReplicaUnavailable { group: g, reason });
+        if m.running_state.is_err() || m.state == ServerState::Shutdown {
+            return unavailable("the replica stopped".into());
+        }
+        if !self.is_member(g) {
+            return unavailable("the group's membership does not name this replica".into());
+        }
+        if m.membership_config.membership().voter_ids().eq([self.id]) {
+            return Ok(()); // the only voter: nobody to hear from
+        }
+        let bound = Duration::from_millis(self.config.raft.election_timeout_max_ms * STALE_AFTER_ELECTION_TIMEOUTS);
+        let silent = if m.state == ServerState::Leader {
+            m.last_quorum_acked.as_ref().map(|t| openraft::Instant::elapsed(&**t))
+        } else {
+            let heard =
+                self.heard_from_leader.get(g as usize).map_or(0, |h| h.load(std::sync::atomic::Ordering::Relaxed));
+            (heard > 0).then(|| self.started.elapsed().saturating_sub(Duration::from_millis(heard)))
+        };
+        match silent {
+            Some(d) if d <= bound => Ok(()),
+            Some(d) => unavailable(format!("no word from a leader for {} ms", d.as_millis())),
+            None => unavailable("no word from a leader since this node started".into()),
+        }
+    }
+
+    /// [`check_serving`](Self::check_serving), and that `view` of the state did not catch a snapshot
+    /// install half-done.
+    pub fn check_readable(&self, g: u32, view: &crate::storage::ReadView<'_>) -> Result<(), RouteError> {
+        self.check_serving(g)?;
+        match self.group(g)?.sm.installing_in(view) {
+            Ok(false) => Ok(()),
+            Ok(true) => {
+                Err(RouteError::ReplicaUnavailable { group: g, reason: "a snapshot is being installed".into() })
+            }
+            Err(e) => Err(RouteError::Failed { group: g, message: e.to_string() }),
+        }
+    }
+
+    /// Whether `g`'s membership, as this node knows it, names this node's replica.
+    pub fn is_member(&self, g: u32) -> bool {
+        let Ok(m) = self.metrics(g) else { return false };
+        let mine = self.identity.incarnation(g);
+        m.membership_config.membership().get_node(&self.id).is_some_and(|r| Some(r.incarnation) == mine)
     }
 
     pub fn num_groups(&self) -> u32 {
@@ -267,12 +474,20 @@ impl Node {
         let raft = self.raft(g)?;
         let r = tokio::time::timeout(timeout, raft.ensure_linearizable(ReadPolicy::ReadIndex))
             .await
-            .map_err(|_| RouteError::Timeout { group: g })?;
+            .map_err(|_| RouteError::NoQuorum { group: g })?;
         match r {
             Ok(_) => Ok(()),
             Err(e) => match e.forward_to_leader() {
                 Some(_) => Err(RouteError::NotLeader { group: g, leader: self.leader(g) }),
-                None => Err(RouteError::Failed { group: g, message: e.to_string() }),
+                // Not confirmed by a quorum in time (cut off, peers down), or the group stopped:
+                // the read may succeed later or elsewhere, so the answer is retriable.
+                None if matches!(e, openraft::errors::RaftError::Fatal(_)) => {
+                    Err(RouteError::ReplicaUnavailable { group: g, reason: e.to_string() })
+                }
+                None => {
+                    tracing::debug!(group = g, error = %e, "linearizable read not confirmed");
+                    Err(RouteError::NoQuorum { group: g })
+                }
             },
         }
     }
@@ -311,20 +526,72 @@ impl Node {
     }
 
     /// Adds a node to `g` (this node must lead it): as a learner until caught up, then a voter.
+    /// The node is asked for its replica's incarnation first; a node the group knows under another
+    /// incarnation (its data directory was replaced) is removed, then added back as new.
     pub async fn add_to_group(&self, g: u32, id: NodeId, addr: &str) -> Result<String, RouteError> {
         let group = self.group(g)?;
         let _one_at_a_time = group.membership.lock().await;
         let failed = |e: &dyn std::fmt::Display| RouteError::Failed { group: g, message: e.to_string() };
         let not_leader = |leader| RouteError::NotLeader { group: g, leader };
-        if let Err(e) = group.raft.add_learner(id, BasicNode::new(addr), true).await {
+        // The node may still be starting: give it a moment to listen.
+        let mut attempts = 0;
+        let who = loop {
+            attempts += 1;
+            match self.identify_peer(addr).await {
+                Ok(who) => break who,
+                Err(e) if attempts >= 40 => return Err(failed(&format!("asking {addr} who it is: {e}"))),
+                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
+        };
+        if who.node_id != id {
+            return Err(failed(&format!("the node at {addr} is node {}, not {id}", who.node_id)));
+        }
+        let theirs: Option<identity::ClusterId> = who.cluster_id.as_slice().try_into().ok();
+        if let (Some(theirs), Some(mine)) = (theirs, self.identity.cluster_id()) {
+            if theirs != mine {
+                return Err(failed(&format!(
+                    "the node at {addr} belongs to cluster {}, this one is {}",
+                    identity::cluster_id_hex(&theirs),
+                    identity::cluster_id_hex(&mine)
+                )));
+            }
+        }
+        let Some(&incarnation) = who.incarnations.get(g as usize) else {
+            return Err(failed(&format!("the node at {addr} has no replica of metadata partition {g}")));
+        };
+        let replica = Replica::new(addr, incarnation);
+        let membership = self.metrics(g)?.membership_config.membership().clone();
+        let mut voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+        let mut note = String::new();
+        if let Some(known) = membership.get_node(&id) {
+            if known.incarnation != incarnation {
+                // A replaced replica: the group must forget the old one (whose log is gone) before
+                // the new one takes part.
+                let change = if voters.remove(&id) {
+                    ChangeMembers::ReplaceAllVoters(voters.clone())
+                } else {
+                    ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+                };
+                if voters.is_empty() {
+                    return Err(failed(&"cannot replace the last voter"));
+                }
+                match group.raft.change_membership(change, false).await {
+                    Ok(_) => note = format!("removed node {id}'s old replica {known}; "),
+                    Err(e) if e.forward_to_leader().is_some() => return Err(not_leader(self.leader(g))),
+                    Err(e) => return Err(failed(&e)),
+                }
+            } else if known.addr != addr {
+                return Err(failed(&format!("node {id} is a member at {}, not {addr}", known.addr)));
+            }
+        }
+        if let Err(e) = group.raft.add_learner(id, replica, true).await {
             return Err(if e.forward_to_leader().is_some() { not_leader(self.leader(g)) } else { failed(&e) });
         }
-        let mut voters: BTreeSet<NodeId> = self.metrics(g)?.membership_config.membership().voter_ids().collect();
         if !voters.insert(id) {
-            return Ok(format!("metadata partition {g}: node {id} already a voter"));
+            return Ok(format!("metadata partition {g}: {note}node {id} already a voter"));
         }
         match group.raft.change_membership(voters.clone(), false).await {
-            Ok(_) => Ok(format!("metadata partition {g}: voters now {voters:?}")),
+            Ok(_) => Ok(format!("metadata partition {g}: {note}voters now {voters:?}")),
             Err(e) if e.forward_to_leader().is_some() => Err(not_leader(self.leader(g))),
             Err(e) => Err(failed(&e)),
         }
@@ -564,29 +831,4 @@ fn raft_config(c: &NodeConfig) -> anyhow::Result<openraft::Config> {
         ..Default::default()
     };
     config.validate().context("invalid Raft settings")
-}
-
-/// Records the cluster's shape on first start and refuses a configuration that contradicts it.
-fn check_cluster_record(db: &Db, c: &NodeConfig) -> anyhow::Result<()> {
-    let want = ClusterRecord { num_metadata_partitions: c.num_metadata_partitions, node_id: c.node_id };
-    match db.get(Family::Raft, CLUSTER_KEY)? {
-        Some(v) => {
-            let have: ClusterRecord = codec::decode(CLUSTER_KEY, &v)?;
-            anyhow::ensure!(
-                have == want,
-                "data directory {} belongs to node {} with {} metadata partitions; the configuration says node {} with {}",
-                c.data_dir.display(),
-                have.node_id,
-                have.num_metadata_partitions,
-                want.node_id,
-                want.num_metadata_partitions
-            );
-        }
-        None => {
-            let mut b = WriteBatch::default();
-            db.batch_put(&mut b, Family::Raft, CLUSTER_KEY, &codec::encode(&want)?);
-            db.write(b, true)?;
-        }
-    }
-    Ok(())
 }

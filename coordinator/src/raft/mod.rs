@@ -8,6 +8,7 @@
 //! (streamed files, installed crash-safely) and the network ([`network`]: every group's messages over
 //! one gRPC connection per peer). It must not interpret commands: that is the state machine's job.
 
+pub mod identity;
 mod keys;
 mod log_store;
 pub mod network;
@@ -31,8 +32,32 @@ openraft::declare_raft_types!(
         D = Command,
         R = Outcome,
         NodeId = u64,
-        Node = openraft::BasicNode,
+        Node = Replica,
 );
+
+/// A member of a group as its membership records it: where the node is, and which incarnation of
+/// its replica the group knows. The incarnation is drawn at random when the replica's storage is
+/// created (see `node::identity`); every Raft message names the incarnation it is for, and a replica
+/// refuses messages for another one. So a node whose data directory was replaced or wiped cannot
+/// vote or acknowledge entries with a log it no longer has (Raft amnesia): it takes no part until an
+/// operator adds it again, with its new incarnation.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Replica {
+    pub addr: String,
+    pub incarnation: u64,
+}
+
+impl Replica {
+    pub fn new(addr: impl Into<String>, incarnation: u64) -> Replica {
+        Replica { addr: addr.into(), incarnation }
+    }
+}
+
+impl std::fmt::Display for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (incarnation {:016x})", self.addr, self.incarnation)
+    }
+}
 
 /// One metadata partition's Raft instance.
 pub type Raft = openraft::Raft<TypeConfig, SmStore>;

@@ -2,7 +2,8 @@
 //!
 //! [`Peers`] keeps one lazily connected channel per peer address; [`NetworkFactory`] (one per
 //! group) hands openraft cheap per-target clients ([`Conn`]) that tag each message with the group.
-//! Requests are bincode-encoded openraft messages. Each call is bounded by openraft's time limit;
+//! Requests are bincode-encoded openraft messages, each naming the replica it is for (node id and
+//! incarnation, see [`identity`](super::identity)) and the sender's cluster. Each call is bounded by openraft's time limit;
 //! an unreachable peer is reported as such so openraft backs off, a slow one as a network error so
 //! it retries. Snapshots stream from their file in 1 MiB chunks.
 //!
@@ -22,14 +23,15 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest, TransferLeaderResponse,
     VoteRequest, VoteResponse,
 };
-use openraft::{BasicNode, OptionalSend};
+use openraft::OptionalSend;
 use serde::{de::DeserializeOwned, Serialize};
 use tokio::io::AsyncReadExt;
 use tonic::transport::{Channel, Endpoint};
 
+use super::identity::Identity;
 use super::progress::Progress;
 use super::snapshot::SnapshotFile;
-use super::{NodeId, Snapshot, TypeConfig, Vote};
+use super::{NodeId, Replica, Snapshot, TypeConfig, Vote};
 use crate::storage::codec;
 
 /// The least time an AppendEntries carrying entries is given.
@@ -64,13 +66,18 @@ impl Faults {
 }
 
 /// One gRPC channel per peer address, shared by every group.
-#[derive(Debug, Default)]
 pub struct Peers {
     channels: Mutex<HashMap<String, Channel>>,
     pub faults: Faults,
+    /// This node's identity: the cluster id its messages carry.
+    pub identity: Arc<Identity>,
 }
 
 impl Peers {
+    pub fn new(identity: Arc<Identity>) -> Peers {
+        Peers { channels: Mutex::new(HashMap::new()), faults: Faults::default(), identity }
+    }
+
     /// A client for the node at `addr` (`host:port`), connecting on first use.
     pub fn client(&self, addr: &str) -> Result<RaftServiceClient<Channel>, String> {
         Ok(RaftServiceClient::new(self.channel(addr)?).max_decoding_message_size(256 << 20))
@@ -104,16 +111,24 @@ pub struct NetworkFactory {
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = Conn;
 
-    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Conn {
-        Conn { group: self.group, target, addr: node.addr.clone(), peers: self.peers.clone() }
+    async fn new_client(&mut self, target: NodeId, node: &Replica) -> Conn {
+        Conn {
+            group: self.group,
+            target,
+            addr: node.addr.clone(),
+            incarnation: node.incarnation,
+            peers: self.peers.clone(),
+        }
     }
 }
 
-/// A client of one group's messages to one peer.
+/// A client of one group's messages to one peer's replica.
 pub struct Conn {
     group: u32,
     target: NodeId,
     addr: String,
+    /// The incarnation of the target's replica this group knows.
+    incarnation: u64,
     peers: Arc<Peers>,
 }
 
@@ -148,7 +163,8 @@ impl Conn {
         }
         let client = self.peers.client(&self.addr).map_err(unreachable)?;
         let payload = codec::encode(req).map_err(network)?;
-        let reply = tokio::time::timeout(ttl, send(client, RaftRequest { group: self.group, payload }))
+        let to = Some(self.peers.identity.addressee(self.target, self.incarnation));
+        let reply = tokio::time::timeout(ttl, send(client, RaftRequest { group: self.group, payload, to }))
             .await
             .map_err(|_| network(format!("no answer from node {} within {ttl:?}", self.target)))?
             .map_err(transport)?
@@ -173,8 +189,9 @@ impl Conn {
         let group = self.group;
         let progress = Progress::default();
         let sent = progress.clone();
+        let to = self.peers.identity.addressee(self.target, self.incarnation);
         // Chunks are read as the transport asks for them: the file is never in memory whole.
-        let chunks = futures_util::stream::unfold((file, Some(header)), move |(mut file, header)| {
+        let chunks = futures_util::stream::unfold((file, Some((header, to))), move |(mut file, first)| {
             let sent = sent.clone();
             async move {
                 let mut buf = vec![0u8; SNAPSHOT_CHUNK];
@@ -189,13 +206,14 @@ impl Conn {
                         }
                     }
                 }
-                if filled == 0 && header.is_none() {
+                if filled == 0 && first.is_none() {
                     sent.finish();
                     return None;
                 }
                 buf.truncate(filled);
                 sent.advance();
-                let chunk = SnapshotChunk { group, header: header.unwrap_or_default(), data: buf };
+                let (header, to) = first.map_or((vec![], None), |(h, t)| (h, Some(t)));
+                let chunk = SnapshotChunk { group, header, data: buf, to };
                 Some((chunk, (file, None)))
             }
         });

@@ -36,6 +36,9 @@ pub struct SmStore {
     /// Serializes snapshot builds and installs of this group: openraft may run a build while it
     /// installs a snapshot received from the leader, and each rewrites the snapshot directory.
     snapshots: Arc<std::sync::Mutex<()>>,
+    /// Test hook: how long an install pauses before adopting the received file and again after
+    /// deleting the old state (zero outside fault tests).
+    install_pause: std::time::Duration,
 }
 
 /// Bytes of pairs per write batch while installing a snapshot.
@@ -51,6 +54,7 @@ impl SmStore {
             group,
             dir: snapshot::group_dir(data_dir, group),
             snapshots: Arc::new(std::sync::Mutex::new(())),
+            install_pause: std::time::Duration::ZERO,
         };
         snapshot::remove_partial(&store.dir)?;
         if let Some(path) = store.db.get(Family::Raft, &keys::installing(group)).map_err(io_err)? {
@@ -62,12 +66,24 @@ impl SmStore {
         Ok(store)
     }
 
+    /// Test hook: pause every snapshot install (see the field).
+    pub fn with_install_pause(mut self, pause: std::time::Duration) -> SmStore {
+        self.install_pause = pause;
+        self
+    }
+
     pub fn state_machine(&self) -> &StateMachine {
         &self.sm
     }
 
     pub fn db(&self) -> &Arc<Db> {
         &self.db
+    }
+
+    /// Whether `view` caught a snapshot install half-done: the group's keys are then partly
+    /// deleted or rewritten and must not be read.
+    pub fn installing_in(&self, view: &crate::storage::ReadView<'_>) -> io::Result<bool> {
+        Ok(view.get_in(Family::Raft, &keys::installing(self.group)).map_err(io_err)?.is_some())
     }
 
     fn applied_key(&self) -> Vec<u8> {
@@ -94,6 +110,7 @@ impl SmStore {
         let mut b = WriteBatch::default();
         db.batch_delete_range(&mut b, Family::State, &from, &to);
         db.write(b, false).map_err(io_err)?;
+        std::thread::sleep(self.install_pause);
 
         let mut batch = WriteBatch::default();
         let mut bytes = 0;
@@ -190,6 +207,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
         let me = self.clone();
         let meta = meta.clone();
         tokio::task::spawn_blocking(move || {
+            std::thread::sleep(me.install_pause);
             let (file, file_meta) = {
                 let _one_at_a_time = me.snapshots.lock().unwrap_or_else(|e| e.into_inner());
                 snapshot::adopt(&snap.path, &me.dir)?

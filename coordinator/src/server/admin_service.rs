@@ -134,6 +134,8 @@ impl AdminService for AdminApi {
                 learners,
                 digest,
                 digest_applied_index,
+                incarnation: node.identity().incarnation(g).unwrap_or_default(),
+                member: node.is_member(g),
             });
         }
         let stats = node.wal_stats();
@@ -144,6 +146,11 @@ impl AdminService for AdminApi {
             groups,
             wal_syncs: stats.syncs.load(std::sync::atomic::Ordering::Relaxed),
             wal_synced_appends: stats.appends.load(std::sync::atomic::Ordering::Relaxed),
+            cluster_id: node
+                .identity()
+                .cluster_id()
+                .map(|c| crate::raft::identity::cluster_id_hex(&c))
+                .unwrap_or_default(),
         }))
     }
 

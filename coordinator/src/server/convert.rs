@@ -25,7 +25,8 @@ pub fn result_fields<T>(r: &Result<T, Failure>) -> (i32, Option<String>) {
 pub fn route_failure(e: &RouteError) -> Failure {
     let code = match e {
         RouteError::NotLeader { .. } => ErrorCode::NotLeaderOrFollower,
-        RouteError::Timeout { .. } => ErrorCode::RequestTimedOut,
+        RouteError::Timeout { .. } | RouteError::NoQuorum { .. } => ErrorCode::RequestTimedOut,
+        RouteError::ReplicaUnavailable { .. } => ErrorCode::ReplicaNotAvailable,
         RouteError::UnknownGroup(_) | RouteError::Failed { .. } => ErrorCode::UnknownServerError,
     };
     Failure::new(code, e.to_string())

@@ -10,7 +10,9 @@
 //! partition 0 first, which holds the authoritative topic catalog, and then to every other
 //! partition; a partial failure is reported as a retriable error, and repeating the request
 //! converges (the operations are idempotent). FindBatches is served by this node's own replicas,
-//! after waiting (bounded) until they have applied the indexes the caller asked for.
+//! after waiting (bounded) until they have applied the indexes the caller asked for; a replica that
+//! cannot vouch for its state (no word from a leader lately, not a member, stopped, or caught
+//! mid-install) answers REPLICA_NOT_AVAILABLE for its partitions, and the caller asks another node.
 //!
 //! Per-item problems are Kafka error codes in the response; a request that could not be routed gets
 //! NOT_LEADER_OR_FOLLOWER (retriable) or REQUEST_TIMED_OUT for the items concerned.
@@ -722,6 +724,9 @@ impl CoordinatorService for CoordinatorApi {
         let view = node.db().read();
         let mut budget = FetchBudget::new(req.fetch_max_bytes, req.max_batches_per_partition);
         let mut involved = std::collections::BTreeSet::new();
+        // A replica that is stale, not a member, stopped, or caught mid-install answers nothing
+        // from its state (retriable: another node's replica may serve).
+        let mut checked: BTreeMap<u32, Result<(), RouteError>> = BTreeMap::new();
         let mut topics = vec![];
         for t in &req.topics {
             let mut partitions = vec![];
@@ -731,7 +736,8 @@ impl CoordinatorService for CoordinatorApi {
                     Ok(tp) => {
                         let g = self.owner(&tp);
                         involved.insert(g);
-                        match lagging.get(&g) {
+                        let readable = checked.entry(g).or_insert_with(|| node.check_readable(g, &view));
+                        match lagging.get(&g).or(readable.as_ref().err()) {
                             Some(e) => Err(route_failure(e)),
                             None => {
                                 let sm = node.state_machine(g).map_err(|e| Status::internal(e.to_string()))?;

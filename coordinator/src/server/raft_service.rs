@@ -1,11 +1,15 @@
-//! `RaftService`: the receiving end of the Raft network. Decodes each message, hands it to the
-//! named group's Raft, encodes the answer. Snapshots arrive as a stream of chunks written straight
-//! to a file in the group's snapshot directory, checked, then installed.
+//! `RaftService`: the receiving end of the Raft network. Admits each message only if it is meant
+//! for this node's replica of the group (see `raft::identity`), decodes it, hands it to the named
+//! group's Raft, encodes the answer. Snapshots arrive as a stream of chunks written straight to a
+//! file in the group's snapshot directory, checked, then installed by a task of its own, so a
+//! sender that goes away mid-install (a leader change) cannot pull the file from under openraft.
+//! `Identify` tells peers who this node is (bootstrap and AddNode ask it).
 
 use std::sync::Arc;
 
 use diskless_proto::internal::raft_service_server::RaftService;
-use diskless_proto::internal::{RaftReply, RaftRequest, SnapshotChunk};
+use diskless_proto::internal::{Addressee, IdentifyReply, IdentifyRequest, RaftReply, RaftRequest, SnapshotChunk};
+use openraft::raft::AppendEntriesResponse;
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 use tokio_stream::StreamExt;
@@ -29,6 +33,17 @@ impl RaftApi {
     fn raft(&self, group: u32) -> Result<&Raft, Status> {
         self.node.raft(group).map_err(|e| Status::not_found(e.to_string()))
     }
+
+    /// The group's Raft if the message is for this node's replica of it; otherwise the refusal,
+    /// as an answer the sender treats as "unreachable" (this replica is not the one it knows).
+    fn admit(&self, group: u32, to: Option<&Addressee>) -> Result<Result<&Raft, RaftReply>, Status> {
+        match self.node.admit(group, to) {
+            Ok(()) => Ok(Ok(self.raft(group)?)),
+            Err(e) => {
+                Ok(Err(RaftReply { error: format!("refused by node {}: {e}", self.node.id), ..Default::default() }))
+            }
+        }
+    }
 }
 
 fn reply<T: Serialize, E: std::fmt::Display>(r: Result<T, E>) -> Result<Response<RaftReply>, Status> {
@@ -48,19 +63,33 @@ fn decode<T: serde::de::DeserializeOwned>(payload: &[u8]) -> Result<T, Status> {
 impl RaftService for RaftApi {
     async fn append_entries(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         let r = request.into_inner();
-        let raft = self.raft(r.group)?;
-        reply(raft.append_entries(decode(&r.payload)?).await)
+        let raft = match self.admit(r.group, r.to.as_ref())? {
+            Ok(raft) => raft,
+            Err(refused) => return Ok(Response::new(refused)),
+        };
+        let answer = raft.append_entries(decode(&r.payload)?).await;
+        if answer.as_ref().is_ok_and(|a| !matches!(a, AppendEntriesResponse::HigherVote(_))) {
+            // A current leader's message: this replica is in touch (see Node::check_serving).
+            self.node.heard_from_leader(r.group);
+        }
+        reply(answer)
     }
 
     async fn vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         let r = request.into_inner();
-        let raft = self.raft(r.group)?;
+        let raft = match self.admit(r.group, r.to.as_ref())? {
+            Ok(raft) => raft,
+            Err(refused) => return Ok(Response::new(refused)),
+        };
         reply(raft.vote(decode(&r.payload)?).await)
     }
 
     async fn transfer_leader(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         let r = request.into_inner();
-        let raft = self.raft(r.group)?;
+        let raft = match self.admit(r.group, r.to.as_ref())? {
+            Ok(raft) => raft,
+            Err(refused) => return Ok(Response::new(refused)),
+        };
         reply(raft.handle_transfer_leader(decode(&r.payload)?).await)
     }
 
@@ -74,14 +103,19 @@ impl RaftService for RaftApi {
             .map_err(|_| Status::deadline_exceeded(format!("no snapshot chunk for {SNAPSHOT_IDLE_TIMEOUT:?}")))?
             .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))??;
         let group = first.group;
-        let raft = self.raft(group)?.clone();
+        let raft = match self.admit(group, first.to.as_ref())? {
+            Ok(raft) => raft.clone(),
+            Err(refused) => return Ok(Response::new(refused)),
+        };
+        // Only a leader sends snapshots: this replica is in touch (see Node::check_serving).
+        self.node.heard_from_leader(group);
         let (vote, meta): (Vote, SnapshotMeta) = decode(&first.header)?;
         let dir = snapshot::group_dir(&self.node.config.data_dir, group);
         tokio::fs::create_dir_all(&dir).await.map_err(|e| Status::internal(e.to_string()))?;
         let path = dir.join(format!("receiving-{}.part", uuid::Uuid::new_v4()));
-        // However this ends (error, cancelled transfer, or adopted under its final name), the
-        // partial file does not stay behind.
-        let _cleanup = RemoveOnDrop(path.clone());
+        // However the transfer ends (error, or the sender going away), the partial file does not
+        // stay behind.
+        let cleanup = RemoveOnDrop(path.clone());
         let result = async {
             let mut file = tokio::fs::File::create(&path).await?;
             file.write_all(&first.data).await?;
@@ -104,16 +138,23 @@ impl RaftService for RaftApi {
         }
         .await;
         if let Err(e) = result {
-            let _ = tokio::fs::remove_file(&path).await;
             return Err(Status::data_loss(format!("receiving a snapshot of metadata partition {group}: {e}")));
         }
-        let r =
-            raft.install_full_snapshot(vote, Snapshot { meta, snapshot: SnapshotFile { path: path.clone() } }).await;
-        if tokio::fs::metadata(&path).await.is_ok() {
-            // Not adopted (an older snapshot than the state, or an error): do not leave it behind.
-            let _ = tokio::fs::remove_file(&path).await;
+        // Received whole: openraft installs it from here on, in a task that outlives this request
+        // (a cancelled request must not delete the file openraft is adopting), and removes the file
+        // afterwards unless it was adopted under its final name.
+        let install = tokio::spawn(async move {
+            let _cleanup = cleanup;
+            raft.install_full_snapshot(vote, Snapshot { meta, snapshot: SnapshotFile { path } }).await
+        });
+        match install.await {
+            Ok(r) => reply(r),
+            Err(e) => Err(Status::internal(format!("installing a snapshot of metadata partition {group}: {e}"))),
         }
-        reply(r)
+    }
+
+    async fn identify(&self, _request: Request<IdentifyRequest>) -> Result<Response<IdentifyReply>, Status> {
+        Ok(Response::new(self.node.identify()))
     }
 }
 

@@ -186,6 +186,13 @@ pub struct ReadView<'a> {
     family: Family,
 }
 
+impl ReadView<'_> {
+    /// Reads a key of another column family at the same point in time.
+    pub fn get_in(&self, family: Family, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+        Ok(self.snapshot.get_cf(self.db.cf(family), key)?)
+    }
+}
+
 impl KvRead for ReadView<'_> {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
         Ok(self.snapshot.get_cf(self.db.cf(self.family), key)?)

@@ -1,0 +1,321 @@
+//! Who this node's replicas are, and which Raft messages they may accept.
+//!
+//! Owns: the identity record of the data directory (node id, number of metadata partitions, one
+//! random *incarnation* per replica, the cluster id once known), written synced when the
+//! directory is created, and the check every incoming Raft message passes ([`Identity::admit`]).
+//!
+//! Why: Raft's safety assumes a voter never forgets its log or its vote. A node whose data
+//! directory was replaced or wiped restarts with nothing; if it still voted and acknowledged
+//! entries under its old name, it could elect a leader that lacks committed entries (the lost
+//! acknowledged writes KIP-853 warns of). Groups therefore know each member as (node id, replica
+//! incarnation) — see [`Replica`](super::Replica) — and every message names the incarnation it is
+//! for. A fresh directory draws new incarnations, so the node refuses everything meant for the
+//! replicas it lost, as if it were down, until an operator adds it again (`coordctl add-node`:
+//! remove the old replica, add the new one as a learner, let it catch up, make it a voter).
+//!
+//! It must not decide bootstrapping or membership (that is `node`); it only records and checks.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::RwLock;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use diskless_proto::internal::Addressee;
+use serde::{Deserialize, Serialize};
+
+use super::NodeId;
+use crate::storage::{codec, Db, Family, WriteBatch};
+
+/// Where the identity record lives (outside every group's key range).
+const IDENTITY_KEY: &[u8] = b"\xff\xff\xff\xffidentity";
+/// The record of the first pre-release format, which had no replica incarnations.
+const LEGACY_KEY: &[u8] = b"\xff\xff\xff\xffcluster";
+/// The data directory format this build writes and reads.
+const FORMAT: u32 = 1;
+
+/// A cluster id: 16 bytes, derived from the bootstrap membership.
+pub type ClusterId = [u8; 16];
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Record {
+    format: u32,
+    node_id: NodeId,
+    num_metadata_partitions: u32,
+    /// One per metadata partition.
+    incarnations: Vec<u64>,
+    cluster_id: Option<ClusterId>,
+}
+
+/// This node's identity, loaded from (or created in) its data directory.
+pub struct Identity {
+    node_id: NodeId,
+    incarnations: Vec<u64>,
+    cluster_id: RwLock<Option<ClusterId>>,
+    /// When a refusal was last logged (ms since the epoch), so a stale peer does not flood the log.
+    last_refusal_logged: AtomicU64,
+}
+
+/// Why a Raft message was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("the message is for node {to}, but this is node {me}")]
+    WrongNode { to: NodeId, me: NodeId },
+    #[error(
+        "metadata partition {group}: the group knows this node's replica as incarnation {expected:016x}, \
+         but this node's replica is incarnation {actual:016x} (its data directory is new or was replaced); \
+         it takes no part until it is added again: coordctl add-node --id {node} --address <this node's address>"
+    )]
+    OtherIncarnation { group: u32, node: NodeId, expected: u64, actual: u64 },
+    #[error("the message comes from cluster {theirs}, but this node belongs to cluster {mine}")]
+    OtherCluster { theirs: String, mine: String },
+    #[error("the message names no addressee (a node of an older release?)")]
+    NoAddressee,
+    #[error("there is no metadata partition {0}")]
+    UnknownGroup(u32),
+}
+
+pub fn cluster_id_hex(id: &ClusterId) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Identity {
+    /// Reads the directory's identity, or creates it (with new incarnations, synced) in a directory
+    /// that has none. Refuses a directory that belongs to another node or has another number of
+    /// metadata partitions.
+    pub fn load_or_create(db: &Db, dir: &std::path::Path, node_id: NodeId, groups: u32) -> anyhow::Result<Identity> {
+        if db.get(Family::Raft, LEGACY_KEY)?.is_some() && db.get(Family::Raft, IDENTITY_KEY)?.is_none() {
+            anyhow::bail!(
+                "data directory {} was written by an earlier pre-release format without replica identities; \
+                 it cannot be used by this release (move it away and add the node again)",
+                dir.display()
+            );
+        }
+        let record = match db.get(Family::Raft, IDENTITY_KEY)? {
+            Some(v) => {
+                let r: Record = codec::decode(IDENTITY_KEY, &v)
+                    .with_context(|| format!("read the identity of data directory {}", dir.display()))?;
+                anyhow::ensure!(
+                    r.format == FORMAT,
+                    "data directory {} has format {}, this release reads format {FORMAT}",
+                    dir.display(),
+                    r.format
+                );
+                anyhow::ensure!(
+                    r.node_id == node_id && r.num_metadata_partitions == groups,
+                    "data directory {} belongs to node {} with {} metadata partitions; the configuration says node \
+                     {} with {}",
+                    dir.display(),
+                    r.node_id,
+                    r.num_metadata_partitions,
+                    node_id,
+                    groups
+                );
+                anyhow::ensure!(
+                    r.incarnations.len() == groups as usize,
+                    "data directory {} records {} replica incarnations for {} metadata partitions",
+                    dir.display(),
+                    r.incarnations.len(),
+                    groups
+                );
+                r
+            }
+            None => {
+                let r = Record {
+                    format: FORMAT,
+                    node_id,
+                    num_metadata_partitions: groups,
+                    incarnations: (0..groups).map(|_| new_incarnation()).collect(),
+                    cluster_id: None,
+                };
+                write(db, &r)?;
+                tracing::info!(node_id, dir = %dir.display(), "new data directory: new replica incarnations");
+                r
+            }
+        };
+        Ok(Identity {
+            node_id,
+            incarnations: record.incarnations,
+            cluster_id: RwLock::new(record.cluster_id),
+            last_refusal_logged: AtomicU64::new(0),
+        })
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    /// This node's replica incarnation of metadata partition `g`.
+    pub fn incarnation(&self, g: u32) -> Option<u64> {
+        self.incarnations.get(g as usize).copied()
+    }
+
+    pub fn incarnations(&self) -> &[u64] {
+        &self.incarnations
+    }
+
+    pub fn cluster_id(&self) -> Option<ClusterId> {
+        *self.cluster_id.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records the cluster this node belongs to (synced). Joining another cluster is refused.
+    pub fn join_cluster(&self, db: &Db, id: ClusterId) -> anyhow::Result<()> {
+        let mut slot = self.cluster_id.write().unwrap_or_else(|e| e.into_inner());
+        match *slot {
+            Some(mine) if mine == id => return Ok(()),
+            Some(mine) => {
+                anyhow::bail!("this node belongs to cluster {}, not {}", cluster_id_hex(&mine), cluster_id_hex(&id))
+            }
+            None => {}
+        }
+        let record = Record {
+            format: FORMAT,
+            node_id: self.node_id,
+            num_metadata_partitions: self.incarnations.len() as u32,
+            incarnations: self.incarnations.clone(),
+            cluster_id: Some(id),
+        };
+        write(db, &record)?;
+        *slot = Some(id);
+        tracing::info!(cluster = %cluster_id_hex(&id), "this node joined the cluster");
+        Ok(())
+    }
+
+    /// The addressee a message to `node`'s replica `incarnation` carries.
+    pub fn addressee(&self, node: NodeId, incarnation: u64) -> Addressee {
+        Addressee { node_id: node, incarnation, cluster_id: self.cluster_id().map(|c| c.to_vec()).unwrap_or_default() }
+    }
+
+    /// Checks that a message for `group` addressed to `to` is for this node's replica and comes from
+    /// this node's cluster; adopts the sender's cluster id when this node has none yet (a node being
+    /// added: the sender addressed this very replica, so it was added under this incarnation).
+    pub fn admit(&self, db: &Db, group: u32, to: Option<&Addressee>) -> Result<(), Refusal> {
+        let r = self.check(group, to);
+        match &r {
+            Ok(Some(theirs)) => {
+                if let Err(e) = self.join_cluster(db, *theirs) {
+                    tracing::error!(error = %e, "could not record the cluster id");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => self.log_refusal(e),
+        }
+        r.map(|_| ())
+    }
+
+    /// [`admit`](Self::admit) without side effects: returns a cluster id to adopt, if any.
+    fn check(&self, group: u32, to: Option<&Addressee>) -> Result<Option<ClusterId>, Refusal> {
+        let to = to.ok_or(Refusal::NoAddressee)?;
+        if to.node_id != self.node_id {
+            return Err(Refusal::WrongNode { to: to.node_id, me: self.node_id });
+        }
+        let actual = self.incarnation(group).ok_or(Refusal::UnknownGroup(group))?;
+        if to.incarnation != actual {
+            return Err(Refusal::OtherIncarnation { group, node: self.node_id, expected: to.incarnation, actual });
+        }
+        let theirs: Option<ClusterId> = to.cluster_id.as_slice().try_into().ok();
+        match (self.cluster_id(), theirs) {
+            (Some(mine), Some(theirs)) if mine != theirs => {
+                Err(Refusal::OtherCluster { theirs: cluster_id_hex(&theirs), mine: cluster_id_hex(&mine) })
+            }
+            (None, Some(theirs)) => Ok(Some(theirs)),
+            _ => Ok(None),
+        }
+    }
+
+    fn log_refusal(&self, e: &Refusal) {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        let last = self.last_refusal_logged.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= 10_000
+            && self.last_refusal_logged.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            tracing::warn!("refusing Raft messages: {e}");
+        }
+    }
+}
+
+fn write(db: &Db, r: &Record) -> anyhow::Result<()> {
+    let mut b = WriteBatch::default();
+    db.batch_put(&mut b, Family::Raft, IDENTITY_KEY, &codec::encode(r)?);
+    db.write(b, true).context("write the data directory's identity")?;
+    Ok(())
+}
+
+fn new_incarnation() -> u64 {
+    // Never 0, so an unset field never matches a real replica.
+    loop {
+        let (hi, _) = uuid::Uuid::new_v4().as_u64_pair();
+        if hi != 0 {
+            return hi;
+        }
+    }
+}
+
+/// The id of a cluster bootstrapped with `members` (every bootstrapping node computes the same).
+pub fn derive_cluster_id(members: &std::collections::BTreeMap<NodeId, super::Replica>) -> anyhow::Result<ClusterId> {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(codec::encode(members)?);
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&digest[..16]);
+    Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(dir: &std::path::Path) -> Db {
+        Db::open(&dir.join("rocksdb")).unwrap()
+    }
+
+    #[test]
+    fn a_new_directory_gets_incarnations_that_survive_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = Identity::load_or_create(&open(dir.path()), dir.path(), 1, 4).unwrap().incarnations;
+        assert_eq!(first.len(), 4);
+        assert!(first.iter().all(|i| *i != 0));
+        let again = Identity::load_or_create(&open(dir.path()), dir.path(), 1, 4).unwrap().incarnations;
+        assert_eq!(first, again);
+    }
+
+    #[test]
+    fn a_wiped_directory_gets_new_incarnations() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        let first = Identity::load_or_create(&open(a.path()), a.path(), 1, 4).unwrap().incarnations;
+        let second = Identity::load_or_create(&open(b.path()), b.path(), 1, 4).unwrap().incarnations;
+        assert!(first.iter().zip(&second).all(|(x, y)| x != y));
+    }
+
+    #[test]
+    fn a_directory_of_another_node_or_shape_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Identity::load_or_create(&open(dir.path()), dir.path(), 1, 4).unwrap());
+        let e = Identity::load_or_create(&open(dir.path()), dir.path(), 2, 4).err().unwrap();
+        assert!(e.to_string().contains("belongs to node 1"), "{e}");
+        let e = Identity::load_or_create(&open(dir.path()), dir.path(), 1, 8).err().unwrap();
+        assert!(e.to_string().contains("4 metadata partitions"), "{e}");
+    }
+
+    #[test]
+    fn messages_for_another_node_or_incarnation_or_cluster_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(dir.path());
+        let id = Identity::load_or_create(&db, dir.path(), 1, 2).unwrap();
+        let inc = id.incarnation(1).unwrap();
+        let to =
+            |node, incarnation, cluster: &[u8]| Addressee { node_id: node, incarnation, cluster_id: cluster.to_vec() };
+        assert_eq!(id.admit(&db, 1, None), Err(Refusal::NoAddressee));
+        assert!(matches!(id.admit(&db, 1, Some(&to(2, inc, &[]))), Err(Refusal::WrongNode { .. })));
+        assert!(matches!(id.admit(&db, 1, Some(&to(1, inc ^ 1, &[]))), Err(Refusal::OtherIncarnation { .. })));
+        assert!(matches!(id.admit(&db, 0, Some(&to(1, inc, &[]))), Err(Refusal::OtherIncarnation { .. })));
+        assert_eq!(id.admit(&db, 9, Some(&to(1, inc, &[]))), Err(Refusal::UnknownGroup(9)));
+        // A node with no cluster adopts the sender's, durably; then refuses other clusters.
+        assert_eq!(id.admit(&db, 1, Some(&to(1, inc, &[7; 16]))), Ok(()));
+        assert_eq!(id.cluster_id(), Some([7; 16]));
+        assert!(matches!(id.admit(&db, 1, Some(&to(1, inc, &[8; 16]))), Err(Refusal::OtherCluster { .. })));
+        assert_eq!(id.admit(&db, 1, Some(&to(1, inc, &[]))), Ok(()));
+        drop(db);
+        let again = Identity::load_or_create(&open(dir.path()), dir.path(), 1, 2).unwrap();
+        assert_eq!(again.cluster_id(), Some([7; 16]));
+    }
+}
