@@ -14,6 +14,7 @@ pub mod error;
 pub mod fetch;
 pub mod kafka;
 pub mod produce;
+pub mod producer_ids;
 pub mod records;
 pub mod service;
 pub mod storage;
@@ -32,6 +33,8 @@ pub struct Shim {
     pub producer: produce::Producer,
     pub fetcher: fetch::Fetcher,
     pub cleaner: Arc<cleanup::Cleaner>,
+    /// Producer ids for InitProducerId, in blocks from the coordinators.
+    pub producer_ids: producer_ids::ProducerIds,
     tasks: std::sync::Mutex<Option<produce::ProducerTasks>>,
     stop: tokio::sync::watch::Sender<bool>,
 }
@@ -50,6 +53,7 @@ impl Shim {
             coordinators.clone(),
             config.produce.key_prefix.clone(),
         ));
+        let producer_ids = producer_ids::ProducerIds::new(coordinators.clone(), config.broker_id);
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(cleaner.clone().run(stop_rx));
         tracing::info!(storage = %storage.describe, coordinators = ?config.coordinators, "broker shim started");
@@ -60,6 +64,7 @@ impl Shim {
             producer,
             fetcher,
             cleaner,
+            producer_ids,
             tasks: std::sync::Mutex::new(Some(tasks)),
             stop,
         }))

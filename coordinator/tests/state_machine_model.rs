@@ -56,6 +56,7 @@ enum TOp {
     Retention { budget: u32, producer_expiration_ms: i64 },
     Confirm { take: u8, live_too: bool },
     Tick { ms: i64 },
+    AllocateProducerIds { count: u32 },
 }
 
 fn seq_choice() -> impl Strategy<Value = SeqChoice> {
@@ -127,6 +128,8 @@ fn top() -> impl Strategy<Value = TOp> {
             .prop_map(|(budget, producer_expiration_ms)| TOp::Retention { budget, producer_expiration_ms }),
         2 => (0u8..4, prop::bool::weighted(0.2)).prop_map(|(take, live_too)| TOp::Confirm { take, live_too }),
         4 => (-200i64..3_000).prop_map(|ms| TOp::Tick { ms }),
+        1 => prop_oneof![8 => 1u32..2_000, 1 => Just(0u32), 1 => Just(u32::MAX)]
+            .prop_map(|count| TOp::AllocateProducerIds { count }),
     ]
 }
 
@@ -302,6 +305,7 @@ impl Driver {
                     .collect(),
                 budget: *budget,
             },
+            TOp::AllocateProducerIds { count } => Op::AllocateProducerIds { broker_id: 1, count: *count },
             TOp::Confirm { take, live_too } => {
                 let mut keys: Vec<String> =
                     model.to_delete(usize::from(*take)).into_iter().map(|f| f.object_key).collect();
@@ -346,6 +350,7 @@ fn blank(o: Outcome) -> Outcome {
         Outcome::CommitFiles(v) => Outcome::CommitFiles(
             v.into_iter().map(|f| f.into_iter().map(|r| r.map_err(|f| Failure::new(f.code, ""))).collect()).collect(),
         ),
+        Outcome::ProducerIds(r) => Outcome::ProducerIds(r.map_err(|f| Failure::new(f.code, ""))),
         other => other,
     }
 }

@@ -99,7 +99,7 @@ pub async fn dispatch(
         }
         ApiKey::InitProducerId => {
             let req = InitProducerIdRequest::decode(&mut body, v).context("InitProducerId")?;
-            ready(init_producer_id(&l, &header, req))
+            Box::pin(async move { init_producer_id(&l, &header, req).await })
         }
         ApiKey::FindCoordinator => {
             let req = FindCoordinatorRequest::decode(&mut body, v).context("FindCoordinator")?;
@@ -594,18 +594,28 @@ async fn delete_topics(l: &Listener, header: &RequestHeader, req: DeleteTopicsRe
 
 // ---------------------------------------------------------------- InitProducerId, FindCoordinator
 
-fn init_producer_id(l: &Listener, header: &RequestHeader, req: InitProducerIdRequest) -> Reply {
+async fn init_producer_id(l: &Listener, header: &RequestHeader, req: InitProducerIdRequest) -> Reply {
     let v = header.request_api_version;
-    let body = if req.transactional_id.is_some() {
+    let refused = |code: i16| {
         InitProducerIdResponse::default()
-            .with_error_code(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            .with_error_code(code)
             .with_producer_id(kafka_protocol::messages::ProducerId(-1))
             .with_producer_epoch(-1)
+    };
+    let body = if req.transactional_id.is_some() {
+        refused(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     } else {
         // Idempotence only: a fresh id, epoch 0, every time (a restarted producer is a new one).
-        InitProducerIdResponse::default()
-            .with_producer_id(kafka_protocol::messages::ProducerId(l.new_producer_id()))
-            .with_producer_epoch(0)
+        match l.shim.producer_ids.next().await {
+            Ok(id) => InitProducerIdResponse::default()
+                .with_producer_id(kafka_protocol::messages::ProducerId(id))
+                .with_producer_epoch(0),
+            Err(e) => {
+                tracing::info!(error = %e, "InitProducerId: no producer id");
+                // Clients retry COORDINATOR_NOT_AVAILABLE.
+                refused(COORDINATOR_NOT_AVAILABLE)
+            }
+        }
     };
     encode(ApiKey::InitProducerId, header, v, &body)
 }

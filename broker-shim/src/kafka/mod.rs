@@ -15,7 +15,6 @@
 mod handlers;
 mod versions;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -37,7 +36,6 @@ pub struct Listener {
     pub host: String,
     pub port: i32,
     pub broker_id: i32,
-    next_producer_id: AtomicU64,
 }
 
 /// An encoded response (header and body, without the size prefix), or none (acks=0 produce).
@@ -48,7 +46,7 @@ impl Listener {
         let host = config.advertised_host.clone().unwrap_or_else(|| bound.ip().to_string());
         let port = i32::from(config.advertised_port.unwrap_or(bound.port()));
         let broker_id = shim.config.broker_id;
-        Listener { shim, config, host, port, broker_id, next_producer_id: AtomicU64::new(0) }
+        Listener { shim, config, host, port, broker_id }
     }
 
     /// Accepts connections until `stop` fires.
@@ -152,28 +150,6 @@ impl Listener {
         tracing::trace!(?api, version, correlation, "request");
         let fut = handlers::dispatch(self, api, header, frame).await?;
         Ok(Box::pin(async move { (correlation, fut.await) }))
-    }
-
-    /// A fresh producer id: unique across brokers (broker id in the top bits) and restarts (the
-    /// clock in milliseconds, never reused because at most 32 ids are handed out per millisecond).
-    pub fn new_producer_id(&self) -> i64 {
-        loop {
-            let now =
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-            let floor = now << 5;
-            let prev = self.next_producer_id.load(Ordering::Relaxed);
-            let candidate = prev.max(floor);
-            if candidate >> 5 > now {
-                // 32 ids used this millisecond: wait for the next one.
-                std::thread::sleep(std::time::Duration::from_micros(200));
-                continue;
-            }
-            if self.next_producer_id.compare_exchange(prev, candidate + 1, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-            {
-                let broker = (self.broker_id as u64 & 0x7fff) << 48;
-                return (broker | (candidate & ((1 << 48) - 1))) as i64;
-            }
-        }
     }
 }
 

@@ -34,6 +34,7 @@ use super::convert::{self, failure_fields, result_fields, route_failure};
 use crate::node::{Node, RouteError, DELETE_BUDGET};
 use crate::state_machine::{
     AlterTopic, CommitFile, CreateTopic, DeleteRecordsPartition, Failure, FetchBudget, Op, Outcome, TopicPartition,
+    PRODUCER_ID_AUTHORITY,
 };
 
 /// The header naming the single metadata partition a forwarded request is for.
@@ -964,6 +965,41 @@ impl CoordinatorService for CoordinatorApi {
             }
         }
         Ok(Response::new(ConfirmFilesDeletedResponse { files }))
+    }
+
+    async fn allocate_producer_ids(
+        &self,
+        request: Request<AllocateProducerIdsRequest>,
+    ) -> Result<Response<AllocateProducerIdsResponse>, Status> {
+        let fwd = forwarded_group(&request);
+        let req = request.into_inner();
+        let timeout = timeout_of(req.timeout_ms);
+        let g = PRODUCER_ID_AUTHORITY;
+        let refused = |f: Failure| {
+            let (error_code, error_message) = failure_fields(&f);
+            AllocateProducerIdsResponse { error_code, error_message, producer_id_start: -1, producer_id_len: 0 }
+        };
+        let Ok(count) = u32::try_from(req.count) else {
+            let f = Failure::new(ErrorCode::InvalidRequest, format!("count {} is negative", req.count));
+            return Ok(Response::new(refused(f)));
+        };
+        let local = |_r: AllocateProducerIdsRequest| async move {
+            let op = Op::AllocateProducerIds { broker_id: req.broker_id, count };
+            match self.propose(g, op, timeout).await? {
+                (Outcome::ProducerIds(Ok(b)), _) => Ok(AllocateProducerIdsResponse {
+                    error_code: 0,
+                    error_message: None,
+                    producer_id_start: b.first,
+                    producer_id_len: b.len as i32,
+                }),
+                (Outcome::ProducerIds(Err(f)), _) => Ok(refused(f)),
+                (other, _) => Err(RouteError::Failed { group: g, message: format!("unexpected outcome {other:?}") }),
+            }
+        };
+        let out = self
+            .on_group(g, fwd.is_some(), req, local, |mut c, r| async move { c.allocate_producer_ids(r).await })
+            .await;
+        Ok(Response::new(out.unwrap_or_else(|e| refused(route_failure(&e)))))
     }
 
     async fn list_topics(&self, request: Request<ListTopicsRequest>) -> Result<Response<ListTopicsResponse>, Status> {

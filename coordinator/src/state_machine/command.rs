@@ -48,6 +48,9 @@ pub enum Op {
     /// Several DisklessCommitFile requests in one log entry, applied one after the other exactly
     /// as separate entries would be (the leader gathers concurrent commits: group commit).
     CommitFiles(Vec<CommitFile>),
+    /// Hand a broker the next `count` producer ids (Kafka's AllocateProducerIds, KIP-730): ids are
+    /// unique across brokers and restarts because one counter, in metadata partition 0, gives them.
+    AllocateProducerIds { broker_id: i32, count: u32 },
 }
 
 /// Kafka's defaults for topics created without settings.
@@ -152,6 +155,15 @@ pub enum Outcome {
     Noop,
     /// Per file of a CommitFiles, in order: per batch, in request order.
     CommitFiles(Vec<Vec<Result<CommittedBatch, Failure>>>),
+    /// A block of producer ids: the first, and how many.
+    ProducerIds(Result<ProducerIdBlock, Failure>),
+}
+
+/// Producer ids `[first, first + len)`, for one broker to hand out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProducerIdBlock {
+    pub first: i64,
+    pub len: u32,
 }
 
 /// A batch the commit accepted, or recognised as a retry of one it accepted before.
@@ -191,6 +203,7 @@ impl std::fmt::Display for Command {
             Op::EnforceRetention { .. } => "EnforceRetention",
             Op::Noop => "Noop",
             Op::CommitFiles(files) => return write!(f, "CommitFiles({} files) at {}", files.len(), self.now_ms),
+            Op::AllocateProducerIds { .. } => "AllocateProducerIds",
         };
         write!(f, "{name} at {}", self.now_ms)
     }

@@ -40,6 +40,8 @@ pub const APPLIED: u8 = b'A';
 pub const META_NEXT_BATCH_ID: &[u8] = b"next_batch_id";
 pub const META_RETENTION_CURSOR: &[u8] = b"retention_cursor";
 pub const META_PRODUCER_CURSOR: &[u8] = b"producer_cursor";
+/// The next producer id to hand out (metadata partition 0 only).
+pub const META_NEXT_PRODUCER_ID: &[u8] = b"next_producer_id";
 
 /// A topic-partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]

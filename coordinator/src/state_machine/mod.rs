@@ -22,6 +22,7 @@ mod create_partitions;
 mod delete_records;
 mod delete_topics;
 mod files;
+mod producer_ids;
 mod producer_state;
 mod purge;
 mod retention;
@@ -41,17 +42,20 @@ mod files_test;
 #[cfg(test)]
 mod fixture;
 #[cfg(test)]
+mod producer_ids_test;
+#[cfg(test)]
 mod queries_test;
 #[cfg(test)]
 mod retention_test;
 
 pub use command::{
     AlterTopic, Command, CommitBatch, CommitFile, CommittedBatch, CreateTopic, DeleteRecordsPartition, ErrorCode,
-    Failure, Op, Outcome, RetentionReport,
+    Failure, Op, Outcome, ProducerIdBlock, RetentionReport,
 };
 pub use create_partitions::{validate_topic_name, MAX_PARTITIONS};
 pub use files::{FileState, FileToDelete, MAX_FILES_TO_DELETE};
 pub use keys::TopicPartition;
+pub use producer_ids::{MAX_PRODUCER_ID_BLOCK, PRODUCER_ID_AUTHORITY};
 pub use queries::{FetchBudget, OffsetAndTimestamp, PartitionBatches, MAX_BATCHES_PER_FETCH};
 pub use records::BatchRecord;
 pub use time_index::FANOUT as TIME_INDEX_FANOUT;
@@ -126,6 +130,9 @@ impl StateMachine {
                 Outcome::EnforceRetention(retention::apply(self, txn, now, *budget, *producer_expiration_ms)?)
             }
             Op::Noop => Outcome::Noop,
+            Op::AllocateProducerIds { broker_id: _, count } => {
+                Outcome::ProducerIds(producer_ids::allocate(self, txn, *count)?)
+            }
         })
     }
 

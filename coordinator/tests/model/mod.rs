@@ -58,6 +58,7 @@ pub struct Model {
     /// In the producer-expiration walk: where it resumes (`Some(None)`: from the start).
     producer_cursor: Option<Option<(TopicPartition, i64)>>,
     next_batch_id: i64,
+    next_producer_id: i64,
 }
 
 fn fail<T>(code: ErrorCode) -> Result<T, Failure> {
@@ -85,6 +86,7 @@ impl Model {
             cursor: None,
             producer_cursor: None,
             next_batch_id: 0,
+            next_producer_id: 0,
         }
     }
 
@@ -122,7 +124,18 @@ impl Model {
                 Outcome::EnforceRetention(self.retention(now, *budget, *producer_expiration_ms))
             }
             Op::Noop => Outcome::Noop,
+            Op::AllocateProducerIds { count, .. } => Outcome::ProducerIds(self.allocate_producer_ids(*count)),
         }
+    }
+
+    /// One counter in metadata partition 0; blocks of 1 to a million ids.
+    fn allocate_producer_ids(&mut self, count: u32) -> Result<ProducerIdBlock, Failure> {
+        if self.group != 0 || count == 0 || count > 1_000_000 {
+            return fail(ErrorCode::InvalidRequest);
+        }
+        let first = self.next_producer_id;
+        self.next_producer_id += i64::from(count);
+        Ok(ProducerIdBlock { first, len: count })
     }
 
     fn create(&mut self, t: &CreateTopic) -> Result<(), Failure> {

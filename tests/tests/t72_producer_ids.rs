@@ -1,0 +1,78 @@
+//! Producer ids are unique across brokers: two brokers with the same (default) broker id, asked
+//! for producer ids at the same time through the Kafka protocol, never hand out one id twice — a
+//! second producer with the same id would have its first batches taken for duplicates and
+//! acknowledged without being stored.
+
+use std::collections::BTreeSet;
+
+use bytes::{Buf, BufMut, BytesMut};
+use diskless_cluster_tests::*;
+use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const VERSION: i16 = 4;
+
+/// One InitProducerId over an open Kafka connection: the producer id (or the error code).
+async fn init_producer_id(stream: &mut TcpStream, correlation_id: i32) -> Result<i64, i16> {
+    let header = RequestHeader::default()
+        .with_request_api_key(ApiKey::InitProducerId as i16)
+        .with_request_api_version(VERSION)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_static_str("t72")));
+    let mut body = BytesMut::new();
+    header.encode(&mut body, InitProducerIdRequest::header_version(VERSION)).expect("encode header");
+    InitProducerIdRequest::default()
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(60_000)
+        .encode(&mut body, VERSION)
+        .expect("encode request");
+    let mut frame = BytesMut::new();
+    frame.put_i32(body.len() as i32);
+    frame.extend_from_slice(&body);
+    stream.write_all(&frame).await.expect("send");
+    let len = stream.read_i32().await.expect("response size");
+    let mut buf = vec![0u8; len as usize];
+    stream.read_exact(&mut buf).await.expect("response");
+    let mut buf = bytes::Bytes::from(buf);
+    let h = ResponseHeader::decode(&mut buf, InitProducerIdResponse::header_version(VERSION)).expect("header");
+    assert_eq!(h.correlation_id, correlation_id);
+    let r = InitProducerIdResponse::decode(&mut buf, VERSION).expect("decode response");
+    assert!(!buf.has_remaining());
+    if r.error_code != 0 {
+        return Err(r.error_code);
+    }
+    Ok(r.producer_id.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_brokers_with_the_same_broker_id_never_hand_out_the_same_producer_id() {
+    let c = Cluster::start(3, Options::default()).await;
+    let storage = TestStorage::Local(c.path("objects"));
+    let options = BrokerOptions { kafka: true, ..BrokerOptions::default() };
+    let a = BrokerProc::start(&c, "a", &storage, &options).await;
+    let b = BrokerProc::start(&c, "b", &storage, &options).await;
+
+    let mut tasks = vec![];
+    for broker in [&a, &b] {
+        for _ in 0..3 {
+            let addr = broker.kafka_addr.clone().expect("kafka listener");
+            tasks.push(tokio::spawn(async move {
+                let mut stream = TcpStream::connect(&addr).await.expect("connect");
+                let mut ids = vec![];
+                for i in 0..150 {
+                    ids.push(init_producer_id(&mut stream, i).await.expect("a producer id"));
+                }
+                ids
+            }));
+        }
+    }
+    let mut all = vec![];
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let distinct: BTreeSet<i64> = all.iter().copied().collect();
+    assert_eq!(distinct.len(), all.len(), "{} producer ids handed out twice", all.len() - distinct.len());
+    assert!(all.iter().all(|id| *id >= 0));
+}
