@@ -40,6 +40,10 @@ pub struct NodeConfig {
     /// this long, checked with retention. Negative: never.
     #[serde(default = "default_producer_id_expiration_ms")]
     pub producer_id_expiration_ms: i64,
+    /// How often the leader of each metadata partition compares its topics with the catalog
+    /// (metadata partition 0) and completes creations and deletions that failed part-way (0 = never).
+    #[serde(default = "default_topic_reconcile_ms")]
+    pub topic_reconcile_ms: u64,
     /// How often a node hands leaderships back to each group's preferred leader (0 = never).
     #[serde(default = "default_leader_balance_ms")]
     pub leader_balance_ms: u64,
@@ -96,6 +100,10 @@ fn default_producer_id_expiration_ms() -> i64 {
 
 fn default_retention_check_ms() -> u64 {
     30_000
+}
+
+fn default_topic_reconcile_ms() -> u64 {
+    5_000
 }
 
 fn default_leader_balance_ms() -> u64 {

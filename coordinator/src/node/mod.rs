@@ -352,6 +352,11 @@ impl Node {
         m.membership_config.membership().get_node(&self.id).is_some_and(|r| Some(r.incarnation) == mine)
     }
 
+    /// Fires when the node starts shutting down.
+    pub fn stopping(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+
     pub fn num_groups(&self) -> u32 {
         self.groups.len() as u32
     }

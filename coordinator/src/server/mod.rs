@@ -2,12 +2,14 @@
 //! `RaftService` (peers), all on one listener.
 //!
 //! Owns: serving, request size limits, graceful shutdown. Routing and forwarding live in
-//! `coordinator_service`; wire-type checks in `convert`.
+//! `coordinator_service`; wire-type checks in `convert`; the topic reconciler (which routes like
+//! a client) in `reconciler`.
 
 mod admin_service;
 mod convert;
 pub mod coordinator_service;
 mod raft_service;
+mod reconciler;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -26,6 +28,10 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    if node.config.topic_reconcile_ms > 0 {
+        let every = std::time::Duration::from_millis(node.config.topic_reconcile_ms);
+        tokio::spawn(reconciler::run(Arc::downgrade(&node), every));
+    }
     let limit = node.config.max_request_bytes;
     let coordinator = CoordinatorServiceServer::new(coordinator_service::CoordinatorApi::new(node.clone()))
         .max_decoding_message_size(limit)

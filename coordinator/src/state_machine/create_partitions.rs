@@ -2,15 +2,16 @@
 //!
 //! Every metadata partition applies the command and keeps the topic's record (name, partition
 //! count, retention), but creates only the partitions it owns. Fewer partitions than the topic has
-//! is `INVALID_PARTITIONS`; the same count again is a successful no-op.
+//! is `INVALID_PARTITIONS`; the same count again is a successful no-op. The id of a deleted topic
+//! is never reused (`UNKNOWN_TOPIC_ID`).
 
 use uuid::Uuid;
 
 use super::command::{CreateTopic, ErrorCode, Failure, DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_MS};
-use super::keys::{TopicPartition, PURGE};
+use super::keys::TopicPartition;
 use super::records::{PartitionRecord, TopicRecord};
 use super::{tables, StateMachine};
-use crate::storage::{KvRead, StorageError, Txn};
+use crate::storage::{StorageError, Txn};
 
 /// The most partitions one topic may have.
 pub const MAX_PARTITIONS: i32 = 100_000;
@@ -59,10 +60,13 @@ fn create(sm: &StateMachine, txn: &mut Txn<'_>, t: &CreateTopic) -> Result<Resul
                     format!("topic {:?} already exists with id {other}", t.name),
                 )));
             }
-            if being_purged(txn, sm, &t.topic_id)? {
+            if tables::get::<i64>(txn, &keys.deleted_topic(&t.topic_id))?.is_some() {
                 return Ok(Err(Failure::new(
-                    ErrorCode::InvalidRequest,
-                    format!("topic id {} belongs to a deleted topic whose data is still being removed", t.topic_id),
+                    ErrorCode::UnknownTopicId,
+                    format!(
+                        "topic id {} belongs to a deleted topic; the ids of deleted topics are never reused",
+                        t.topic_id
+                    ),
                 )));
             }
             tables::put(txn, keys.topic_name(&t.name), &t.topic_id)?;
@@ -86,16 +90,6 @@ fn create(sm: &StateMachine, txn: &mut Txn<'_>, t: &CreateTopic) -> Result<Resul
         }
     }
     Ok(Ok(()))
-}
-
-fn being_purged(view: &dyn KvRead, sm: &StateMachine, topic_id: &Uuid) -> Result<bool, StorageError> {
-    let (from, to) = sm.keys.topic_span(PURGE, topic_id);
-    let mut any = false;
-    view.scan(&from, &to, &mut |_, _| {
-        any = true;
-        Ok(false)
-    })?;
-    Ok(any)
 }
 
 fn validate(t: &CreateTopic) -> Result<(), Failure> {

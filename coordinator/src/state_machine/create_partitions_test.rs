@@ -79,17 +79,25 @@ fn retention_below_minus_one_is_invalid_config() {
 }
 
 #[test]
-fn a_deleted_topic_id_can_be_reused_only_once_its_data_is_gone() {
+fn a_deleted_topic_id_is_never_reused_but_its_name_is_free_at_once() {
     let mut f = Fixture::new();
     f.create(1, 1).unwrap();
     for _ in 0..5 {
         f.commit_one(batch(tp(1, 0), 1)).unwrap();
     }
     f.delete_topic(1, 2).unwrap();
-    assert_eq!(code(&f.create(1, 1)), ErrorCode::InvalidRequest, "purge still pending");
+    assert_eq!(code(&f.create(1, 1)), ErrorCode::UnknownTopicId, "purge still pending");
     // The name is free at once, for another id.
     assert_eq!(f.create_with(2, "topic-1", 1, None, None), Ok(()));
     while f.retention(2).more {}
-    assert_eq!(f.create_with(1, "again", 1, None, None), Ok(()));
-    assert_eq!(f.offsets(tp(1, 0)), (0, 0), "a re-created partition starts empty");
+    assert_eq!(code(&f.create_with(1, "again", 1, None, None)), ErrorCode::UnknownTopicId, "purged, still gone");
+}
+
+#[test]
+fn a_delete_that_arrives_before_the_create_keeps_the_topic_from_ever_appearing() {
+    // A metadata partition that never got a topic's creation gets its deletion; the late or stale
+    // creation (a retry, the reconciler's) must not bring it back.
+    let mut f = Fixture::new();
+    assert_eq!(code(&f.delete_topic(3, 10)), ErrorCode::UnknownTopicId);
+    assert_eq!(code(&f.create(3, 1)), ErrorCode::UnknownTopicId);
 }

@@ -2,7 +2,9 @@
 //!
 //! Its record and name are removed from this metadata partition, its partitions here are flagged
 //! deleted (they answer as unknown) and queued; batches, producer states and partition records are
-//! then removed by the purge, which releases the topic's files.
+//! then removed by the purge, which releases the topic's files. The id is remembered for good
+//! (even when this metadata partition never had the topic): a create of a deleted id — a stale or
+//! late one, e.g. from the topic reconciler — is refused, so a deleted topic never comes back.
 
 use uuid::Uuid;
 
@@ -23,6 +25,7 @@ pub fn apply(
     let keys = &sm.keys;
     let mut out = Vec::with_capacity(topic_ids.len());
     for id in topic_ids {
+        tables::put(txn, keys.deleted_topic(id), &now)?;
         let Some(topic) = tables::topic(txn, keys, id)? else {
             out.push((*id, Err(Failure::new(ErrorCode::UnknownTopicId, format!("no topic has id {id}")))));
             continue;

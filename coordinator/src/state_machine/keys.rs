@@ -16,6 +16,7 @@
 //! | `F` | files | object key | `FileRecord` |
 //! | `D` | files to delete | marked time (sign-flipped), object key | empty |
 //! | `Q` | purge queue | topic id, partition | empty |
+//! | `G` | deleted topic ids (never reused) | topic id | deleted-at time |
 //! | `M` | metadata-partition values | name | per name |
 //! | `A` | applied log id and membership (written by the Raft layer with each entry) | — | openraft's |
 //!
@@ -33,6 +34,7 @@ pub const PRODUCER: u8 = b'S';
 pub const FILE: u8 = b'F';
 pub const TO_DELETE: u8 = b'D';
 pub const PURGE: u8 = b'Q';
+pub const DELETED_TOPIC: u8 = b'G';
 pub const META: u8 = b'M';
 pub const APPLIED: u8 = b'A';
 
@@ -91,6 +93,13 @@ impl Keys {
 
     pub fn topic(&self, topic_id: &Uuid) -> Vec<u8> {
         let mut k = self.start(TOPIC, 16);
+        k.extend_from_slice(topic_id.as_bytes());
+        k
+    }
+
+    /// The tombstone of a deleted topic id.
+    pub fn deleted_topic(&self, topic_id: &Uuid) -> Vec<u8> {
+        let mut k = self.start(DELETED_TOPIC, 16);
         k.extend_from_slice(topic_id.as_bytes());
         k
     }

@@ -59,6 +59,8 @@ pub struct Model {
     producer_cursor: Option<Option<(TopicPartition, i64)>>,
     next_batch_id: i64,
     next_producer_id: i64,
+    /// Ids of deleted topics: never created again.
+    deleted_ids: BTreeSet<Uuid>,
 }
 
 fn fail<T>(code: ErrorCode) -> Result<T, Failure> {
@@ -87,6 +89,7 @@ impl Model {
             producer_cursor: None,
             next_batch_id: 0,
             next_producer_id: 0,
+            deleted_ids: BTreeSet::new(),
         }
     }
 
@@ -171,8 +174,8 @@ impl Model {
                 if self.topics.values().any(|x| x.name == t.name) {
                     return fail(ErrorCode::TopicAlreadyExists);
                 }
-                if self.queue.iter().any(|tp| tp.topic_id == t.topic_id) {
-                    return fail(ErrorCode::InvalidRequest);
+                if self.deleted_ids.contains(&t.topic_id) {
+                    return fail(ErrorCode::UnknownTopicId);
                 }
                 self.topics.insert(
                     t.topic_id,
@@ -197,6 +200,7 @@ impl Model {
     }
 
     fn delete_topic(&mut self, id: &Uuid) -> Result<(), Failure> {
+        self.deleted_ids.insert(*id);
         let Some(t) = self.topics.remove(id) else { return fail(ErrorCode::UnknownTopicId) };
         for p in 0..t.partitions {
             let tp = TopicPartition { topic_id: *id, partition: p };
