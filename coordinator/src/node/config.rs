@@ -38,6 +38,14 @@ pub struct NodeConfig {
     /// this long, checked with retention. Negative: never.
     #[serde(default = "default_producer_id_expiration_ms")]
     pub producer_id_expiration_ms: i64,
+    /// How long an object key stays fenced (a tombstone that refuses any commit of it) after a
+    /// broker's cleaner fenced it before deleting the object, or confirmed the deletion; forgotten
+    /// by retention afterwards. It must outlast every way a commit of the key can still reach the
+    /// log: the brokers' `cleanup.orphan_grace_ms` (their commit deadline), plus the coordinator's
+    /// commit timeout (at most 120 s), plus the clock differences between brokers and nodes.
+    /// Negative: never forgotten.
+    #[serde(default = "default_fenced_object_retention_ms")]
+    pub fenced_object_retention_ms: i64,
     /// How often a node hands leaderships back to each group's preferred leader (0 = never).
     #[serde(default = "default_leader_balance_ms")]
     pub leader_balance_ms: u64,
@@ -88,6 +96,14 @@ fn default_producer_id_expiration_ms() -> i64 {
     24 * 60 * 60 * 1000
 }
 
+fn default_fenced_object_retention_ms() -> i64 {
+    60 * 60 * 1000
+}
+
+/// Below this, `fenced_object_retention_ms` cannot outlast the default orphan grace period plus
+/// the longest commit timeout.
+pub const MIN_FENCED_OBJECT_RETENTION_MS: i64 = 15 * 60 * 1000;
+
 fn default_retention_check_ms() -> u64 {
     30_000
 }
@@ -135,6 +151,14 @@ impl NodeConfig {
             "raft timeouts must satisfy heartbeat_ms < election_timeout_min_ms < election_timeout_max_ms"
         );
         anyhow::ensure!(self.max_request_bytes >= 1024, "max_request_bytes must be at least 1024");
+        if (0..MIN_FENCED_OBJECT_RETENTION_MS).contains(&self.fenced_object_retention_ms) {
+            tracing::warn!(
+                retention_ms = self.fenced_object_retention_ms,
+                "fenced_object_retention_ms is under {MIN_FENCED_OBJECT_RETENTION_MS} ms: a commit that reaches the \
+                 log after a fenced key is forgotten could record batches in a deleted object; keep it above the \
+                 brokers' orphan_grace_ms + 120 s + clock skew"
+            );
+        }
         Ok(())
     }
 }
