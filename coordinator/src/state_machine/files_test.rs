@@ -106,10 +106,12 @@ fn a_confirmed_deletion_leaves_a_tombstone_that_refuses_a_late_repeat_of_the_com
     f.now += 10;
     assert_eq!(f.fence(&[&key]), [Ok(FenceAnswer::Released { marked_at: f.now - 10 })]);
     assert_eq!(f.confirm(&[&key]), [ErrorCode::None]);
-    assert_eq!(f.fence(&[&key]), [Ok(FenceAnswer::Fenced { fenced_at: f.now })]);
+    let confirmed_at = f.now;
+    f.now += 10;
     let again = f.commit_as(&key, vec![batch(tp(1, 0), 2)]);
     assert_eq!(code(&again[0]), ErrorCode::KafkaStorageError);
     assert_eq!(f.offsets(tp(1, 0)), (2, 2), "nothing appended after the deletion");
+    assert_eq!(f.fence(&[&key]), [Ok(FenceAnswer::Fenced { fenced_at: confirmed_at })]);
 }
 
 #[test]
