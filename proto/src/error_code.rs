@@ -15,6 +15,7 @@ pub enum ErrorCode {
     UnknownTopicOrPartition = 3,
     NotLeaderOrFollower = 6,
     RequestTimedOut = 7,
+    MessageTooLarge = 10,
     InvalidTopicException = 17,
     InvalidRequiredAcks = 21,
     InvalidTimestamp = 32,
@@ -33,7 +34,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code above, for exhaustive tests and lookups.
-    pub const ALL: [ErrorCode; 21] = [
+    pub const ALL: [ErrorCode; 22] = [
         ErrorCode::None,
         ErrorCode::UnknownServerError,
         ErrorCode::OffsetOutOfRange,
@@ -41,6 +42,7 @@ impl ErrorCode {
         ErrorCode::UnknownTopicOrPartition,
         ErrorCode::NotLeaderOrFollower,
         ErrorCode::RequestTimedOut,
+        ErrorCode::MessageTooLarge,
         ErrorCode::InvalidTopicException,
         ErrorCode::InvalidRequiredAcks,
         ErrorCode::InvalidTimestamp,
@@ -82,6 +84,7 @@ impl ErrorCode {
             ErrorCode::UnknownTopicOrPartition => "UNKNOWN_TOPIC_OR_PARTITION",
             ErrorCode::NotLeaderOrFollower => "NOT_LEADER_OR_FOLLOWER",
             ErrorCode::RequestTimedOut => "REQUEST_TIMED_OUT",
+            ErrorCode::MessageTooLarge => "MESSAGE_TOO_LARGE",
             ErrorCode::InvalidTopicException => "INVALID_TOPIC_EXCEPTION",
             ErrorCode::InvalidRequiredAcks => "INVALID_REQUIRED_ACKS",
             ErrorCode::InvalidTimestamp => "INVALID_TIMESTAMP",
