@@ -1151,3 +1151,52 @@ impl CoordinatorService for CoordinatorApi {
             .map_err(|e| Status::unavailable(e.to_string()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(r: Result<FenceAnswer, Failure>) -> fence_objects_response::FenceObjectResult {
+        fence_result("k".into(), r)
+    }
+
+    fn merged(answers: Vec<Result<FenceAnswer, Failure>>, route_error: bool) -> (ObjectState, i64, i32) {
+        let mut m = FenceMerge::default();
+        for a in answers {
+            m.add(&answer(a));
+        }
+        if route_error {
+            m.failed(route_failure(&RouteError::Timeout { group: 3 }));
+        }
+        let r = m.result("k".into());
+        (r.state(), r.released_at, r.error_code)
+    }
+
+    #[test]
+    fn fence_answers_merge_live_first_then_all_must_answer_then_the_latest_release() {
+        use FenceAnswer::*;
+        let timeout = ErrorCode::RequestTimedOut.wire();
+        // Live anywhere is a definite answer, even when another partition did not answer.
+        assert_eq!(merged(vec![Ok(Fenced { fenced_at: 1 }), Ok(Live)], true), (ObjectState::Live, -1, 0));
+        // Otherwise one silent partition leaves the state unknown: nothing may be deleted.
+        assert_eq!(merged(vec![Ok(Released { marked_at: 5 })], true), (ObjectState::Unspecified, -1, timeout));
+        let bad = Failure::new(ErrorCode::InvalidRequest, "bad key");
+        assert_eq!(
+            merged(vec![Ok(Fenced { fenced_at: 1 }), Err(bad)], false).0,
+            ObjectState::Unspecified,
+            "a refused key is not fenced"
+        );
+        // Released anywhere: released, at the latest release.
+        assert_eq!(
+            merged(
+                vec![Ok(Released { marked_at: 9 }), Ok(Fenced { fenced_at: 1 }), Ok(Released { marked_at: 4 })],
+                false
+            ),
+            (ObjectState::Released, 9, 0)
+        );
+        assert_eq!(
+            merged(vec![Ok(Fenced { fenced_at: 1 }), Ok(Fenced { fenced_at: 2 })], false),
+            (ObjectState::Fenced, -1, 0)
+        );
+    }
+}
