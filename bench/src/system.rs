@@ -137,15 +137,18 @@ impl Conn {
                     })
                     .collect();
                 let r = broker
-                    .commit_file(CommitFileRequest {
-                        object_key: key.into(),
-                        object_format: 1,
-                        file_size: 16_384 * coords.len() as i64,
-                        owner_ids: vec![],
-                        batches,
-                        timeout_ms: 30_000,
-                        uploader_broker_id: 1,
-                    })
+                    .commit_file(
+                        CommitFileRequest {
+                            object_key: key.into(),
+                            object_format: 1,
+                            file_size: 16_384 * coords.len() as i64,
+                            owner_ids: vec![],
+                            batches,
+                            timeout_ms: 30_000,
+                            uploader_broker_id: 1,
+                        },
+                        std::time::Instant::now() + std::time::Duration::from_secs(30),
+                    )
                     .await;
                 *last_applied = r.applied;
                 Ok(r.batches.iter().filter(|b| b.error_code == 0).count())

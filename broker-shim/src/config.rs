@@ -139,13 +139,14 @@ impl Default for FetchConfig {
 pub struct CleanupConfig {
     /// How often released files are deleted.
     pub interval_ms: u64,
-    /// How long a file waits after the coordinator released it before it is deleted (readers in
-    /// flight may still be fetching from it).
+    /// How long a file waits after its last release before it is deleted (readers in flight may
+    /// still be fetching from it).
     pub delete_grace_ms: u64,
     /// `diskless.coordinator.orphan.scan.interval.ms` (0: no orphan scans).
     pub orphan_scan_interval_ms: u64,
     /// `diskless.coordinator.orphan.scan.grace.period.ms`: an unknown object younger than this may
-    /// still be waiting for its commit, and is left alone.
+    /// still be waiting for its commit, and is left alone. The produce path sends no commit of a
+    /// segment later than this (less a margin, see `produce::commit_deadline`) after its upload.
     pub orphan_grace_ms: u64,
 }
 
@@ -159,6 +160,10 @@ impl Default for CleanupConfig {
         }
     }
 }
+
+/// The largest `produce.buffer_max_bytes`: a WAL segment never exceeds it, and batch positions in
+/// a segment are `int32` in the commit.
+pub const MAX_BUFFER_BYTES: usize = 1 << 30;
 
 /// Clock difference between brokers and coordinator nodes the grace periods allow for.
 const CLOCK_SKEW_MARGIN_MS: u64 = 15_000;
@@ -179,22 +184,28 @@ fn default_region() -> String {
 impl ShimConfig {
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(!self.coordinators.is_empty(), "coordinators lists no node");
-        anyhow::ensure!(self.produce.buffer_max_bytes >= 1024, "produce.buffer_max_bytes must be at least 1024");
+        anyhow::ensure!(
+            (1024..=MAX_BUFFER_BYTES).contains(&self.produce.buffer_max_bytes),
+            "produce.buffer_max_bytes must be 1024 to {MAX_BUFFER_BYTES} (a segment's byte offsets travel as int32), not {}",
+            self.produce.buffer_max_bytes
+        );
         anyhow::ensure!(self.produce.max_parallel_uploads >= 1, "produce.max_parallel_uploads must be at least 1");
         anyhow::ensure!(self.produce.commit_interval_ms >= 1, "produce.commit_interval_ms must be at least 1");
-        let commit_bound = crate::produce::COMMIT_TIMEOUT_MS as u64 + CLOCK_SKEW_MARGIN_MS;
-        if self.cleanup.delete_grace_ms < commit_bound {
+        // Safety does not depend on the grace periods (an object is fenced through the
+        // coordinators' logs before it is deleted); they decide who is inconvenienced.
+        let reader_bound = 15_000 + CLOCK_SKEW_MARGIN_MS;
+        if self.cleanup.delete_grace_ms < reader_bound {
             tracing::warn!(
                 grace_ms = self.cleanup.delete_grace_ms,
-                "cleanup.delete_grace_ms is under {commit_bound} ms (commit timeout + clock skew margin): a \
-                 file one metadata partition released could be deleted while another's commit of it \
-                 is still pending"
+                "cleanup.delete_grace_ms is under {reader_bound} ms: a consumer that looked batches up just before \
+                 they were released may find their object deleted (a retriable storage error)"
             );
         }
-        if self.cleanup.orphan_scan_interval_ms > 0 && self.cleanup.orphan_grace_ms < 60_000 {
+        if self.cleanup.orphan_grace_ms < 60_000 {
             tracing::warn!(
                 grace_ms = self.cleanup.orphan_grace_ms,
-                "cleanup.orphan_grace_ms is under a minute: an object whose commit is slow could be deleted as an orphan"
+                "cleanup.orphan_grace_ms is under a minute: a segment not committed within it (less a margin) is \
+                 abandoned and its producers must retry"
             );
         }
         Ok(())
@@ -217,5 +228,15 @@ mod tests {
             toml::from_str("coordinators = [\"a:1\"]\n[storage]\nkind = \"local\"\npath = \"/tmp/x\"\n").unwrap();
         assert!(matches!(c.storage, StorageConfig::Local { .. }));
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn a_buffer_whose_offsets_would_not_fit_in_int32_is_refused() {
+        let mut c: ShimConfig = toml::from_str("coordinators = [\"a:1\"]\n[storage]\nkind = \"memory\"\n").unwrap();
+        c.produce.buffer_max_bytes = MAX_BUFFER_BYTES;
+        c.validate().unwrap();
+        c.produce.buffer_max_bytes = MAX_BUFFER_BYTES + 1;
+        assert!(c.validate().unwrap_err().to_string().contains("int32"));
+        assert!(MAX_BUFFER_BYTES < i32::MAX as usize);
     }
 }

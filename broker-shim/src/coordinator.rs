@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use diskless_proto::admin::admin_service_client::AdminServiceClient;
 use diskless_proto::admin::StatusRequest;
@@ -192,9 +192,11 @@ impl Coordinators {
 
     /// Commits a file, sending each metadata partition's part straight to that partition's leader
     /// (no forwarding hop). A part refused because the node is no longer the leader was not
-    /// applied, so it is sent again once after learning the new leaders. Per-batch results come
-    /// back in request order; a part whose outcome is unknown gets REQUEST_TIMED_OUT.
-    pub async fn commit_file(&self, req: CommitFileRequest) -> CommitFileResponse {
+    /// applied, so it is sent again once after learning the new leaders — unless `deadline` is
+    /// (nearly) past: no part is sent after it, and a resent part carries only the time left.
+    /// Per-batch results come back in request order; a part whose outcome is unknown gets
+    /// REQUEST_TIMED_OUT. Empty `owner_ids` are filled in from the batches.
+    pub async fn commit_file(&self, req: CommitFileRequest, deadline: Instant) -> CommitFileResponse {
         let n = self.num_groups;
         let mut parts: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
         for (i, b) in req.batches.iter().enumerate() {
@@ -204,7 +206,14 @@ impl Coordinators {
             parts.entry(g).or_default().push(i);
         }
         if parts.is_empty() {
-            parts.insert(0, vec![]);
+            // An empty file is recorded (garbage at once) by an owner it names.
+            let owner = req.owner_ids.iter().find(|&&o| o >= 0 && (o as u32) < n);
+            parts.insert(owner.map_or(0, |&o| o as u32), vec![]);
+        }
+        let mut req = req;
+        if req.owner_ids.is_empty() {
+            // Each part is sent to its group directly, so the owners must be named: all of them.
+            req.owner_ids = parts.keys().map(|&g| g as i32).collect();
         }
         let mut results: Vec<Option<commit_file_response::CommitBatchResult>> = vec![None; req.batches.len()];
         let mut applied = vec![];
@@ -243,6 +252,17 @@ impl Coordinators {
                 break;
             }
             self.refresh_leaders().await;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left < MIN_COMMIT_WINDOW {
+                // Too late to send it again: it stays refused (NOT_LEADER_OR_FOLLOWER, nothing applied).
+                for (g, idxs) in retry {
+                    for &i in &idxs {
+                        results[i] = Some(not_leader_in_time(g));
+                    }
+                }
+                break;
+            }
+            req.timeout_ms = req.timeout_ms.min(left.as_millis().min(i32::MAX as u128) as i32);
             pending = retry;
         }
         let batches = results.into_iter().map(|r| r.unwrap_or_else(|| unknown_outcome(0))).collect();
@@ -379,6 +399,81 @@ impl Coordinators {
             .map_err(|s| KafkaError::unavailable("delete records", &s))?;
         let p = resp.topics.into_iter().flat_map(|t| t.partitions).next().ok_or_else(no_answer)?;
         KafkaError::from_wire(p.error_code, p.error_message).map_or(Ok(p.low_watermark), Err)
+    }
+}
+
+/// Less time than this left before a commit's deadline: the commit is not sent.
+pub const MIN_COMMIT_WINDOW: Duration = Duration::from_millis(100);
+
+/// What the coordinator cluster knows of an object once its key is fenced (FenceObjects).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fence {
+    /// Some metadata partition still has live batches in it: it must not be deleted.
+    Live,
+    /// Released, at the latest at `at` (milliseconds since the epoch); unknown to (and now fenced
+    /// in) the other metadata partitions named.
+    Released { at: i64 },
+    /// Known to none of the metadata partitions named; each refuses a commit of it from now on.
+    Fenced,
+    /// A metadata partition named did not answer: nothing is known, delete nothing.
+    Unknown(String),
+}
+
+impl Coordinators {
+    /// Fences objects, each in the metadata partitions given (empty: every one), and says what
+    /// they know of it. Safe to repeat.
+    pub async fn fence_objects(&self, objects: &[(String, Vec<u32>)]) -> Result<Vec<Fence>, tonic::Status> {
+        let req = FenceObjectsRequest {
+            objects: objects
+                .iter()
+                .map(|(k, groups)| fence_objects_request::FenceObjectEntry {
+                    object_key: k.clone(),
+                    metadata_partitions: groups.clone(),
+                })
+                .collect(),
+            timeout_ms: 10_000,
+        };
+        let r = self
+            .call(|mut c| {
+                let req = req.clone();
+                async move { c.fence_objects(req).await }
+            })
+            .await?;
+        if r.objects.len() != objects.len() {
+            return Err(tonic::Status::internal(format!(
+                "FenceObjects answered {} of {} objects",
+                r.objects.len(),
+                objects.len()
+            )));
+        }
+        Ok(r.objects
+            .into_iter()
+            .map(|o| {
+                if o.error_code != 0 {
+                    return Fence::Unknown(format!("error {}: {}", o.error_code, o.error_message.unwrap_or_default()));
+                }
+                match o.state() {
+                    ObjectState::Live => Fence::Live,
+                    ObjectState::Released => Fence::Released { at: o.released_at },
+                    ObjectState::Fenced => Fence::Fenced,
+                    ObjectState::Unspecified => Fence::Unknown("no state in the answer".into()),
+                }
+            })
+            .collect())
+    }
+}
+
+/// A batch whose part was refused by a node that was not the leader and not sent again in time.
+fn not_leader_in_time(g: u32) -> commit_file_response::CommitBatchResult {
+    commit_file_response::CommitBatchResult {
+        error_code: diskless_proto::ErrorCode::NotLeaderOrFollower.wire(),
+        error_message: Some(format!(
+            "metadata partition {g}'s leader moved and the commit's deadline left no time to send it again"
+        )),
+        assigned_base_offset: -1,
+        log_append_time: -1,
+        log_start_offset: -1,
+        is_duplicate: false,
     }
 }
 

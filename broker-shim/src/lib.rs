@@ -44,13 +44,20 @@ impl Shim {
         config.validate()?;
         let storage = storage::Storage::new(&config.storage)?;
         let coordinators = Arc::new(coordinator::Coordinators::connect(&config.coordinators).await?);
-        let (producer, tasks) =
-            produce::Producer::start(config.produce.clone(), config.broker_id, storage.clone(), coordinators.clone());
+        let commit_deadline =
+            produce::commit_deadline(std::time::Duration::from_millis(config.cleanup.orphan_grace_ms));
+        let (producer, tasks) = produce::Producer::start(
+            config.produce.clone(),
+            config.broker_id,
+            storage.clone(),
+            coordinators.clone(),
+            commit_deadline,
+        );
         let fetcher = fetch::Fetcher::new(&config.fetch, storage.clone(), coordinators.clone());
         let cleaner = Arc::new(cleanup::Cleaner::new(
             config.cleanup.clone(),
             storage.clone(),
-            coordinators.clone(),
+            coordinators.clone() as Arc<dyn cleanup::CleanupCoordinator>,
             config.produce.key_prefix.clone(),
         ));
         let producer_ids = producer_ids::ProducerIds::new(coordinators.clone(), config.broker_id);

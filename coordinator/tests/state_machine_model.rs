@@ -1,6 +1,7 @@
 //! Model-based test of the metadata state machine: random sequences of every operation (idempotent
 //! producers with retries, epoch bumps and gaps, malformed batches, deletions, retention with
-//! small budgets, file confirmations) are applied to the RocksDB-backed state machine and to the
+//! small budgets, file confirmations, fencing object keys, commits that arrive after their key was
+//! fenced or deleted, repeats of earlier commits, commit parts sent to a non-owner) are applied to the RocksDB-backed state machine and to the
 //! naive model in `model/`; every answer, and the final state, must agree. A second, fresh state
 //! machine applies the same commands and must end with a byte-identical state (same digest).
 //!
@@ -47,16 +48,58 @@ struct TBatch {
 
 #[derive(Debug, Clone)]
 enum TOp {
-    Create { topic: u8, partitions: i32, name: u8, retention_ms: Option<i64>, retention_bytes: Option<i64> },
-    DeleteTopic { topic: u8, budget: u32 },
-    Commit { batches: Vec<TBatch>, slack: i32, reuse: Option<u8> },
-    CommitMany(Vec<(Vec<TBatch>, i32, Option<u8>)>),
-    DeleteRecords { parts: Vec<(u8, i32, u8)>, budget: u32 },
-    Alter { topic: u8, ms: Option<i64>, bytes: Option<i64> },
-    Retention { budget: u32, producer_expiration_ms: i64 },
-    Confirm { take: u8, live_too: bool },
-    Tick { ms: i64 },
-    AllocateProducerIds { count: u32 },
+    Create {
+        topic: u8,
+        partitions: i32,
+        name: u8,
+        retention_ms: Option<i64>,
+        retention_bytes: Option<i64>,
+    },
+    DeleteTopic {
+        topic: u8,
+        budget: u32,
+    },
+    Commit {
+        batches: Vec<TBatch>,
+        slack: i32,
+        reuse: Option<u8>,
+        owners: u8,
+    },
+    CommitMany(Vec<(Vec<TBatch>, i32, Option<u8>, u8)>),
+    DeleteRecords {
+        parts: Vec<(u8, i32, u8)>,
+        budget: u32,
+    },
+    Alter {
+        topic: u8,
+        ms: Option<i64>,
+        bytes: Option<i64>,
+    },
+    Retention {
+        budget: u32,
+        producer_expiration_ms: i64,
+        fenced_object_retention_ms: i64,
+    },
+    Confirm {
+        take: u8,
+        live_too: bool,
+    },
+    Tick {
+        ms: i64,
+    },
+    /// Fence object keys: known ones, fenced ones, fresh ones (which later commits may use).
+    Fence {
+        picks: Vec<u8>,
+    },
+    /// Send again one of the last commits, exactly (a broker whose reply was lost), or with its
+    /// deadline moved.
+    Repeat {
+        pick: u8,
+        new_deadline: bool,
+    },
+    AllocateProducerIds {
+        count: u32,
+    },
 }
 
 fn seq_choice() -> impl Strategy<Value = SeqChoice> {
@@ -114,18 +157,28 @@ fn top() -> impl Strategy<Value = TOp> {
             |(topic, partitions, name, retention_ms, retention_bytes)| TOp::Create { topic, partitions, name, retention_ms, retention_bytes }
         ),
         1 => (1..=TOPICS, 0u32..12).prop_map(|(topic, budget)| TOp::DeleteTopic { topic, budget }),
-        20 => (prop::collection::vec(tbatch(), 0..8), -20i32..20, prop::option::weighted(0.05, any::<u8>()))
-            .prop_map(|(batches, slack, reuse)| TOp::Commit { batches, slack, reuse }),
+        20 => (prop::collection::vec(tbatch(), 0..8), -20i32..20, prop::option::weighted(0.08, any::<u8>()), any::<u8>())
+            .prop_map(|(batches, slack, reuse, owners)| TOp::Commit { batches, slack, reuse, owners }),
         4 => prop::collection::vec(
-            (prop::collection::vec(tbatch(), 0..5), -20i32..20, prop::option::weighted(0.1, any::<u8>())),
+            (prop::collection::vec(tbatch(), 0..5), -20i32..20, prop::option::weighted(0.1, any::<u8>()), any::<u8>()),
             1..4
         )
         .prop_map(TOp::CommitMany),
+        2 => prop::collection::vec(any::<u8>(), 1..4).prop_map(|picks| TOp::Fence { picks }),
+        2 => (any::<u8>(), prop::bool::weighted(0.3)).prop_map(|(pick, new_deadline)| TOp::Repeat { pick, new_deadline }),
         3 => (prop::collection::vec((1..=TOPICS, -1i32..MAX_PARTITIONS_USED, any::<u8>()), 1..3), 0u32..12)
             .prop_map(|(parts, budget)| TOp::DeleteRecords { parts, budget }),
         1 => (0..=TOPICS, retention_value(), retention_value()).prop_map(|(topic, ms, bytes)| TOp::Alter { topic, ms, bytes }),
-        3 => (0u32..15, prop_oneof![2 => Just(-1i64), 1 => Just(0i64), 2 => 0i64..20_000])
-            .prop_map(|(budget, producer_expiration_ms)| TOp::Retention { budget, producer_expiration_ms }),
+        3 => (
+            0u32..15,
+            prop_oneof![2 => Just(-1i64), 1 => Just(0i64), 2 => 0i64..20_000],
+            prop_oneof![1 => Just(-1i64), 1 => Just(0i64), 2 => 0i64..8_000],
+        )
+            .prop_map(|(budget, producer_expiration_ms, fenced_object_retention_ms)| TOp::Retention {
+                budget,
+                producer_expiration_ms,
+                fenced_object_retention_ms
+            }),
         2 => (0u8..4, prop::bool::weighted(0.2)).prop_map(|(take, live_too)| TOp::Confirm { take, live_too }),
         4 => (-200i64..3_000).prop_map(|ms| TOp::Tick { ms }),
         1 => prop_oneof![8 => 1u32..2_000, 1 => Just(0u32), 1 => Just(u32::MAX)]
@@ -151,28 +204,50 @@ struct Driver {
     now: i64,
     next_key: u32,
     epochs: [i16; 3],
+    group: u32,
+    groups: u32,
+    /// The last commits sent, for repeats.
+    sent: Vec<CommitFile>,
 }
 
 impl Driver {
+    fn fresh_key(&mut self) -> String {
+        self.next_key += 1;
+        format!("wal/{:06}", self.next_key)
+    }
+
+    /// The owner ids a commit names: this metadata partition (alone or with another) mostly;
+    /// sometimes not, or out of range, which the state machine refuses.
+    fn owners(&self, pick: u8) -> Vec<i32> {
+        let (g, n) = (self.group as i32, self.groups as i32);
+        match pick % 32 {
+            0 => vec![],
+            1 => vec![(g + 1) % n, n],
+            2 if n > 1 => vec![(g + 1) % n],
+            3 => vec![g, g],
+            4..=11 => (0..n).rev().collect(),
+            _ => vec![g],
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn commit_file(
         &mut self,
         now: i64,
         batches: &[TBatch],
         slack: &i32,
         reuse: &Option<u8>,
+        owners: u8,
         model: &Model,
         pending: &mut BTreeMap<(TopicPartition, i64), (i16, i32)>,
     ) -> CommitFile {
+        // A reused key is a known file's (refused) or a fenced one's (a commit that arrives after
+        // its key was fenced or its object deleted: refused while the tombstone lives).
+        let reusable: Vec<String> = model.known_keys().into_iter().chain(model.fenced_keys()).collect();
         let object_key = match reuse {
-            Some(i) if !model.known_keys().is_empty() => {
-                let k = model.known_keys();
-                k[usize::from(*i) % k.len()].clone()
-            }
+            Some(i) if !reusable.is_empty() => reusable[usize::from(*i) % reusable.len()].clone(),
             Some(_) => String::new(),
-            None => {
-                self.next_key += 1;
-                format!("wal/{:06}", self.next_key)
-            }
+            None => self.fresh_key(),
         };
         let mut at = 0i32;
         let mut out = Vec::with_capacity(batches.len());
@@ -250,9 +325,17 @@ impl Driver {
             object_format: 1,
             file_size: i64::from(at + slack).max(0),
             uploader_broker_id: 1,
-            owner_ids: vec![0],
+            owner_ids: self.owners(owners),
             batches: out,
         }
+    }
+
+    fn sent(&mut self, c: CommitFile) -> CommitFile {
+        self.sent.push(c.clone());
+        if self.sent.len() > 16 {
+            self.sent.remove(0);
+        }
+        c
     }
 
     fn command(&mut self, op: &TOp, model: &Model) -> Option<Command> {
@@ -284,8 +367,36 @@ impl Driver {
                 retention_ms: *ms,
                 retention_bytes: *bytes,
             }]),
-            TOp::Retention { budget, producer_expiration_ms } => {
-                Op::EnforceRetention { budget: *budget, producer_expiration_ms: *producer_expiration_ms }
+            TOp::Retention { budget, producer_expiration_ms, fenced_object_retention_ms } => Op::EnforceRetention {
+                budget: *budget,
+                producer_expiration_ms: *producer_expiration_ms,
+                fenced_object_retention_ms: *fenced_object_retention_ms,
+            },
+            TOp::Fence { picks } => {
+                let known = model.known_keys();
+                let fenced = model.fenced_keys();
+                let object_keys = picks
+                    .iter()
+                    .map(|&p| match p % 8 {
+                        0 | 1 if !known.is_empty() => known[usize::from(p) % known.len()].clone(),
+                        2 if !fenced.is_empty() => fenced[usize::from(p) % fenced.len()].clone(),
+                        // The next keys a commit will use: fenced before it arrives.
+                        3 | 4 => format!("wal/{:06}", self.next_key + 1 + u32::from(p % 3)),
+                        5 => String::new(),
+                        _ => self.fresh_key(),
+                    })
+                    .collect();
+                Op::FenceObjects { object_keys }
+            }
+            TOp::Repeat { pick, new_deadline } => {
+                if self.sent.is_empty() {
+                    return None;
+                }
+                let mut c = self.sent[usize::from(*pick) % self.sent.len()].clone();
+                if *new_deadline {
+                    c.deadline_ms = Some(now);
+                }
+                Op::CommitFile(c)
             }
             TOp::DeleteRecords { parts, budget } => Op::DeleteRecords {
                 partitions: parts
@@ -315,9 +426,10 @@ impl Driver {
                 keys.push("never-committed".into());
                 Op::ConfirmFilesDeleted { object_keys: keys }
             }
-            TOp::Commit { batches, slack, reuse } => {
+            TOp::Commit { batches, slack, reuse, owners } => {
                 let mut pending = BTreeMap::new();
-                Op::CommitFile(self.commit_file(now, batches, slack, reuse, model, &mut pending))
+                let c = self.commit_file(now, batches, slack, reuse, *owners, model, &mut pending);
+                Op::CommitFile(self.sent(c))
             }
             TOp::CommitMany(files) => {
                 // Several files in one entry, as the leader gathers concurrent commits.
@@ -325,7 +437,10 @@ impl Driver {
                 Op::CommitFiles(
                     files
                         .iter()
-                        .map(|(b, slack, reuse)| self.commit_file(now, b, slack, reuse, model, &mut pending))
+                        .map(|(b, slack, reuse, owners)| {
+                            let c = self.commit_file(now, b, slack, reuse, *owners, model, &mut pending);
+                            self.sent(c)
+                        })
                         .collect(),
                 )
             }
@@ -351,6 +466,9 @@ fn blank(o: Outcome) -> Outcome {
             v.into_iter().map(|f| f.into_iter().map(|r| r.map_err(|f| Failure::new(f.code, ""))).collect()).collect(),
         ),
         Outcome::ProducerIds(r) => Outcome::ProducerIds(r.map_err(|f| Failure::new(f.code, ""))),
+        Outcome::FenceObjects(v) => {
+            Outcome::FenceObjects(v.into_iter().map(|(k, r)| (k, r.map_err(|f| Failure::new(f.code, "")))).collect())
+        }
         other => other,
     }
 }
@@ -446,10 +564,25 @@ static OPERATIONS: AtomicUsize = AtomicUsize::new(0);
 static BATCH_CODES: std::sync::Mutex<BTreeMap<i16, usize>> = std::sync::Mutex::new(BTreeMap::new());
 static DUPLICATES: AtomicUsize = AtomicUsize::new(0);
 static PRODUCERS_EXPIRED: AtomicUsize = AtomicUsize::new(0);
+/// Fence answers by kind (live, released, fenced, refused) and tombstones forgotten.
+static FENCES: std::sync::Mutex<[usize; 4]> = std::sync::Mutex::new([0; 4]);
+static FENCED_FORGOTTEN: AtomicUsize = AtomicUsize::new(0);
 
 fn count(outcome: &Outcome) {
     if let Outcome::EnforceRetention(r) = outcome {
         PRODUCERS_EXPIRED.fetch_add(r.producers_expired as usize, Ordering::Relaxed);
+        FENCED_FORGOTTEN.fetch_add(r.fenced_forgotten as usize, Ordering::Relaxed);
+    }
+    if let Outcome::FenceObjects(v) = outcome {
+        let mut f = FENCES.lock().unwrap();
+        for (_, r) in v {
+            f[match r {
+                Ok(FenceAnswer::Live) => 0,
+                Ok(FenceAnswer::Released { .. }) => 1,
+                Ok(FenceAnswer::Fenced { .. }) => 2,
+                Err(_) => 3,
+            }] += 1;
+        }
     }
     if let Outcome::CommitFiles(files) = outcome {
         files.iter().for_each(|rs| count(&Outcome::CommitFile(rs.clone())));
@@ -472,7 +605,7 @@ fn run_case(ops: &[(TOp, u64)], group: u32, groups: u32) {
     let real = Real::new(group, groups);
     let twin = Real::new(group, groups);
     let mut model = Model::new(group, groups);
-    let mut driver = Driver { now: 1_000_000, next_key: 0, epochs: [0; 3] };
+    let mut driver = Driver { now: 1_000_000, next_key: 0, epochs: [0; 3], group, groups, sent: vec![] };
     // Every sequence starts with two topics, so most operations find something to act on.
     let setup = (1..=2)
         .map(|topic| (TOp::Create { topic, partitions: 3, name: 9, retention_ms: Some(-1), retention_bytes: None }, 0));
@@ -511,6 +644,11 @@ fn state_machine_matches_the_model_and_replicas_agree_byte_for_byte() {
         BATCH_CODES.lock().unwrap(),
         DUPLICATES.load(Ordering::Relaxed),
         PRODUCERS_EXPIRED.load(Ordering::Relaxed)
+    );
+    println!(
+        "fence answers [live, released, fenced, refused]: {:?}; tombstones forgotten: {}",
+        FENCES.lock().unwrap(),
+        FENCED_FORGOTTEN.load(Ordering::Relaxed)
     );
     if cases >= 30 {
         assert!(n >= 10_000, "only {n} operations ran");

@@ -16,6 +16,7 @@ pub enum ErrorCode {
     NotLeaderOrFollower = 6,
     RequestTimedOut = 7,
     ReplicaNotAvailable = 9,
+    MessageTooLarge = 10,
     InvalidTopicException = 17,
     InvalidRequiredAcks = 21,
     InvalidTimestamp = 32,
@@ -34,7 +35,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code above, for exhaustive tests and lookups.
-    pub const ALL: [ErrorCode; 22] = [
+    pub const ALL: [ErrorCode; 23] = [
         ErrorCode::None,
         ErrorCode::UnknownServerError,
         ErrorCode::OffsetOutOfRange,
@@ -43,6 +44,7 @@ impl ErrorCode {
         ErrorCode::NotLeaderOrFollower,
         ErrorCode::RequestTimedOut,
         ErrorCode::ReplicaNotAvailable,
+        ErrorCode::MessageTooLarge,
         ErrorCode::InvalidTopicException,
         ErrorCode::InvalidRequiredAcks,
         ErrorCode::InvalidTimestamp,
@@ -85,6 +87,7 @@ impl ErrorCode {
             ErrorCode::NotLeaderOrFollower => "NOT_LEADER_OR_FOLLOWER",
             ErrorCode::RequestTimedOut => "REQUEST_TIMED_OUT",
             ErrorCode::ReplicaNotAvailable => "REPLICA_NOT_AVAILABLE",
+            ErrorCode::MessageTooLarge => "MESSAGE_TOO_LARGE",
             ErrorCode::InvalidTopicException => "INVALID_TOPIC_EXCEPTION",
             ErrorCode::InvalidRequiredAcks => "INVALID_REQUIRED_ACKS",
             ErrorCode::InvalidTimestamp => "INVALID_TIMESTAMP",

@@ -1,28 +1,39 @@
 //! Deleting WAL segments nobody needs, without ever deleting one somebody does.
 //!
+//! Nothing is deleted on the strength of a read: a read (even a linearizable one) cannot see a
+//! commit entry appended but not yet committed, nor a commit part still queued on a broker or in
+//! flight to another metadata partition. Before deleting, the cleaner **fences** the object's key
+//! (FenceObjects) in every metadata partition that could hold batches of it, through each one's
+//! log: a partition with live batches answers LIVE (keep it); one that does not know the key
+//! records a tombstone, so a commit of the key that reaches its log afterwards is refused. Only
+//! objects every partition named answered RELEASED or FENCED for are deleted.
+//!
 //! - **Released files** ([`Cleaner::delete_released`]): the coordinator lists files whose batches
-//!   are all gone (oldest first). Once a file has been released for `delete_grace_ms` (readers may
-//!   still be fetching from it), and no metadata partition still has a live batch in it
-//!   (DescribeFiles across every owner), the object is deleted (a missing object is fine) and the
-//!   deletion confirmed, so the coordinator forgets it.
+//!   are all gone (oldest first; metadata partitions that do not answer are skipped, not fatal).
+//!   Candidates listed as released at least `delete_grace_ms` ago are fenced in their owners
+//!   (`owner_ids`: a commit part is accepted only by an owner). The fence answers with the latest
+//!   release across the owners, so the grace period counts from the *last* release even when the
+//!   list was truncated; past it the object is deleted (a missing object is fine) and the
+//!   deletion confirmed, so the coordinator forgets the file (leaving a tombstone).
 //! - **Orphans** ([`Cleaner::delete_orphans`]): objects no coordinator knows — uploaded by a broker
-//!   that crashed before committing, or whose commit failed. Objects younger than
-//!   `orphan_grace_ms` are left alone (their commit may still be on its way); older ones that no
-//!   metadata partition knows are deleted.
+//!   that crashed before committing, or whose commit failed or was abandoned. The bucket listing is
+//!   paged through (never held whole); objects older than `orphan_grace_ms` are fenced in every
+//!   metadata partition and deleted when all answer FENCED.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use diskless_proto::v1::{
-    describe_files_request, ConfirmFilesDeletedRequest, DescribeFilesRequest, ListFilesToDeleteRequest,
-};
+use diskless_proto::v1::{ConfirmFilesDeletedRequest, ListFilesToDeleteRequest, ListFilesToDeleteResponse};
+use futures_util::future::BoxFuture;
+use futures_util::{FutureExt, StreamExt};
 
 use crate::config::CleanupConfig;
-use crate::coordinator::Coordinators;
+use crate::coordinator::{Coordinators, Fence};
 use crate::storage::Storage;
 
-/// Files handled per round.
-const PAGE: i32 = 1000;
+/// Files handled per round, and orphan candidates fenced per request.
+const PAGE: usize = 1000;
 
 /// What one round did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -31,10 +42,55 @@ pub struct Swept {
     pub kept: usize,
 }
 
+/// What the cleaner asks of the coordinator cluster ([`Coordinators`], or a fake in tests).
+pub trait CleanupCoordinator: Send + Sync + 'static {
+    fn files_to_delete(&self, limit: usize) -> BoxFuture<'_, anyhow::Result<ListFilesToDeleteResponse>>;
+    /// Fences each object in the metadata partitions given (empty: every one).
+    fn fence(&self, objects: Vec<(String, Vec<u32>)>) -> BoxFuture<'_, anyhow::Result<Vec<Fence>>>;
+    /// Confirms deletions; returns the keys whose confirmation failed, with why.
+    fn confirm(&self, object_keys: Vec<String>) -> BoxFuture<'_, anyhow::Result<Vec<(String, String)>>>;
+}
+
+impl CleanupCoordinator for Coordinators {
+    fn files_to_delete(&self, limit: usize) -> BoxFuture<'_, anyhow::Result<ListFilesToDeleteResponse>> {
+        async move {
+            let limit = i32::try_from(limit).unwrap_or(i32::MAX);
+            Ok(self
+                .call(|mut c| async move {
+                    c.list_files_to_delete(ListFilesToDeleteRequest { limit, timeout_ms: 10_000 }).await
+                })
+                .await?)
+        }
+        .boxed()
+    }
+
+    fn fence(&self, objects: Vec<(String, Vec<u32>)>) -> BoxFuture<'_, anyhow::Result<Vec<Fence>>> {
+        async move { Ok(self.fence_objects(&objects).await?) }.boxed()
+    }
+
+    fn confirm(&self, object_keys: Vec<String>) -> BoxFuture<'_, anyhow::Result<Vec<(String, String)>>> {
+        async move {
+            let req = ConfirmFilesDeletedRequest { object_keys, timeout_ms: 10_000 };
+            let r = self
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.confirm_files_deleted(req).await }
+                })
+                .await?;
+            Ok(r.files
+                .into_iter()
+                .filter(|f| f.error_code != 0)
+                .map(|f| (f.object_key, f.error_message.unwrap_or_default()))
+                .collect())
+        }
+        .boxed()
+    }
+}
+
 pub struct Cleaner {
     config: CleanupConfig,
     storage: Storage,
-    coordinators: Arc<Coordinators>,
+    coordinators: Arc<dyn CleanupCoordinator>,
     key_prefix: String,
 }
 
@@ -46,110 +102,124 @@ impl Cleaner {
     pub fn new(
         config: CleanupConfig,
         storage: Storage,
-        coordinators: Arc<Coordinators>,
+        coordinators: Arc<dyn CleanupCoordinator>,
         key_prefix: String,
     ) -> Cleaner {
         Cleaner { config, storage, coordinators, key_prefix }
     }
 
-    /// Which of `keys` some metadata partition still has live batches in / knows at all.
-    async fn describe(&self, keys: &[String]) -> anyhow::Result<Vec<(bool, bool)>> {
-        let req = DescribeFilesRequest {
-            files: keys.iter().map(|k| describe_files_request::DescribeFileEntry { object_key: k.clone() }).collect(),
-            timeout_ms: 10_000,
-        };
-        let r = self
-            .coordinators
-            .call(|mut c| {
-                let req = req.clone();
-                async move { c.describe_files(req).await }
-            })
-            .await?;
-        anyhow::ensure!(
-            r.files.len() == keys.len(),
-            "DescribeFiles answered {} of {} files",
-            r.files.len(),
-            keys.len()
-        );
-        r.files
-            .iter()
-            .map(|f| {
-                anyhow::ensure!(f.error_code == 0, "DescribeFiles {}: {:?}", f.object_key, f.error_message);
-                Ok((f.has_live_batches, f.known))
-            })
-            .collect()
-    }
-
     /// Deletes released files past their grace period; returns what it did.
     pub async fn delete_released(&self) -> anyhow::Result<Swept> {
-        let r = self
-            .coordinators
-            .call(|mut c| async move {
-                c.list_files_to_delete(ListFilesToDeleteRequest { limit: PAGE, timeout_ms: 10_000 }).await
-            })
-            .await?;
-        let cutoff = now_ms() - self.config.delete_grace_ms as i64;
-        // A file several metadata partitions released waits for the grace period after the
-        // *last* release (readers of the last one may still be fetching from it).
-        let mut last_release: std::collections::BTreeMap<String, i64> = Default::default();
-        for f in &r.files {
-            let e = last_release.entry(f.object_key.clone()).or_insert(i64::MIN);
-            *e = (*e).max(f.marked_for_deletion_at);
+        let r = self.coordinators.files_to_delete(PAGE).await?;
+        if !r.unavailable_metadata_partitions.is_empty() {
+            tracing::debug!(
+                groups = ?r.unavailable_metadata_partitions,
+                "some metadata partitions did not list their released files; they wait for the next round"
+            );
         }
-        let keys: Vec<String> = last_release.iter().filter(|(_, at)| **at <= cutoff).map(|(k, _)| k.clone()).collect();
-        let mut swept = Swept { kept: last_release.len() - keys.len(), ..Swept::default() };
-        if keys.is_empty() {
+        let cutoff = now_ms() - self.config.delete_grace_ms as i64;
+        // Per object: the latest release listed, and where to fence it (None: everywhere — a file
+        // recorded before owners were checked, whose owner list may not name the partition itself).
+        let mut listed: BTreeMap<String, (i64, Option<BTreeSet<u32>>)> = BTreeMap::new();
+        for f in &r.files {
+            let (at, owners) = listed.entry(f.object_key.clone()).or_insert((i64::MIN, Some(BTreeSet::new())));
+            *at = (*at).max(f.marked_for_deletion_at);
+            let named = f.owner_ids.contains(&(f.metadata_partition as i32));
+            match (owners.as_mut(), named) {
+                (Some(set), true) => set.extend(f.owner_ids.iter().filter(|o| **o >= 0).map(|&o| o as u32)),
+                _ => *owners = None,
+            }
+        }
+        let candidates: Vec<(String, Vec<u32>)> = listed
+            .iter()
+            .filter(|(_, (at, _))| *at <= cutoff)
+            .map(|(k, (_, owners))| (k.clone(), owners.as_ref().map_or(vec![], |s| s.iter().copied().collect())))
+            .collect();
+        let mut swept = Swept { kept: listed.len() - candidates.len(), ..Swept::default() };
+        if candidates.is_empty() {
             return Ok(swept);
         }
-        let states = self.describe(&keys).await?;
-        let mut confirmed = vec![];
-        for (key, (live, _)) in keys.into_iter().zip(states) {
-            if live {
-                // Another metadata partition still has batches in it.
-                swept.kept += 1;
-                continue;
+        let fences = self.coordinators.fence(candidates.clone()).await?;
+        anyhow::ensure!(
+            fences.len() == candidates.len(),
+            "{} fence answers for {} files",
+            fences.len(),
+            candidates.len()
+        );
+        let mut deleted = vec![];
+        for ((key, _), fence) in candidates.into_iter().zip(fences) {
+            match fence {
+                // The grace period counts from the last release, wherever it happened.
+                Fence::Released { at } if at <= cutoff => {}
+                // Nobody knows it any more (another cleaner confirmed it): nothing can commit it.
+                Fence::Fenced => {}
+                Fence::Released { .. } | Fence::Live => {
+                    swept.kept += 1;
+                    continue;
+                }
+                Fence::Unknown(why) => {
+                    tracing::debug!(key, why, "fence of a released file not answered by every owner; kept");
+                    swept.kept += 1;
+                    continue;
+                }
             }
             self.storage.delete(&key).await?;
-            confirmed.push(key);
+            deleted.push(key);
         }
-        if !confirmed.is_empty() {
-            let req = ConfirmFilesDeletedRequest { object_keys: confirmed.clone(), timeout_ms: 10_000 };
-            let r = self
-                .coordinators
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.confirm_files_deleted(req).await }
-                })
-                .await?;
-            for f in r.files.iter().filter(|f| f.error_code != 0) {
-                tracing::warn!(key = %f.object_key, error = ?f.error_message, "deletion not confirmed");
+        if !deleted.is_empty() {
+            for (key, why) in self.coordinators.confirm(deleted.clone()).await? {
+                tracing::warn!(key, why, "deletion not confirmed");
             }
-            swept.deleted = confirmed.len();
-            tracing::info!(deleted = confirmed.len(), "deleted released WAL segments");
+            swept.deleted = deleted.len();
+            tracing::info!(deleted = deleted.len(), "deleted released WAL segments");
         }
         Ok(swept)
     }
 
     /// Deletes objects under the key prefix that no coordinator knows and that are older than the
-    /// orphan grace period.
+    /// orphan grace period, a page of the listing at a time.
     pub async fn delete_orphans(&self) -> anyhow::Result<Swept> {
-        let listed = self.storage.list(&self.key_prefix).await?;
         let cutoff = SystemTime::now() - Duration::from_millis(self.config.orphan_grace_ms);
-        let old: Vec<String> = listed.iter().filter(|o| o.last_modified <= cutoff).map(|o| o.key.clone()).collect();
-        let mut swept = Swept { kept: listed.len() - old.len(), ..Swept::default() };
-        for chunk in old.chunks(PAGE as usize) {
-            let states = self.describe(chunk).await?;
-            for (key, (_, known)) in chunk.iter().zip(states) {
-                if known {
-                    swept.kept += 1;
-                } else {
-                    self.storage.delete(key).await?;
+        let mut swept = Swept::default();
+        let mut listing = self.storage.list_stream(&self.key_prefix);
+        let mut page: Vec<String> = Vec::with_capacity(PAGE);
+        while let Some(o) = listing.next().await {
+            let o = o?;
+            if o.last_modified > cutoff {
+                swept.kept += 1;
+                continue;
+            }
+            page.push(o.key);
+            if page.len() == PAGE {
+                self.sweep_orphans(std::mem::take(&mut page), &mut swept).await?;
+            }
+        }
+        if !page.is_empty() {
+            self.sweep_orphans(page, &mut swept).await?;
+        }
+        Ok(swept)
+    }
+
+    /// Fences old objects in every metadata partition; deletes those none of them knows.
+    async fn sweep_orphans(&self, keys: Vec<String>, swept: &mut Swept) -> anyhow::Result<()> {
+        let fences = self.coordinators.fence(keys.iter().map(|k| (k.clone(), vec![])).collect()).await?;
+        anyhow::ensure!(fences.len() == keys.len(), "{} fence answers for {} objects", fences.len(), keys.len());
+        for (key, fence) in keys.into_iter().zip(fences) {
+            match fence {
+                Fence::Fenced => {
+                    self.storage.delete(&key).await?;
                     swept.deleted += 1;
                     tracing::info!(key, "deleted an orphan WAL segment");
                 }
+                // Committed: live, or released (then the released-file path deletes it).
+                Fence::Live | Fence::Released { .. } => swept.kept += 1,
+                Fence::Unknown(why) => {
+                    tracing::debug!(key, why, "orphan candidate not fenced everywhere; kept");
+                    swept.kept += 1;
+                }
             }
         }
-        Ok(swept)
+        Ok(())
     }
 
     /// Runs both duties periodically until `stop` fires.
@@ -174,3 +244,6 @@ impl Cleaner {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

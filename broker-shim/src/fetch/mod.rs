@@ -46,10 +46,23 @@ pub struct Fetched {
 }
 
 pub struct Fetcher {
-    storage: Storage,
     coordinators: Arc<Coordinators>,
+    reader: Reader,
+}
+
+/// Reads batches' bytes: from the cache, else by coalesced ranged GETs; checks them.
+struct Reader {
+    storage: Storage,
     cache: RangeCache,
     gap: u64,
+}
+
+/// The bytes one fetch needs, gathered before it assembles its answer: cache hits are taken when
+/// the reads are planned, so an eviction meanwhile cannot leave a batch unread.
+#[derive(Default)]
+struct Gathered {
+    cached: HashMap<(String, u64), Bytes>,
+    read: HashMap<String, Result<Vec<(Range<u64>, Bytes)>, String>>,
 }
 
 /// Reads of one object at once, at most.
@@ -57,11 +70,14 @@ const PARALLEL_OBJECTS: usize = 16;
 
 impl Fetcher {
     pub fn new(config: &FetchConfig, storage: Storage, coordinators: Arc<Coordinators>) -> Fetcher {
-        Fetcher { storage, coordinators, cache: RangeCache::new(config.cache_bytes), gap: config.coalesce_gap_bytes }
+        Fetcher {
+            coordinators,
+            reader: Reader { storage, cache: RangeCache::new(config.cache_bytes), gap: config.coalesce_gap_bytes },
+        }
     }
 
     pub fn cache(&self) -> &RangeCache {
-        &self.cache
+        &self.reader.cache
     }
 
     pub async fn fetch(&self, parts: &[FetchPartition], max_total_bytes: i32) -> Result<Vec<Fetched>, KafkaError> {
@@ -128,16 +144,7 @@ impl Fetcher {
                 }
             }
         }
-        let mut needed: BTreeMap<String, Vec<Range<u64>>> = BTreeMap::new();
-        for a in answers.iter().flatten() {
-            for b in &a.batches {
-                let at = b.byte_offset as u64;
-                if self.cache.get(&b.object_key, at).is_none() {
-                    needed.entry(b.object_key.clone()).or_default().push(at..at + b.byte_size as u64);
-                }
-            }
-        }
-        let fetched = self.read_objects(needed).await;
+        let gathered = self.reader.gather(answers.iter().flatten().flat_map(|a| a.batches.iter())).await;
 
         let mut out = Vec::with_capacity(parts.len());
         for a in answers {
@@ -157,7 +164,7 @@ impl Fetcher {
                 records: Bytes::new(),
             };
             if f.error.is_none() {
-                match self.assemble(&a.batches, &fetched) {
+                match self.reader.assemble(&a.batches, &gathered) {
                     Ok(records) => f.records = records,
                     Err(e) => f.error = Some(e),
                 }
@@ -165,6 +172,28 @@ impl Fetcher {
             out.push(f);
         }
         Ok(out)
+    }
+}
+
+impl Reader {
+    /// Takes what the cache holds of these batches, and reads the rest (coalescing close ranges).
+    async fn gather(&self, batches: impl Iterator<Item = &BatchInfo>) -> Gathered {
+        let mut g = Gathered::default();
+        let mut needed: BTreeMap<String, Vec<Range<u64>>> = BTreeMap::new();
+        for b in batches {
+            let at = b.byte_offset as u64;
+            if g.cached.contains_key(&(b.object_key.clone(), at)) {
+                continue;
+            }
+            match self.cache.get(&b.object_key, at) {
+                Some(bytes) => {
+                    g.cached.insert((b.object_key.clone(), at), bytes);
+                }
+                None => needed.entry(b.object_key.clone()).or_default().push(at..at + b.byte_size as u64),
+            }
+        }
+        g.read = self.read_objects(needed).await;
+        g
     }
 
     /// Reads the needed ranges, coalescing close ones; returns per object the ranges read.
@@ -192,19 +221,15 @@ impl Fetcher {
             .await
     }
 
-    /// One partition's record batches from the read ranges (or the cache), checked and injected.
-    fn assemble(
-        &self,
-        batches: &[BatchInfo],
-        fetched: &HashMap<String, Result<Vec<(Range<u64>, Bytes)>, String>>,
-    ) -> Result<Bytes, KafkaError> {
+    /// One partition's record batches from what was gathered, checked and injected.
+    fn assemble(&self, batches: &[BatchInfo], gathered: &Gathered) -> Result<Bytes, KafkaError> {
         let mut out = BytesMut::new();
         for b in batches {
             let at = b.byte_offset as u64;
-            let raw = match self.cache.get(&b.object_key, at) {
-                Some(raw) => raw,
+            let raw = match gathered.cached.get(&(b.object_key.clone(), at)) {
+                Some(raw) => raw.clone(),
                 None => {
-                    let ranges = match fetched.get(&b.object_key) {
+                    let ranges = match gathered.read.get(&b.object_key) {
                         Some(Ok(r)) => r,
                         Some(Err(e)) => {
                             return Err(KafkaError::new(
@@ -258,5 +283,42 @@ impl Fetcher {
             ErrorCode::CorruptMessage,
             format!("batch at byte {} of {}: {why}", b.byte_offset, b.object_key),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::StorageConfig;
+    use crate::wal::record_batch::tests::fake_batch;
+
+    #[tokio::test]
+    async fn a_batch_evicted_from_the_cache_between_planning_and_assembly_is_still_served() {
+        let storage = Storage::new(&StorageConfig::Memory).unwrap();
+        let batch = fake_batch(3, -1, -1);
+        let mut object = vec![0u8];
+        object.extend_from_slice(&batch);
+        storage.put_new("wal/a", Bytes::from(object)).await.unwrap();
+        let reader = Reader { storage, cache: RangeCache::new(1 << 20), gap: 0 };
+        reader.cache.put("wal/a", 1, Bytes::from(batch.clone()));
+        let info = BatchInfo {
+            batch_id: 1,
+            object_key: "wal/a".into(),
+            magic: 2,
+            byte_offset: 1,
+            byte_size: batch.len() as i64,
+            base_offset: 10,
+            last_offset: 12,
+            log_append_timestamp: 5,
+            batch_max_timestamp: 2_000,
+            timestamp_type: 0,
+        };
+        let gathered = reader.gather([&info].into_iter()).await;
+        // A concurrent fetch evicts the range before this one assembles its answer.
+        reader.cache.forget_object("wal/a");
+        let out = reader.assemble(&[info], &gathered).expect("served from what was gathered");
+        let h = record_batch::validate(&out).unwrap();
+        assert_eq!(h.record_count, 3);
+        assert_eq!(i64::from_be_bytes(out[..8].try_into().unwrap()), 10, "base offset injected");
     }
 }

@@ -16,6 +16,7 @@ use super::{encode, versions, Listener, Reply};
 use crate::coordinator::TopicMeta;
 use crate::error::KafkaError;
 use crate::fetch::FetchPartition;
+use crate::produce::{Producer, Waiting};
 use crate::wal::record_batch;
 
 const NONE: i16 = 0;
@@ -166,8 +167,8 @@ async fn produce(l: Arc<Listener>, header: RequestHeader, req: ProduceRequest) -
     }
 
     // Enqueue every batch now, in request order; wait for the commits in the future.
-    type Waits = Vec<BoxFuture<'static, Result<crate::produce::Appended, KafkaError>>>;
-    let mut plan: Vec<(TopicName, Vec<(i32, Result<Waits, KafkaError>, bool)>)> = vec![];
+    type Waits = Result<Vec<Waiting>, KafkaError>;
+    let mut plan: Vec<(TopicName, Vec<(i32, Waits, bool)>)> = vec![];
     for t in req.topic_data {
         let topic = l.topic(t.name.as_str()).await;
         let mut parts = vec![];
@@ -176,22 +177,9 @@ async fn produce(l: Arc<Listener>, header: RequestHeader, req: ProduceRequest) -
             let waits = async {
                 let topic = topic.clone()?;
                 l.partition(&topic, p.index)?;
-                let mut records = p.records.unwrap_or_default();
-                let mut waits: Waits = vec![];
-                while !records.is_empty() {
-                    let len = record_batch::framed_len(&records)
-                        .filter(|n| *n <= records.len())
-                        .ok_or_else(|| KafkaError::new(ErrorCode::CorruptMessage, "truncated record batch"))?;
-                    let batch = records.split_to(len);
-                    if batch.len() > 22 && (batch[22] & 0x08) != 0 {
-                        log_append_time = true;
-                    }
-                    let w = l.shim.producer.submit(topic.id, p.index, batch).await?;
-                    waits.push(Box::pin(w));
-                }
-                if waits.is_empty() {
-                    return Err(KafkaError::new(ErrorCode::CorruptMessage, "no record batch"));
-                }
+                let (waits, lat) =
+                    submit_partition(&l.shim.producer, topic.id, p.index, p.records.unwrap_or_default()).await?;
+                log_append_time = lat;
                 Ok(waits)
             }
             .await;
@@ -246,6 +234,34 @@ async fn produce(l: Arc<Listener>, header: RequestHeader, req: ProduceRequest) -
         }
         encode(ApiKey::Produce, &header, v, &ProduceResponse::default().with_responses(responses))
     })
+}
+
+/// One partition's records of a Produce request: every batch is framed and validated before any
+/// is enqueued, so a request that fails part-way through a partition commits none of its batches
+/// (as Kafka appends a partition's records all or nothing). Returns the batches' futures and
+/// whether any uses LogAppendTime.
+async fn submit_partition(
+    producer: &Producer,
+    topic_id: [u8; 16],
+    partition: i32,
+    mut records: bytes::Bytes,
+) -> Result<(Vec<Waiting>, bool), KafkaError> {
+    let mut batches = vec![];
+    let mut log_append_time = false;
+    while !records.is_empty() {
+        let len = record_batch::framed_len(&records)
+            .filter(|n| *n <= records.len())
+            .ok_or_else(|| KafkaError::new(ErrorCode::CorruptMessage, "truncated record batch"))?;
+        let batch = records.split_to(len);
+        if batch.len() > 22 && (batch[22] & 0x08) != 0 {
+            log_append_time = true;
+        }
+        batches.push(batch);
+    }
+    if batches.is_empty() {
+        return Err(KafkaError::new(ErrorCode::CorruptMessage, "no record batch"));
+    }
+    Ok((producer.submit_all(topic_id, partition, batches).await?, log_append_time))
 }
 
 // ---------------------------------------------------------------- Metadata
@@ -649,4 +665,43 @@ fn find_coordinator(header: &RequestHeader, req: FindCoordinatorRequest) -> Repl
         }
     }
     encode(ApiKey::FindCoordinator, header, v, &body)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::{BufMut, BytesMut};
+
+    use super::*;
+    use crate::config::ProduceConfig;
+    use crate::produce::testing::producer;
+    use crate::wal::record_batch::tests::fake_batch;
+
+    #[tokio::test]
+    async fn a_produce_that_fails_part_way_through_a_partition_commits_none_of_its_batches() {
+        let config = ProduceConfig { commit_interval_ms: 1, ..ProduceConfig::default() };
+        let (p, tasks, fake, storage) = producer(config, true, Duration::from_secs(600));
+        let mut damaged = fake_batch(2, -1, -1);
+        damaged[30] ^= 1; // breaks the CRC
+        for tail in [damaged, fake_batch(2, -1, -1)[..40].to_vec()] {
+            let mut records = BytesMut::new();
+            records.put_slice(&fake_batch(3, -1, -1));
+            records.put_slice(&tail);
+            let r = submit_partition(&p, [1; 16], 0, records.freeze()).await;
+            assert_eq!(r.err().map(|e| e.code), Some(ErrorCode::CorruptMessage));
+        }
+        // A good request goes through.
+        let (waits, lat) = submit_partition(&p, [1; 16], 0, Bytes::from(fake_batch(3, -1, -1))).await.unwrap();
+        assert!(!lat);
+        for w in waits {
+            w.await.unwrap();
+        }
+        drop(p);
+        tasks.join().await;
+        let commits = fake.commits();
+        assert_eq!(commits.len(), 1, "only the good request was committed");
+        assert_eq!(commits[0].batches.len(), 1);
+        assert_eq!(storage.list("").await.unwrap().len(), 1);
+    }
 }

@@ -7,16 +7,27 @@
 //!            callers ◀─results── commit in seal order (#1, #2, …) ◀──┘
 //! ```
 //! - A batch that is not a valid v2 record batch is refused at once (CORRUPT_MESSAGE), never
-//!   uploaded.
+//!   uploaded. The batches one call submits for a partition are validated together and enqueued
+//!   together, into one segment, or none of them is.
 //! - Commits go strictly in the order segments were sealed, so batches of a partition keep their
 //!   produce order across segments.
 //! - An upload failure fails every batch of the segment with a retriable error; nothing is
 //!   committed. Each metadata partition's part of the commit goes straight to that partition's
-//!   leader. A commit that surely applied nowhere (not-leader everywhere) is deleted at once if no
-//!   coordinator knows it; one whose outcome is unknown is left to the orphan reconciler, whose
-//!   grace period outlasts any commit in flight.
-//! - Memory is bounded: the open segment stops at `buffer_max_bytes`, and sealing waits for an
-//!   upload slot when `max_parallel_uploads` segments are in flight.
+//!   leader. A commit that surely applied nowhere (not-leader everywhere) is fenced in its owners
+//!   and deleted at once; one whose outcome is unknown is left to the cleaner's orphan scan, which
+//!   fences it the same way before deleting it.
+//! - **Bounded backlog.** An upload slot (`max_parallel_uploads`) is held from the upload until
+//!   the commit resolves, so at most that many segments are ever uploaded but not committed or
+//!   failed, however slow a metadata partition is; sealing waits for a slot, and the callers wait
+//!   for the buffer (back-pressure).
+//! - **Commit deadline.** Each segment must be committed within [`commit_deadline`] of its upload
+//!   start (the orphan grace period minus a margin): the coordinator is given only the time left,
+//!   and a segment whose turn comes after its deadline is abandoned (its callers get the retriable
+//!   REQUEST_TIMED_OUT, no commit is sent, the object is deleted) instead of being committed when
+//!   the cleaners may already treat it as an orphan. (Even then nothing could be lost: a commit
+//!   that reaches a metadata partition after the cleaner fenced its key is refused.)
+//! - Memory is bounded: a segment never exceeds `buffer_max_bytes`, a batch larger than that is
+//!   refused (MESSAGE_TOO_LARGE), and segments in flight are bounded as above.
 //! - Shutdown seals and commits what was accepted.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,21 +35,34 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use diskless_proto::v1::{commit_file_request, CommitFileRequest, DescribeFilesRequest};
+use diskless_proto::v1::{commit_file_request, CommitFileRequest, CommitFileResponse};
 use diskless_proto::ErrorCode;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::config::ProduceConfig;
-use crate::coordinator::Coordinators;
+use crate::coordinator::{Coordinators, Fence, MIN_COMMIT_WINDOW};
 use crate::error::KafkaError;
 use crate::storage::Storage;
 use crate::wal::record_batch::{self, BatchHeader};
 use crate::wal::segment::{PartitionKey, Placed, SegmentBuilder, OBJECT_FORMAT};
 
-/// How long the coordinator may take to commit a segment. The coordinator turns it into a
-/// deadline in the command: past it the commit is refused whole, so no commit of ours applies
-/// later than this after it reached a coordinator (the cleaner's grace periods rely on it).
+/// The longest the coordinator is given to commit a segment (less when the segment's deadline is
+/// nearer). The coordinator turns it into a deadline in the command: a commit proposed after it
+/// is refused whole.
 pub const COMMIT_TIMEOUT_MS: i32 = 30_000;
+
+/// How much earlier than the orphan grace period a segment's commit deadline falls (at most):
+/// room for clock differences between brokers, object storage and coordinators, and for the
+/// commit's own travel.
+pub const COMMIT_DEADLINE_MARGIN: Duration = Duration::from_secs(60);
+
+/// How long after its upload starts a segment may still be sent for commit: the orphan grace
+/// period minus [`COMMIT_DEADLINE_MARGIN`] (a quarter of the grace when that is smaller).
+pub fn commit_deadline(orphan_grace: Duration) -> Duration {
+    orphan_grace.saturating_sub(COMMIT_DEADLINE_MARGIN.min(orphan_grace / 4))
+}
 
 /// Where a committed batch landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,13 +73,16 @@ pub struct Appended {
     pub duplicate: bool,
 }
 
+/// A batch's result, when its segment's commit resolves.
+pub type Waiting = BoxFuture<'static, Result<Appended, KafkaError>>;
+
 type Reply = oneshot::Sender<Result<Appended, KafkaError>>;
 
-struct Pending {
+/// One call's batches for one partition: they go into one segment together.
+struct Submission {
     partition: PartitionKey,
-    batch: Bytes,
-    header: BatchHeader,
-    reply: Reply,
+    batches: Vec<(Bytes, BatchHeader, Reply)>,
+    bytes: usize,
 }
 
 /// A sealed segment on its way to object storage and the coordinator.
@@ -65,6 +92,45 @@ struct Sealed {
     size: usize,
     placed: Vec<Placed<Reply>>,
     uploaded: Result<(), String>,
+    /// The segment's upload slot, held until its commit resolves.
+    slot: OwnedSemaphorePermit,
+    /// No commit of the segment is sent after this (upload start + [`commit_deadline`]).
+    deadline: Instant,
+}
+
+/// Where sealed segments are committed, and what is asked before deleting one that failed: the
+/// coordinator cluster ([`Coordinators`]), or a fake in tests.
+pub trait Committer: Send + Sync + 'static {
+    fn num_groups(&self) -> u32;
+    /// Commits a segment; nothing is sent after `deadline`. Per-batch results in request order.
+    fn commit(&self, req: CommitFileRequest, deadline: Instant) -> BoxFuture<'_, CommitFileResponse>;
+    /// Fences an object key in these metadata partitions (see FenceObjects).
+    fn fence(&self, object_key: String, metadata_partitions: Vec<u32>) -> BoxFuture<'_, Fence>;
+}
+
+impl Committer for Coordinators {
+    fn num_groups(&self) -> u32 {
+        Coordinators::num_groups(self)
+    }
+
+    fn commit(&self, req: CommitFileRequest, deadline: Instant) -> BoxFuture<'_, CommitFileResponse> {
+        async move {
+            let r = self.commit_file(req, deadline).await;
+            self.record_applied(&r.applied);
+            r
+        }
+        .boxed()
+    }
+
+    fn fence(&self, object_key: String, metadata_partitions: Vec<u32>) -> BoxFuture<'_, Fence> {
+        async move {
+            match self.fence_objects(&[(object_key, metadata_partitions)]).await {
+                Ok(mut v) => v.pop().unwrap_or_else(|| Fence::Unknown("no answer".into())),
+                Err(s) => Fence::Unknown(s.to_string()),
+            }
+        }
+        .boxed()
+    }
 }
 
 /// Counters for benchmarks and status.
@@ -72,13 +138,17 @@ struct Sealed {
 pub struct ProduceStats {
     pub segments: std::sync::atomic::AtomicU64,
     pub bytes: std::sync::atomic::AtomicU64,
+    /// Segments abandoned because their commit deadline passed before their turn.
+    pub abandoned: std::sync::atomic::AtomicU64,
 }
 
 /// Handle to the produce pipeline. Dropping every handle (or calling [`Producer::close`]) flushes
 /// and stops it.
 #[derive(Clone)]
 pub struct Producer {
-    tx: mpsc::Sender<Pending>,
+    tx: mpsc::Sender<Submission>,
+    /// The most bytes one submission may have (a segment's, less its header).
+    max_submission_bytes: usize,
     pub stats: Arc<ProduceStats>,
 }
 
@@ -96,18 +166,23 @@ impl ProducerTasks {
 }
 
 impl Producer {
+    /// Starts the pipeline; each segment must be sent for commit within `commit_deadline` of its
+    /// upload start (see [`commit_deadline`]).
     pub fn start(
         config: ProduceConfig,
         broker_id: i32,
         storage: Storage,
-        coordinators: Arc<Coordinators>,
+        committer: Arc<dyn Committer>,
+        commit_deadline: Duration,
     ) -> (Producer, ProducerTasks) {
-        let (tx, rx) = mpsc::channel::<Pending>(4096);
+        let (tx, rx) = mpsc::channel::<Submission>(4096);
         let (sealed_tx, sealed_rx) = mpsc::channel::<Sealed>(config.max_parallel_uploads * 2);
         let stats = Arc::new(ProduceStats::default());
-        let buffer = tokio::spawn(buffer_loop(config.clone(), rx, storage.clone(), sealed_tx, stats.clone()));
-        let committer = tokio::spawn(commit_loop(sealed_rx, broker_id, storage, coordinators));
-        (Producer { tx, stats }, ProducerTasks { buffer, committer })
+        let max_submission_bytes = config.buffer_max_bytes.saturating_sub(1);
+        let buffer =
+            tokio::spawn(buffer_loop(config.clone(), rx, storage.clone(), sealed_tx, stats.clone(), commit_deadline));
+        let committer = tokio::spawn(commit_loop(sealed_rx, broker_id, storage, committer, stats.clone()));
+        (Producer { tx, max_submission_bytes, stats }, ProducerTasks { buffer, committer })
     }
 
     /// Appends one record batch to `partition` of topic `topic_id`; resolves when it is committed.
@@ -118,39 +193,73 @@ impl Producer {
     /// Validates and enqueues a batch; the returned future resolves when it is committed. Batches
     /// submitted one after the other keep that order in the log, whatever order their futures are
     /// awaited in.
-    pub async fn submit(
+    pub async fn submit(&self, topic_id: [u8; 16], partition: i32, batch: Bytes) -> Result<Waiting, KafkaError> {
+        let mut w = self.submit_all(topic_id, partition, vec![batch]).await?;
+        w.pop().ok_or_else(|| KafkaError::new(ErrorCode::UnknownServerError, "no batch was submitted"))
+    }
+
+    /// Validates every batch, then enqueues them all (in order, into one segment), or refuses them
+    /// all: nothing of a call that fails is ever committed. One future per batch.
+    pub async fn submit_all(
         &self,
         topic_id: [u8; 16],
         partition: i32,
-        batch: Bytes,
-    ) -> Result<impl std::future::Future<Output = Result<Appended, KafkaError>> + Send + 'static, KafkaError> {
-        let header =
-            record_batch::validate(&batch).map_err(|e| KafkaError::new(ErrorCode::CorruptMessage, e.to_string()))?;
-        let (reply, rx) = oneshot::channel();
-        let p = Pending { partition: PartitionKey { topic_id, partition }, batch, header, reply };
+        batches: Vec<Bytes>,
+    ) -> Result<Vec<Waiting>, KafkaError> {
+        let mut sub = Submission { partition: PartitionKey { topic_id, partition }, batches: vec![], bytes: 0 };
+        let mut waiting: Vec<Waiting> = Vec::with_capacity(batches.len());
+        for batch in batches {
+            let header = record_batch::validate(&batch)
+                .map_err(|e| KafkaError::new(ErrorCode::CorruptMessage, e.to_string()))?;
+            sub.bytes += batch.len();
+            let (reply, rx) = oneshot::channel();
+            sub.batches.push((batch, header, reply));
+            waiting.push(
+                async move {
+                    rx.await.unwrap_or_else(|_| {
+                        Err(KafkaError::new(ErrorCode::KafkaStorageError, "the produce pipeline stopped"))
+                    })
+                }
+                .boxed(),
+            );
+        }
+        if sub.bytes > self.max_submission_bytes {
+            return Err(KafkaError::new(
+                ErrorCode::MessageTooLarge,
+                format!(
+                    "{} bytes of record batches for one partition exceed a WAL segment's {} (produce.buffer_max_bytes)",
+                    sub.bytes, self.max_submission_bytes
+                ),
+            ));
+        }
+        if sub.batches.is_empty() {
+            return Ok(waiting);
+        }
         self.tx
-            .send(p)
+            .send(sub)
             .await
             .map_err(|_| KafkaError::new(ErrorCode::KafkaStorageError, "the broker is shutting down"))?;
-        Ok(async move {
-            rx.await
-                .unwrap_or_else(|_| Err(KafkaError::new(ErrorCode::KafkaStorageError, "the produce pipeline stopped")))
-        })
+        Ok(waiting)
     }
 }
 
 async fn buffer_loop(
     config: ProduceConfig,
-    mut rx: mpsc::Receiver<Pending>,
+    mut rx: mpsc::Receiver<Submission>,
     storage: Storage,
     sealed_tx: mpsc::Sender<Sealed>,
     stats: Arc<ProduceStats>,
+    commit_deadline: Duration,
 ) {
     let uploads = Arc::new(Semaphore::new(config.max_parallel_uploads));
     let interval = Duration::from_millis(config.commit_interval_ms);
     let mut open: SegmentBuilder<Reply> = SegmentBuilder::default();
     let mut deadline: Option<Instant> = None;
     let mut seq = 0u64;
+    let seal_now = |open: &mut SegmentBuilder<Reply>, seq: &mut u64| {
+        *seq += 1;
+        seal(std::mem::take(open), *seq, &config, &storage, &uploads, &sealed_tx, &stats, commit_deadline)
+    };
     loop {
         let timer = async {
             match deadline {
@@ -160,19 +269,26 @@ async fn buffer_loop(
         };
         tokio::select! {
             msg = rx.recv() => match msg {
-                Some(p) => {
+                Some(sub) => {
+                    // A segment never exceeds buffer_max_bytes (its offsets travel as int32): seal
+                    // first if this submission would not fit.
+                    if !open.is_empty() && open.len() + sub.bytes > config.buffer_max_bytes {
+                        seal_now(&mut open, &mut seq).await;
+                        deadline = None;
+                    }
                     if open.is_empty() {
                         deadline = Some(Instant::now() + interval);
                     }
-                    open.push(p.partition, p.batch, p.header, p.reply);
+                    for (batch, header, reply) in sub.batches {
+                        open.push(sub.partition, batch, header, reply);
+                    }
                     if open.len() < config.buffer_max_bytes {
                         continue;
                     }
                 }
                 None => {
                     if !open.is_empty() {
-                        seq += 1;
-                        seal(std::mem::take(&mut open), seq, &config, &storage, &uploads, &sealed_tx, &stats).await;
+                        seal_now(&mut open, &mut seq).await;
                     }
                     return;
                 }
@@ -180,12 +296,12 @@ async fn buffer_loop(
             _ = timer => {}
         }
         deadline = None;
-        seq += 1;
-        seal(std::mem::take(&mut open), seq, &config, &storage, &uploads, &sealed_tx, &stats).await;
+        seal_now(&mut open, &mut seq).await;
     }
 }
 
 /// Lays the segment out and starts its upload (waiting for a free upload slot first).
+#[allow(clippy::too_many_arguments)]
 async fn seal(
     open: SegmentBuilder<Reply>,
     seq: u64,
@@ -194,8 +310,9 @@ async fn seal(
     uploads: &Arc<Semaphore>,
     sealed_tx: &mpsc::Sender<Sealed>,
     stats: &Arc<ProduceStats>,
+    commit_deadline: Duration,
 ) {
-    let permit = uploads.clone().acquire_owned().await.expect("the upload semaphore is never closed");
+    let slot = uploads.clone().acquire_owned().await.expect("the upload semaphore is never closed");
     let (bytes, placed) = open.finish();
     let key = Storage::new_key(&config.key_prefix);
     let size = bytes.len();
@@ -203,13 +320,14 @@ async fn seal(
     stats.bytes.fetch_add(size as u64, std::sync::atomic::Ordering::Relaxed);
     let storage = storage.clone();
     let sealed_tx = sealed_tx.clone();
+    // The object's age, as the orphan scan sees it, starts no earlier than this.
+    let deadline = Instant::now() + commit_deadline;
     tokio::spawn(async move {
         let uploaded = storage.put_new(&key, bytes).await.map_err(|e| e.to_string());
         if let Err(e) = &uploaded {
             tracing::warn!(key, error = %e, "WAL segment upload failed");
         }
-        drop(permit);
-        let _ = sealed_tx.send(Sealed { seq, key, size, placed, uploaded }).await;
+        let _ = sealed_tx.send(Sealed { seq, key, size, placed, uploaded, slot, deadline }).await;
     });
 }
 
@@ -218,7 +336,8 @@ async fn commit_loop(
     mut rx: mpsc::Receiver<Sealed>,
     broker_id: i32,
     storage: Storage,
-    coordinators: Arc<Coordinators>,
+    committer: Arc<dyn Committer>,
+    stats: Arc<ProduceStats>,
 ) {
     let mut waiting: BTreeMap<u64, Sealed> = BTreeMap::new();
     let mut next = 1u64;
@@ -226,32 +345,38 @@ async fn commit_loop(
         waiting.insert(s.seq, s);
         while let Some(s) = waiting.remove(&next) {
             next += 1;
-            commit(s, broker_id, &storage, &coordinators).await;
+            commit(s, broker_id, &storage, committer.as_ref(), &stats).await;
         }
     }
 }
 
-async fn commit(s: Sealed, broker_id: i32, storage: &Storage, coordinators: &Coordinators) {
-    if let Err(e) = &s.uploaded {
+async fn commit(s: Sealed, broker_id: i32, storage: &Storage, committer: &dyn Committer, stats: &ProduceStats) {
+    // The upload slot is released when this returns: the segment is then committed or failed.
+    let Sealed { seq, key, size, placed, uploaded, slot: _slot, deadline } = s;
+    if let Err(e) = &uploaded {
         let err = KafkaError::new(ErrorCode::KafkaStorageError, format!("upload of WAL segment failed: {e}"));
-        for p in s.placed {
+        for p in placed {
             let _ = p.tag.send(Err(err.clone()));
         }
         return;
     }
-    let n = coordinators.num_groups();
-    let owners: BTreeSet<i32> = s
-        .placed
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left < MIN_COMMIT_WINDOW {
+        abandon(seq, key, placed, storage, stats);
+        return;
+    }
+    let n = committer.num_groups();
+    let owners: BTreeSet<i32> = placed
         .iter()
         .map(|p| diskless_proto::metadata_partition_for(&p.partition.topic_id, p.partition.partition, n) as i32)
         .collect();
+    let owner_ids: Vec<i32> = owners.into_iter().collect();
     let req = CommitFileRequest {
-        object_key: s.key.clone(),
+        object_key: key.clone(),
         object_format: OBJECT_FORMAT,
-        file_size: s.size as i64,
-        owner_ids: owners.into_iter().collect(),
-        batches: s
-            .placed
+        file_size: size as i64,
+        owner_ids: owner_ids.clone(),
+        batches: placed
             .iter()
             .enumerate()
             .map(|(i, p)| commit_file_request::CommitBatch {
@@ -271,18 +396,17 @@ async fn commit(s: Sealed, broker_id: i32, storage: &Storage, coordinators: &Coo
                 last_sequence: p.header.last_sequence(),
             })
             .collect(),
-        timeout_ms: COMMIT_TIMEOUT_MS,
+        // The coordinator may take only the time left before the deadline.
+        timeout_ms: left.as_millis().min(COMMIT_TIMEOUT_MS as u128) as i32,
         uploader_broker_id: broker_id,
     };
-    let r = coordinators.commit_file(req).await;
-    coordinators.record_applied(&r.applied);
+    let r = committer.commit(req, deadline).await;
     // Nothing committed anywhere, for sure (every batch refused by a node that was not the
-    // leader)? Then the object is garbage: delete it now if no metadata partition knows it. An
-    // unknown outcome (REQUEST_TIMED_OUT) may still commit later, so that object is left to the
-    // orphan reconciler and its grace period.
+    // leader)? Then the object is garbage: fence it in its owners and delete it now. An unknown
+    // outcome (REQUEST_TIMED_OUT) is left to the orphan scan, which fences before deleting.
     let nothing = r.batches.iter().all(|b| b.error_code == ErrorCode::NotLeaderOrFollower.wire());
     let mut results = r.batches.into_iter();
-    for p in s.placed {
+    for p in placed {
         let res = match results.next() {
             Some(b) => match KafkaError::from_wire(b.error_code, b.error_message) {
                 Some(e) => Err(e),
@@ -298,28 +422,52 @@ async fn commit(s: Sealed, broker_id: i32, storage: &Storage, coordinators: &Coo
         let _ = p.tag.send(res);
     }
     if nothing {
-        delete_if_unknown(&s.key, storage, coordinators).await;
+        let owners = owner_ids.iter().map(|&o| o as u32).collect();
+        delete_if_fenced(&key, owners, storage, committer).await;
     }
 }
 
-/// After a failed commit: delete the object now if no metadata partition knows it.
-async fn delete_if_unknown(key: &str, storage: &Storage, coordinators: &Coordinators) {
-    let req = DescribeFilesRequest {
-        files: vec![diskless_proto::v1::describe_files_request::DescribeFileEntry { object_key: key.to_string() }],
-        timeout_ms: 10_000,
-    };
-    let known = coordinators.call(|mut c| {
-        let req = req.clone();
-        async move { c.describe_files(req).await }
-    });
-    match known.await {
-        Ok(r) if r.files.first().is_some_and(|f| f.error_code == 0 && !f.known) => {
-            if let Err(e) = storage.delete(key).await {
-                tracing::warn!(key, error = %e, "could not delete an uncommitted segment; the orphan reconciler will");
-            } else {
-                tracing::info!(key, "deleted a segment whose commit failed");
-            }
+/// A segment whose commit deadline passed before its turn: its callers get a retriable error, no
+/// commit is sent, and the object is deleted (no commit of its key was ever sent, so none can
+/// apply; if the delete fails the orphan scan fences and deletes it later).
+fn abandon(seq: u64, key: String, placed: Vec<Placed<Reply>>, storage: &Storage, stats: &ProduceStats) {
+    stats.abandoned.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    tracing::warn!(
+        key,
+        seq,
+        batches = placed.len(),
+        "WAL segment abandoned: its commit deadline passed before its turn (a metadata partition is slow or \
+         unreachable); its producers get REQUEST_TIMED_OUT and retry"
+    );
+    let err = KafkaError::new(
+        ErrorCode::RequestTimedOut,
+        "the WAL segment holding this batch could not be committed before its deadline; nothing of it was \
+         committed: produce again",
+    );
+    for p in placed {
+        let _ = p.tag.send(Err(err.clone()));
+    }
+    let storage = storage.clone();
+    tokio::spawn(async move {
+        if let Err(e) = storage.delete(&key).await {
+            tracing::warn!(key, error = %e, "could not delete an abandoned segment; the orphan scan will");
         }
-        _ => tracing::warn!(key, "commit outcome unknown; leaving the segment to the orphan reconciler"),
+    });
+}
+
+/// After a commit that surely applied nowhere: fence the key in its owners (a commit part still
+/// on its way is then refused) and delete the object if none of them knows it.
+async fn delete_if_fenced(key: &str, owners: Vec<u32>, storage: &Storage, committer: &dyn Committer) {
+    match committer.fence(key.to_string(), owners).await {
+        Fence::Fenced => match storage.delete(key).await {
+            Ok(()) => tracing::info!(key, "deleted a segment whose commit failed"),
+            Err(e) => tracing::warn!(key, error = %e, "could not delete an uncommitted segment; the orphan scan will"),
+        },
+        other => tracing::warn!(key, fence = ?other, "commit failed; leaving the segment to the cleaner"),
     }
 }
+
+#[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
+mod tests;

@@ -3,7 +3,7 @@
 //!
 //! Owns: building the store from configuration, object keys (`<prefix><uuid>`), write-once puts
 //! (`If-None-Match: *`: a key is never overwritten), ranged reads, idempotent deletes, listing with
-//! ages. It must not know what a segment holds.
+//! ages (streamed page by page). It must not know what a segment holds.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -11,7 +11,8 @@ use std::time::SystemTime;
 
 use anyhow::Context;
 use bytes::Bytes;
-use futures_util::TryStreamExt;
+use futures_util::stream::BoxStream;
+use futures_util::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
@@ -120,15 +121,20 @@ impl Storage {
         }
     }
 
-    /// Every object under `prefix`.
+    /// Every object under `prefix` (collected: for tests and small listings).
     pub async fn list(&self, prefix: &str) -> Result<Vec<Listed>, object_store::Error> {
+        self.list_stream(prefix).try_collect().await
+    }
+
+    /// The objects under `prefix`, as the store pages them: a bucket of any size is walked without
+    /// holding its listing in memory.
+    pub fn list_stream(&self, prefix: &str) -> BoxStream<'static, Result<Listed, object_store::Error>> {
         let prefix = prefix.trim_end_matches('/');
         let p = (!prefix.is_empty()).then(|| Path::from(prefix));
         self.store
             .list(p.as_ref())
             .map_ok(|m| Listed { key: m.location.to_string(), last_modified: m.last_modified.into(), size: m.size })
-            .try_collect()
-            .await
+            .boxed()
     }
 
     /// Overwrites an object (tests use it to damage data on purpose).

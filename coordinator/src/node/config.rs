@@ -44,6 +44,14 @@ pub struct NodeConfig {
     /// (metadata partition 0) and completes creations and deletions that failed part-way (0 = never).
     #[serde(default = "default_topic_reconcile_ms")]
     pub topic_reconcile_ms: u64,
+    /// How long an object key stays fenced (a tombstone that refuses any commit of it) after a
+    /// broker's cleaner fenced it before deleting the object, or confirmed the deletion; forgotten
+    /// by retention afterwards. It must outlast every way a commit of the key can still reach the
+    /// log: the brokers' `cleanup.orphan_grace_ms` (their commit deadline), plus the coordinator's
+    /// commit timeout (at most 120 s), plus the clock differences between brokers and nodes.
+    /// Negative: never forgotten.
+    #[serde(default = "default_fenced_object_retention_ms")]
+    pub fenced_object_retention_ms: i64,
     /// How often a node hands leaderships back to each group's preferred leader (0 = never).
     #[serde(default = "default_leader_balance_ms")]
     pub leader_balance_ms: u64,
@@ -97,6 +105,14 @@ fn default_groups() -> u32 {
 fn default_producer_id_expiration_ms() -> i64 {
     24 * 60 * 60 * 1000
 }
+
+fn default_fenced_object_retention_ms() -> i64 {
+    60 * 60 * 1000
+}
+
+/// Below this, `fenced_object_retention_ms` cannot outlast the default orphan grace period plus
+/// the longest commit timeout.
+pub const MIN_FENCED_OBJECT_RETENTION_MS: i64 = 15 * 60 * 1000;
 
 fn default_retention_check_ms() -> u64 {
     30_000
@@ -153,6 +169,14 @@ impl NodeConfig {
             self.test_snapshot_install_pause_ms == 0 || self.allow_fault_injection,
             "test_snapshot_install_pause_ms is a test setting: it needs allow_fault_injection = true"
         );
+        if (0..MIN_FENCED_OBJECT_RETENTION_MS).contains(&self.fenced_object_retention_ms) {
+            tracing::warn!(
+                retention_ms = self.fenced_object_retention_ms,
+                "fenced_object_retention_ms is under {MIN_FENCED_OBJECT_RETENTION_MS} ms: a commit that reaches the \
+                 log after a fenced key is forgotten could record batches in a deleted object; keep it above the \
+                 brokers' orphan_grace_ms + 120 s + clock skew"
+            );
+        }
         Ok(())
     }
 }

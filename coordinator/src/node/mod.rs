@@ -717,6 +717,7 @@ impl Node {
                 let op = Op::EnforceRetention {
                     budget: DELETE_BUDGET,
                     producer_expiration_ms: self.config.producer_id_expiration_ms,
+                    fenced_object_retention_ms: self.config.fenced_object_retention_ms,
                 };
                 match self.propose(g, op, Duration::from_secs(10)).await {
                     Ok((Outcome::EnforceRetention(r), _)) if r.more => continue,

@@ -33,8 +33,8 @@ use tonic::{Request, Response, Status};
 use super::convert::{self, failure_fields, result_fields, route_failure};
 use crate::node::{Node, RouteError, DELETE_BUDGET};
 use crate::state_machine::{
-    AlterTopic, CommitFile, CreateTopic, DeleteRecordsPartition, Failure, FetchBudget, Op, Outcome, TopicPartition,
-    PRODUCER_ID_AUTHORITY,
+    AlterTopic, CommitFile, CreateTopic, DeleteRecordsPartition, Failure, FenceAnswer, FetchBudget, Op, Outcome,
+    TopicPartition, PRODUCER_ID_AUTHORITY,
 };
 
 /// The header naming the single metadata partition a forwarded request is for.
@@ -246,6 +246,72 @@ fn commit_error(f: &Failure) -> commit_file_response::CommitBatchResult {
     }
 }
 
+/// One metadata partition's fence answer on the wire.
+fn fence_result(object_key: String, r: Result<FenceAnswer, Failure>) -> fence_objects_response::FenceObjectResult {
+    let (state, released_at) = match &r {
+        Ok(FenceAnswer::Live) => (ObjectState::Live, -1),
+        Ok(FenceAnswer::Released { marked_at }) => (ObjectState::Released, *marked_at),
+        Ok(FenceAnswer::Fenced { .. }) => (ObjectState::Fenced, -1),
+        Err(_) => (ObjectState::Unspecified, -1),
+    };
+    let (error_code, error_message) = result_fields(&r);
+    fence_objects_response::FenceObjectResult {
+        object_key,
+        error_code,
+        error_message,
+        state: state.into(),
+        released_at,
+    }
+}
+
+/// The answers of every metadata partition named for one object, merged: live anywhere is live
+/// (a definite answer, whatever the others said); otherwise every partition must have answered;
+/// released anywhere is released, at the latest release.
+#[derive(Debug, Clone, Default)]
+struct FenceMerge {
+    live: bool,
+    released_at: Option<i64>,
+    error: Option<Failure>,
+}
+
+impl FenceMerge {
+    fn failed(&mut self, f: Failure) {
+        self.error.get_or_insert(f);
+    }
+
+    fn add(&mut self, r: &fence_objects_response::FenceObjectResult) {
+        if r.error_code != 0 {
+            let code = ErrorCode::from_code(r.error_code as i16).unwrap_or(ErrorCode::UnknownServerError);
+            return self.failed(Failure::new(code, r.error_message.clone().unwrap_or_default()));
+        }
+        match r.state() {
+            ObjectState::Live => self.live = true,
+            ObjectState::Released => {
+                self.released_at = Some(self.released_at.map_or(r.released_at, |t| t.max(r.released_at)))
+            }
+            ObjectState::Fenced => {}
+            ObjectState::Unspecified => self.failed(Failure::new(ErrorCode::UnknownServerError, "no fence state")),
+        }
+    }
+
+    fn result(self, object_key: String) -> fence_objects_response::FenceObjectResult {
+        let (state, released_at, error) = match (self.live, self.error, self.released_at) {
+            (true, _, _) => (ObjectState::Live, -1, None),
+            (false, Some(e), _) => (ObjectState::Unspecified, -1, Some(e)),
+            (false, None, Some(at)) => (ObjectState::Released, at, None),
+            (false, None, None) => (ObjectState::Fenced, -1, None),
+        };
+        let (error_code, error_message) = error.as_ref().map_or_else(convert::ok_fields, failure_fields);
+        fence_objects_response::FenceObjectResult {
+            object_key,
+            error_code,
+            error_message,
+            state: state.into(),
+            released_at,
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl CoordinatorService for CoordinatorApi {
     async fn create_partitions(
@@ -406,9 +472,19 @@ impl CoordinatorService for CoordinatorApi {
                 Err(f) => results[i] = Some(commit_error(&f)),
             }
         }
+        let mut req = req;
+        if fwd.is_none() && req.owner_ids.is_empty() {
+            // Not split by the client: the owners are the groups its batches go to.
+            req.owner_ids = per_group.keys().map(|&g| g as i32).collect();
+            if req.owner_ids.is_empty() {
+                req.owner_ids = vec![0];
+            }
+        }
         if per_group.is_empty() {
-            // Record the file anyway (it is garbage at once), so the cleaner deletes the object.
-            per_group.insert(fwd.unwrap_or(0), vec![]);
+            // Record the file anyway (it is garbage at once), so the cleaner deletes the object; in
+            // a metadata partition it names as an owner, which alone may accept it.
+            let owner = req.owner_ids.iter().find(|&&o| o >= 0 && (o as u32) < self.node.num_groups());
+            per_group.insert(fwd.unwrap_or_else(|| owner.map_or(0, |&o| o as u32)), vec![]);
         }
         let outs = join_all(per_group.iter().map(|(&g, idxs)| {
             let sub =
@@ -887,21 +963,33 @@ impl CoordinatorService for CoordinatorApi {
                             metadata_partition: g,
                         })
                         .collect(),
+                    unavailable_metadata_partitions: vec![],
                 })
             };
             self.on_group(g, fwd.is_some(), req, local, |mut c, r| async move { c.list_files_to_delete(r).await })
         }))
         .await;
+        // The groups that answered are served even when others did not: one unavailable metadata
+        // partition must not stop the cleanup of every other one's files.
         let mut files = vec![];
-        for (g, out) in groups.iter().zip(outs) {
+        let mut unavailable = vec![];
+        let mut last_error = None;
+        for (&g, out) in groups.iter().zip(outs) {
             match out {
                 Ok(r) => files.extend(r.files),
-                Err(e) => return Err(Status::unavailable(format!("metadata partition {g}: {e}"))),
+                Err(e) => {
+                    tracing::debug!(group = g, error = %e, "files to delete: metadata partition did not answer");
+                    unavailable.push(g);
+                    last_error = Some(format!("metadata partition {g}: {e}"));
+                }
             }
+        }
+        if unavailable.len() == groups.len() {
+            return Err(Status::unavailable(last_error.unwrap_or_else(|| "no metadata partition answered".into())));
         }
         files.sort_by(|a, b| (a.marked_for_deletion_at, &a.object_key).cmp(&(b.marked_for_deletion_at, &b.object_key)));
         files.truncate(limit);
-        Ok(Response::new(ListFilesToDeleteResponse { files }))
+        Ok(Response::new(ListFilesToDeleteResponse { files, unavailable_metadata_partitions: unavailable }))
     }
 
     async fn confirm_files_deleted(
@@ -1002,6 +1090,75 @@ impl CoordinatorService for CoordinatorApi {
         Ok(Response::new(out.unwrap_or_else(|e| refused(route_failure(&e)))))
     }
 
+    async fn fence_objects(
+        &self,
+        request: Request<FenceObjectsRequest>,
+    ) -> Result<Response<FenceObjectsResponse>, Status> {
+        let fwd = forwarded_group(&request);
+        let req = request.into_inner();
+        let timeout = timeout_of(req.timeout_ms);
+        let n = self.node.num_groups();
+        // Which objects each metadata partition fences.
+        let mut per_group: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        let mut merged: Vec<FenceMerge> = vec![FenceMerge::default(); req.objects.len()];
+        for (i, o) in req.objects.iter().enumerate() {
+            let named: std::collections::BTreeSet<u32> = match fwd {
+                Some(g) => [g].into(),
+                None if o.metadata_partitions.is_empty() => self.groups().into_iter().collect(),
+                None => o.metadata_partitions.iter().copied().collect(),
+            };
+            for g in named {
+                if g < n {
+                    per_group.entry(g).or_default().push(i);
+                } else {
+                    merged[i]
+                        .failed(Failure::new(ErrorCode::InvalidRequest, format!("there is no metadata partition {g}")));
+                }
+            }
+        }
+        let outs = join_all(per_group.iter().map(|(&g, idxs)| {
+            let keys: Vec<String> = idxs.iter().map(|&i| req.objects[i].object_key.clone()).collect();
+            let sub = FenceObjectsRequest {
+                objects: keys
+                    .iter()
+                    .map(|k| fence_objects_request::FenceObjectEntry {
+                        object_key: k.clone(),
+                        metadata_partitions: vec![g],
+                    })
+                    .collect(),
+                timeout_ms: req.timeout_ms,
+            };
+            let local = move |_sub: FenceObjectsRequest| async move {
+                let (outcome, _) = self.propose(g, Op::FenceObjects { object_keys: keys }, timeout).await?;
+                let Outcome::FenceObjects(rs) = outcome else {
+                    return Err(RouteError::Failed { group: g, message: "unexpected outcome".into() });
+                };
+                Ok(FenceObjectsResponse { objects: rs.into_iter().map(|(k, r)| fence_result(k, r)).collect() })
+            };
+            self.on_group(g, fwd.is_some(), sub, local, |mut c, r| async move { c.fence_objects(r).await })
+        }))
+        .await;
+        for ((_, idxs), out) in per_group.iter().zip(outs) {
+            match out {
+                Ok(resp) if resp.objects.len() == idxs.len() => {
+                    for (&i, r) in idxs.iter().zip(resp.objects) {
+                        merged[i].add(&r);
+                    }
+                }
+                Ok(resp) => {
+                    let f = Failure::new(
+                        ErrorCode::UnknownServerError,
+                        format!("{} answers for {} objects", resp.objects.len(), idxs.len()),
+                    );
+                    idxs.iter().for_each(|&i| merged[i].failed(f.clone()));
+                }
+                Err(e) => idxs.iter().for_each(|&i| merged[i].failed(route_failure(&e))),
+            }
+        }
+        let objects = req.objects.iter().zip(merged).map(|(o, m)| m.result(o.object_key.clone())).collect();
+        Ok(Response::new(FenceObjectsResponse { objects }))
+    }
+
     async fn list_topics(&self, request: Request<ListTopicsRequest>) -> Result<Response<ListTopicsResponse>, Status> {
         let fwd = forwarded_group(&request);
         let req = request.into_inner();
@@ -1033,5 +1190,54 @@ impl CoordinatorService for CoordinatorApi {
             .await
             .map(Response::new)
             .map_err(|e| Status::unavailable(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(r: Result<FenceAnswer, Failure>) -> fence_objects_response::FenceObjectResult {
+        fence_result("k".into(), r)
+    }
+
+    fn merged(answers: Vec<Result<FenceAnswer, Failure>>, route_error: bool) -> (ObjectState, i64, i32) {
+        let mut m = FenceMerge::default();
+        for a in answers {
+            m.add(&answer(a));
+        }
+        if route_error {
+            m.failed(route_failure(&RouteError::Timeout { group: 3 }));
+        }
+        let r = m.result("k".into());
+        (r.state(), r.released_at, r.error_code)
+    }
+
+    #[test]
+    fn fence_answers_merge_live_first_then_all_must_answer_then_the_latest_release() {
+        use FenceAnswer::*;
+        let timeout = ErrorCode::RequestTimedOut.wire();
+        // Live anywhere is a definite answer, even when another partition did not answer.
+        assert_eq!(merged(vec![Ok(Fenced { fenced_at: 1 }), Ok(Live)], true), (ObjectState::Live, -1, 0));
+        // Otherwise one silent partition leaves the state unknown: nothing may be deleted.
+        assert_eq!(merged(vec![Ok(Released { marked_at: 5 })], true), (ObjectState::Unspecified, -1, timeout));
+        let bad = Failure::new(ErrorCode::InvalidRequest, "bad key");
+        assert_eq!(
+            merged(vec![Ok(Fenced { fenced_at: 1 }), Err(bad)], false).0,
+            ObjectState::Unspecified,
+            "a refused key is not fenced"
+        );
+        // Released anywhere: released, at the latest release.
+        assert_eq!(
+            merged(
+                vec![Ok(Released { marked_at: 9 }), Ok(Fenced { fenced_at: 1 }), Ok(Released { marked_at: 4 })],
+                false
+            ),
+            (ObjectState::Released, 9, 0)
+        );
+        assert_eq!(
+            merged(vec![Ok(Fenced { fenced_at: 1 }), Ok(Fenced { fenced_at: 2 })], false),
+            (ObjectState::Fenced, -1, 0)
+        );
     }
 }

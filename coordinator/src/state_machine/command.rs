@@ -37,12 +37,15 @@ pub enum Op {
     DeleteRecords { partitions: Vec<DeleteRecordsPartition>, budget: u32 },
     /// Alter retention settings of topics.
     AlterTopicConfigs(Vec<AlterTopic>),
-    /// The broker deleted these objects; forget them.
+    /// The broker deleted these objects; forget them (each file record becomes a tombstone, so a
+    /// late repeat of its commit is refused).
     ConfirmFilesDeleted { object_keys: Vec<String> },
-    /// Finish pending deletions, then delete batches beyond retention, then expire producer states
-    /// idle for `producer_expiration_ms` (negative: never), doing at most `budget` units of work
-    /// (one per batch deleted, per partition examined and per producer state examined).
-    EnforceRetention { budget: u32, producer_expiration_ms: i64 },
+    /// Finish pending deletions, then forget tombstones (fenced object keys) older than
+    /// `fenced_object_retention_ms` (negative: never), then delete batches beyond retention, then
+    /// expire producer states idle for `producer_expiration_ms` (negative: never), doing at most
+    /// `budget` units of work (one per batch deleted, per tombstone forgotten, per partition
+    /// examined and per producer state examined).
+    EnforceRetention { budget: u32, producer_expiration_ms: i64, fenced_object_retention_ms: i64 },
     /// Does nothing; lets a new leader commit an entry of its term, and tests probe the log.
     Noop,
     /// Several DisklessCommitFile requests in one log entry, applied one after the other exactly
@@ -51,6 +54,11 @@ pub enum Op {
     /// Hand a broker the next `count` producer ids (Kafka's AllocateProducerIds, KIP-730): ids are
     /// unique across brokers and restarts because one counter, in metadata partition 0, gives them.
     AllocateProducerIds { broker_id: i32, count: u32 },
+    /// Before the broker deletes these objects: answers per key whether this metadata partition
+    /// still has live batches in it, released it (and when), or does not know it — in which case
+    /// the key is recorded as fenced, so a commit of it that reaches the log later is refused.
+    /// Being a log entry, the fence is ordered with every commit: none can slip past it.
+    FenceObjects { object_keys: Vec<String> },
 }
 
 /// Kafka's defaults for topics created without settings.
@@ -157,6 +165,8 @@ pub enum Outcome {
     CommitFiles(Vec<Vec<Result<CommittedBatch, Failure>>>),
     /// A block of producer ids: the first, and how many.
     ProducerIds(Result<ProducerIdBlock, Failure>),
+    /// Per object key, in request order.
+    FenceObjects(Vec<(String, Result<FenceAnswer, Failure>)>),
 }
 
 /// Producer ids `[first, first + len)`, for one broker to hand out.
@@ -164,6 +174,18 @@ pub enum Outcome {
 pub struct ProducerIdBlock {
     pub first: i64,
     pub len: u32,
+}
+
+/// What a metadata partition answers when asked to fence an object key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FenceAnswer {
+    /// The file still has live batches here: it must not be deleted.
+    Live,
+    /// The file lost its last live batch here at `marked_at`; it waits for the broker to delete it.
+    Released { marked_at: i64 },
+    /// This metadata partition does not know the object (any more): a commit of it is refused
+    /// until the tombstone made at `fenced_at` is forgotten.
+    Fenced { fenced_at: i64 },
 }
 
 /// A batch the commit accepted, or recognised as a retry of one it accepted before.
@@ -181,6 +203,7 @@ pub struct RetentionReport {
     pub batches_deleted: u64,
     pub partitions_examined: u64,
     pub producers_expired: u64,
+    pub fenced_forgotten: u64,
     /// Work is left: call again.
     pub more: bool,
 }
@@ -204,6 +227,9 @@ impl std::fmt::Display for Command {
             Op::Noop => "Noop",
             Op::CommitFiles(files) => return write!(f, "CommitFiles({} files) at {}", files.len(), self.now_ms),
             Op::AllocateProducerIds { .. } => "AllocateProducerIds",
+            Op::FenceObjects { object_keys } => {
+                return write!(f, "FenceObjects({} keys) at {}", object_keys.len(), self.now_ms)
+            }
         };
         write!(f, "{name} at {}", self.now_ms)
     }

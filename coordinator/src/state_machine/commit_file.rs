@@ -4,8 +4,15 @@
 //! changes nothing; the others go on. Accepted batches get `AssignedBaseOffset` = the partition's
 //! high watermark, which then grows by the batch's record count. The file is recorded with the
 //! bytes of its accepted batches as live bytes; a file with none is marked for deletion at once.
-//! An object key this metadata partition already knows is refused, leaving the existing file as it
-//! was. A commit applied after its deadline is refused whole (REQUEST_TIMED_OUT) and not recorded.
+//! The answers are kept with the file (compactly, see `CommitRecord`).
+//!
+//! Refused whole, nothing recorded: a commit applied after its deadline (REQUEST_TIMED_OUT); a bad
+//! file (key, format, size) or a part sent to a metadata partition its `owner_ids` do not name
+//! (INVALID_REQUEST: the cleaner fences only the owners before deleting); an object key that was
+//! fenced or confirmed deleted (KAFKA_STORAGE_ERROR: the object is gone or going, the producer must
+//! produce again). An object key this metadata partition already knows is a repeat when the commit
+//! carries exactly what the first one did (same checksum): it gets the first commit's answers
+//! again, changing nothing; any other commit of a known key is refused (INVALID_REQUEST).
 
 use super::command::{
     CommitBatch, CommitFile, CommittedBatch, ErrorCode, Failure, OBJECT_FORMAT_WAL_MULTI_SEGMENT,
@@ -13,9 +20,10 @@ use super::command::{
 };
 use super::keys::META_NEXT_BATCH_ID;
 use super::producer_state::{self, Verdict};
-use super::records::{BatchRecord, FileRecord, BATCH_ID_COUNTER_BITS};
+use super::records::{BatchRecord, CommitRecord, FileRecord, StoredResult, BATCH_ID_COUNTER_BITS};
 use super::{tables, time_index, StateMachine};
-use crate::storage::{StorageError, Txn};
+use crate::storage::{codec, StorageError, Txn};
+use sha2::{Digest, Sha256};
 
 /// The longest object key accepted.
 pub const MAX_OBJECT_KEY_LEN: usize = 1024;
@@ -36,16 +44,37 @@ pub fn apply(
         );
         return Ok(c.batches.iter().map(|_| Err(late.clone())).collect());
     }
-    let refused = match validate_file(c) {
-        Err(f) => Some(f),
-        Ok(()) if tables::file(txn, keys, &c.object_key)?.is_some() => Some(Failure::new(
-            ErrorCode::InvalidRequest,
-            format!("object {:?} is already committed; a WAL segment is committed once", c.object_key),
-        )),
-        Ok(()) => None,
-    };
-    if let Some(f) = refused {
+    if let Err(f) = validate_file(sm, c) {
         return Ok(c.batches.iter().map(|_| Err(f.clone())).collect());
+    }
+    if let Some(t) = tables::fenced(txn, keys, &c.object_key)? {
+        let gone = Failure::new(
+            ErrorCode::KafkaStorageError,
+            format!(
+                "object {:?} was deleted (fenced at {}) before this commit applied; nothing of it was committed: produce again",
+                c.object_key, t.fenced_at
+            ),
+        );
+        return Ok(c.batches.iter().map(|_| Err(gone.clone())).collect());
+    }
+    let checksum = checksum(c)?;
+    if let Some(file) = tables::file(txn, keys, &c.object_key)? {
+        let first: Option<CommitRecord> = tables::get(txn, &keys.commit_results(&c.object_key))?;
+        return match first {
+            Some(first) if first.checksum == checksum && first.results.len() == c.batches.len() => {
+                repeat(sm, txn, c, &file, &first)
+            }
+            _ => {
+                let f = Failure::new(
+                    ErrorCode::InvalidRequest,
+                    format!(
+                        "object {:?} is already committed with other batches; a WAL segment is committed once",
+                        c.object_key
+                    ),
+                );
+                Ok(c.batches.iter().map(|_| Err(f.clone())).collect())
+            }
+        };
     }
 
     let mut next_batch_id: u64 = tables::get(txn, &keys.meta(META_NEXT_BATCH_ID))?.unwrap_or(0);
@@ -75,7 +104,63 @@ pub fn apply(
         tables::mark_for_deletion(txn, keys, &c.object_key, &mut file, now);
     }
     tables::put(txn, keys.file(&c.object_key), &file)?;
+    let stored = results
+        .iter()
+        .map(|r| match r {
+            Ok(b) if b.is_duplicate => {
+                StoredResult::Duplicate { base_offset: b.assigned_base_offset, log_append_time: b.log_append_time }
+            }
+            Ok(b) => StoredResult::Appended { base_offset: b.assigned_base_offset },
+            Err(f) => StoredResult::Failed { code: f.code },
+        })
+        .collect();
+    tables::put(txn, keys.commit_results(&c.object_key), &CommitRecord { checksum, results: stored })?;
     Ok(results)
+}
+
+/// A digest of what a commit carries but its deadline (which a resend may change).
+fn checksum(c: &CommitFile) -> Result<[u8; 16], StorageError> {
+    let bytes =
+        codec::encode(&(&c.object_key, c.object_format, c.file_size, c.uploader_broker_id, &c.owner_ids, &c.batches))?;
+    let digest = Sha256::digest(&bytes);
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&digest[..16]);
+    Ok(out)
+}
+
+/// The answers of the first commit of this file, for a repeat of it. Changes nothing.
+fn repeat(
+    sm: &StateMachine,
+    txn: &Txn<'_>,
+    c: &CommitFile,
+    file: &FileRecord,
+    first: &CommitRecord,
+) -> Result<Vec<Result<CommittedBatch, Failure>>, StorageError> {
+    let mut out = Vec::with_capacity(c.batches.len());
+    for (b, r) in c.batches.iter().zip(&first.results) {
+        let log_start_offset = || -> Result<i64, StorageError> {
+            Ok(tables::live_partition(txn, &sm.keys, &b.tp)?.map_or(-1, |p| p.log_start_offset))
+        };
+        out.push(match *r {
+            StoredResult::Appended { base_offset } => Ok(CommittedBatch {
+                assigned_base_offset: base_offset,
+                log_append_time: file.committed_at,
+                log_start_offset: log_start_offset()?,
+                is_duplicate: false,
+            }),
+            StoredResult::Duplicate { base_offset, log_append_time } => Ok(CommittedBatch {
+                assigned_base_offset: base_offset,
+                log_append_time,
+                log_start_offset: log_start_offset()?,
+                is_duplicate: true,
+            }),
+            StoredResult::Failed { code } => Err(Failure::new(
+                code,
+                format!("the first commit of object {:?} refused this batch with {code}", c.object_key),
+            )),
+        });
+    }
+    Ok(out)
 }
 
 fn commit_batch(
@@ -157,7 +242,7 @@ fn commit_batch(
     }))
 }
 
-fn validate_file(c: &CommitFile) -> Result<(), Failure> {
+fn validate_file(sm: &StateMachine, c: &CommitFile) -> Result<(), Failure> {
     let bad = |m: String| Err(Failure::new(ErrorCode::InvalidRequest, m));
     if c.object_key.is_empty() || c.object_key.len() > MAX_OBJECT_KEY_LEN {
         return bad(format!("an object key has 1 to {MAX_OBJECT_KEY_LEN} bytes, not {}", c.object_key.len()));
@@ -167,6 +252,19 @@ fn validate_file(c: &CommitFile) -> Result<(), Failure> {
     }
     if c.file_size < 0 {
         return bad(format!("file size {} is negative", c.file_size));
+    }
+    let n = sm.num_groups as usize;
+    let mut distinct = c.owner_ids.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() != c.owner_ids.len() || c.owner_ids.iter().any(|&o| o < 0 || o as usize >= n) {
+        return bad(format!("owner ids {:?} are not distinct metadata partitions of 0..{n}", c.owner_ids));
+    }
+    if !c.owner_ids.contains(&(sm.group as i32)) {
+        return bad(format!(
+            "metadata partition {} is not among the file's owners {:?}; a commit part goes only to an owner",
+            sm.group, c.owner_ids
+        ));
     }
     Ok(())
 }

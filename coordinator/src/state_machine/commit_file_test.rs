@@ -1,4 +1,4 @@
-use super::command::{ErrorCode, TIMESTAMP_LOG_APPEND_TIME};
+use super::command::{CommitBatch, ErrorCode, TIMESTAMP_LOG_APPEND_TIME};
 use super::fixture::*;
 use super::records::BATCH_ID_COUNTER_BITS;
 
@@ -323,4 +323,100 @@ fn a_commit_past_its_deadline_is_refused_whole_and_not_recorded() {
     let on_time = super::command::CommitFile { deadline_ms: Some(5_000), ..c };
     let super::Outcome::CommitFile(r) = f.apply(super::Op::CommitFile(on_time)) else { panic!() };
     assert_eq!(code(&r[0]), ErrorCode::None);
+}
+
+#[test]
+fn a_repeated_commit_gets_the_original_answers_and_changes_nothing() {
+    let mut f = Fixture::new();
+    f.create(1, 1).unwrap();
+    let t = tp(1, 0);
+    f.now = 100;
+    f.commit_one(idem(t, 7, 0, 0, 2)).unwrap();
+    f.now = 200;
+    let mut bad = batch(t, 1);
+    bad.magic = 0;
+    // Appended, a duplicate of the batch committed at 100, refused, appended.
+    let batches = vec![batch(t, 3), idem(t, 7, 0, 0, 2), bad, batch(t, 1)];
+    let (key, first) = f.commit(batches.clone());
+    assert_eq!(
+        first.iter().map(code).collect::<Vec<_>>(),
+        [ErrorCode::None, ErrorCode::None, ErrorCode::CorruptMessage, ErrorCode::None]
+    );
+    let state = (f.offsets(t), f.find(t, 0, i32::MAX).batches, f.describe(&key), f.to_delete());
+    f.now = 300;
+    let again = f.commit_as(&key, batches);
+    assert_eq!(again.iter().map(code).collect::<Vec<_>>(), first.iter().map(code).collect::<Vec<_>>());
+    for (a, b) in again.iter().zip(&first) {
+        if let (Ok(a), Ok(b)) = (a, b) {
+            assert_eq!(a, b, "the original offset, append time and duplicate flag");
+        }
+    }
+    assert_eq!(again[0].as_ref().unwrap().log_append_time, 200, "the first commit's time, not now");
+    assert_eq!((f.offsets(t), f.find(t, 0, i32::MAX).batches, f.describe(&key), f.to_delete()), state);
+}
+
+#[test]
+fn a_repeat_reports_the_current_log_start_offset() {
+    let mut f = Fixture::new();
+    f.create(1, 1).unwrap();
+    let (key, first) = f.commit(vec![batch(tp(1, 0), 2)]);
+    assert_eq!(first[0].as_ref().unwrap().log_start_offset, 0);
+    f.delete_records(tp(1, 0), 1, 100).unwrap();
+    let again = f.commit_as(&key, vec![batch(tp(1, 0), 2)]);
+    let again = again[0].as_ref().unwrap();
+    assert_eq!((again.assigned_base_offset, again.log_start_offset), (0, 1));
+}
+
+#[test]
+fn a_commit_under_a_known_key_with_other_content_is_still_refused() {
+    let mut f = Fixture::new();
+    f.create(1, 2).unwrap();
+    let (key, _) = f.commit(vec![batch(tp(1, 0), 1)]);
+    for other in [vec![batch(tp(1, 1), 1)], vec![batch(tp(1, 0), 1), batch(tp(1, 0), 1)], vec![]] {
+        let r = f.commit_as(&key, other);
+        assert!(r.iter().all(|r| code(r) == ErrorCode::InvalidRequest), "{r:?}");
+    }
+    assert_eq!(f.offsets(tp(1, 0)), (0, 1));
+    assert_eq!(f.offsets(tp(1, 1)), (0, 0));
+}
+
+fn file_for(key: &str, owner_ids: Vec<i32>, batches: Vec<CommitBatch>) -> super::command::CommitFile {
+    super::command::CommitFile {
+        deadline_ms: None,
+        object_key: key.into(),
+        object_format: 1,
+        file_size: 100 * batches.len() as i64,
+        uploader_broker_id: 1,
+        owner_ids,
+        batches: batches
+            .into_iter()
+            .enumerate()
+            .map(|(i, b)| CommitBatch { byte_offset: i as i32 * 100, ..b })
+            .collect(),
+    }
+}
+
+#[test]
+fn a_commit_part_sent_to_a_metadata_partition_its_owners_do_not_name_is_refused_whole() {
+    let mut f = Fixture::group(1, 4);
+    f.create(1, 64).unwrap();
+    let mine = (0..64).find(|&p| f.sm.owns(&tp(1, p))).unwrap();
+    for (owners, want) in [
+        (vec![0, 2], ErrorCode::InvalidRequest), // not this metadata partition
+        (vec![], ErrorCode::InvalidRequest),
+        (vec![1, 4], ErrorCode::InvalidRequest), // no metadata partition 4
+        (vec![1, -1], ErrorCode::InvalidRequest),
+        (vec![1, 1], ErrorCode::InvalidRequest),
+        (vec![3, 1], ErrorCode::None),
+    ] {
+        let key = f.fresh_key();
+        let super::Outcome::CommitFile(r) =
+            f.apply(super::Op::CommitFile(file_for(&key, owners.clone(), vec![batch(tp(1, mine), 1)])))
+        else {
+            panic!()
+        };
+        assert_eq!(code(&r[0]), want, "owners {owners:?}");
+        assert_eq!(f.describe(&key).known, want == ErrorCode::None, "owners {owners:?}: recorded only when accepted");
+    }
+    assert_eq!(f.offsets(tp(1, mine)), (0, 1));
 }

@@ -120,7 +120,7 @@ impl Fixture {
             object_format: OBJECT_FORMAT_WAL_MULTI_SEGMENT,
             file_size: i64::from(at),
             uploader_broker_id: 1,
-            owner_ids: vec![0],
+            owner_ids: vec![self.sm.group() as i32],
             batches,
         };
         let Outcome::CommitFile(r) = self.apply(Op::CommitFile(c)) else { panic!("wrong outcome") };
@@ -150,10 +150,32 @@ impl Fixture {
     }
 
     pub fn retention_expiring_producers(&mut self, budget: u32, producer_expiration_ms: i64) -> RetentionReport {
-        let Outcome::EnforceRetention(r) = self.apply(Op::EnforceRetention { budget, producer_expiration_ms }) else {
-            panic!("wrong outcome")
-        };
+        self.retention_full(budget, producer_expiration_ms, -1)
+    }
+
+    pub fn retention_full(
+        &mut self,
+        budget: u32,
+        producer_expiration_ms: i64,
+        fenced_object_retention_ms: i64,
+    ) -> RetentionReport {
+        let op = Op::EnforceRetention { budget, producer_expiration_ms, fenced_object_retention_ms };
+        let Outcome::EnforceRetention(r) = self.apply(op) else { panic!("wrong outcome") };
         r
+    }
+
+    /// FenceObjects of `keys`: each key's answer.
+    pub fn fence(&mut self, keys: &[&str]) -> Vec<Result<FenceAnswer, Failure>> {
+        let op = Op::FenceObjects { object_keys: keys.iter().map(|k| k.to_string()).collect() };
+        let Outcome::FenceObjects(r) = self.apply(op) else { panic!("wrong outcome") };
+        r.into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// ConfirmFilesDeleted of `keys`: each key's error code.
+    pub fn confirm(&mut self, keys: &[&str]) -> Vec<ErrorCode> {
+        let op = Op::ConfirmFilesDeleted { object_keys: keys.iter().map(|k| k.to_string()).collect() };
+        let Outcome::ConfirmFilesDeleted(r) = self.apply(op) else { panic!("wrong outcome") };
+        r.iter().map(|(_, r)| code(r)).collect()
     }
 
     pub fn list_offsets(&self, tp: TopicPartition, ts: i64) -> Result<OffsetAndTimestamp, Failure> {

@@ -14,7 +14,10 @@
 //! | `I` | timestamp index chunks | topic id, partition, level, last offset | `IndexChunk` |
 //! | `S` | producer state | topic id, partition, producer id | `ProducerRecord` |
 //! | `F` | files | object key | `FileRecord` |
+//! | `R` | a file's commit answers | object key | `CommitRecord` |
 //! | `D` | files to delete | marked time (sign-flipped), object key | empty |
+//! | `X` | fenced object keys (tombstones) | object key | `FencedRecord` |
+//! | `Y` | tombstones by age | fenced time (sign-flipped), object key | empty |
 //! | `Q` | purge queue | topic id, partition | empty |
 //! | `G` | deleted topic ids (never reused) | topic id | deleted-at time |
 //! | `M` | metadata-partition values | name | per name |
@@ -33,6 +36,9 @@ pub const INDEX: u8 = b'I';
 pub const PRODUCER: u8 = b'S';
 pub const FILE: u8 = b'F';
 pub const TO_DELETE: u8 = b'D';
+pub const COMMIT_RESULTS: u8 = b'R';
+pub const FENCED: u8 = b'X';
+pub const FENCED_BY_TIME: u8 = b'Y';
 pub const PURGE: u8 = b'Q';
 pub const DELETED_TOPIC: u8 = b'G';
 pub const META: u8 = b'M';
@@ -199,11 +205,31 @@ impl Keys {
         k
     }
 
-    /// The object key of a `D` key.
+    /// The time and object key of a `D` or `Y` key (both are laid out the same way).
     pub fn decode_to_delete(key: &[u8]) -> Option<(i64, String)> {
         let at = unsortable_i64(key.get(5..13)?.try_into().ok()?);
         let object_key = String::from_utf8(key.get(13..)?.to_vec()).ok()?;
         Some((at, object_key))
+    }
+
+    pub fn commit_results(&self, object_key: &str) -> Vec<u8> {
+        let mut k = self.start(COMMIT_RESULTS, object_key.len());
+        k.extend_from_slice(object_key.as_bytes());
+        k
+    }
+
+    pub fn fenced(&self, object_key: &str) -> Vec<u8> {
+        let mut k = self.start(FENCED, object_key.len());
+        k.extend_from_slice(object_key.as_bytes());
+        k
+    }
+
+    /// A `Y` key: tombstones in the order they were made, so the oldest are found first.
+    pub fn fenced_by_time(&self, fenced_at: i64, object_key: &str) -> Vec<u8> {
+        let mut k = self.start(FENCED_BY_TIME, 8 + object_key.len());
+        k.extend_from_slice(&sortable_i64(fenced_at));
+        k.extend_from_slice(object_key.as_bytes());
+        k
     }
 
     pub fn purge(&self, tp: &TopicPartition) -> Vec<u8> {

@@ -50,7 +50,7 @@ mod retention_test;
 
 pub use command::{
     AlterTopic, Command, CommitBatch, CommitFile, CommittedBatch, CreateTopic, DeleteRecordsPartition, ErrorCode,
-    Failure, Op, Outcome, ProducerIdBlock, RetentionReport,
+    Failure, FenceAnswer, Op, Outcome, ProducerIdBlock, RetentionReport,
 };
 pub use create_partitions::{validate_topic_name, MAX_PARTITIONS};
 pub use files::{FileState, FileToDelete, MAX_FILES_TO_DELETE};
@@ -124,15 +124,23 @@ impl StateMachine {
             }
             Op::AlterTopicConfigs(topics) => Outcome::Topics(alter_configs::apply(self, txn, topics)?),
             Op::ConfirmFilesDeleted { object_keys } => {
-                Outcome::ConfirmFilesDeleted(files::confirm_deleted(self, txn, object_keys)?)
+                Outcome::ConfirmFilesDeleted(files::confirm_deleted(self, txn, now, object_keys)?)
             }
-            Op::EnforceRetention { budget, producer_expiration_ms } => {
-                Outcome::EnforceRetention(retention::apply(self, txn, now, *budget, *producer_expiration_ms)?)
+            Op::EnforceRetention { budget, producer_expiration_ms, fenced_object_retention_ms } => {
+                Outcome::EnforceRetention(retention::apply(
+                    self,
+                    txn,
+                    now,
+                    *budget,
+                    *producer_expiration_ms,
+                    *fenced_object_retention_ms,
+                )?)
             }
             Op::Noop => Outcome::Noop,
             Op::AllocateProducerIds { broker_id: _, count } => {
                 Outcome::ProducerIds(producer_ids::allocate(self, txn, *count)?)
             }
+            Op::FenceObjects { object_keys } => Outcome::FenceObjects(files::fence(self, txn, now, object_keys)?),
         })
     }
 

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::command::TIMESTAMP_LOG_APPEND_TIME;
+use super::command::{ErrorCode, TIMESTAMP_LOG_APPEND_TIME};
 use super::time_index::{OpenChunk, LEVELS};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,4 +114,39 @@ pub struct FileRecord {
     /// When the file lost its last live batch here; it waits in the `D` table until the broker
     /// confirms the object is deleted.
     pub marked_for_deletion_at: Option<i64>,
+}
+
+/// What a commit of a file answered, kept beside the file record (table `R`) so that a repeat of
+/// the same commit (its reply was lost) is answered the same way instead of being refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitRecord {
+    /// A digest of everything the commit carried but its deadline: a repeat must match it.
+    pub checksum: [u8; 16],
+    /// Per batch, in request order.
+    pub results: Vec<StoredResult>,
+}
+
+/// One batch's answer, compactly: the log append time of an appended batch is the file's commit
+/// time, and the error message is not kept (only its code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StoredResult {
+    Appended {
+        base_offset: i64,
+    },
+    /// A retry of a batch the producer had appended before, with that batch's offset and time.
+    Duplicate {
+        base_offset: i64,
+        log_append_time: i64,
+    },
+    Failed {
+        code: ErrorCode,
+    },
+}
+
+/// An object key no commit may use any more (table `X`): the cleaner fenced it before deleting
+/// the object, or confirmed the object deleted. Kept for the node's `fenced_object_retention_ms`,
+/// which outlasts every way a commit of the key can still reach the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FencedRecord {
+    pub fenced_at: i64,
 }

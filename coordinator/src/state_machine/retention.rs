@@ -1,6 +1,8 @@
 //! Retention: delete the oldest batches beyond a topic's retention.ms and retention.bytes.
 //!
-//! One EnforceRetention command first works the purge queue; only when it is empty does it walk
+//! One EnforceRetention command first works the purge queue, then forgets tombstones of fenced
+//! object keys older than `fenced_object_retention_ms` (oldest first, a unit each, see `files`);
+//! only when both are done does it walk
 //! the partitions, from a cursor kept in the state (so the walk resumes where the previous command
 //! stopped, identically on every replica), one budget unit per partition examined and per batch
 //! deleted. From a partition's start, a batch goes while its effective timestamp is older than
@@ -21,7 +23,7 @@ use super::command::RetentionReport;
 use super::keys::{TopicPartition, BATCH, META_PRODUCER_CURSOR, META_RETENTION_CURSOR, PARTITION, PRODUCER};
 use super::purge::{self, Progress};
 use super::records::{BatchRecord, PartitionRecord, ProducerRecord, TopicRecord};
-use super::{tables, time_index, StateMachine};
+use super::{files, tables, time_index, StateMachine};
 use crate::storage::{codec, KvRead, StorageError, Txn};
 
 pub fn apply(
@@ -30,6 +32,7 @@ pub fn apply(
     now: i64,
     mut budget: u32,
     producer_expiration_ms: i64,
+    fenced_object_retention_ms: i64,
 ) -> Result<RetentionReport, StorageError> {
     let keys = &sm.keys;
     let mut report = RetentionReport::default();
@@ -39,6 +42,13 @@ pub fn apply(
     if !queue_empty {
         report.more = true;
         return Ok(report);
+    }
+    if fenced_object_retention_ms >= 0 {
+        let before = now.saturating_sub(fenced_object_retention_ms);
+        if !files::forget_fenced(sm, txn, before, &mut budget, &mut report.fenced_forgotten)? {
+            report.more = true;
+            return Ok(report);
+        }
     }
 
     let producer_cursor_key = keys.meta(META_PRODUCER_CURSOR);

@@ -4,7 +4,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use uuid::Uuid;
 
 use super::keys::{Keys, TopicPartition};
-use super::records::{FileRecord, PartitionRecord, ProducerRecord, TopicRecord};
+use super::records::{FencedRecord, FileRecord, PartitionRecord, ProducerRecord, TopicRecord};
 use crate::storage::{codec, KvRead, StorageError, Txn};
 
 pub fn get<T: DeserializeOwned>(view: &dyn KvRead, key: &[u8]) -> Result<Option<T>, StorageError> {
@@ -44,6 +44,18 @@ pub fn producer(
 
 pub fn file(view: &dyn KvRead, keys: &Keys, object_key: &str) -> Result<Option<FileRecord>, StorageError> {
     get(view, &keys.file(object_key))
+}
+
+/// The tombstone of a fenced object key, if it has one.
+pub fn fenced(view: &dyn KvRead, keys: &Keys, object_key: &str) -> Result<Option<FencedRecord>, StorageError> {
+    get(view, &keys.fenced(object_key))
+}
+
+/// Records `object_key` as fenced at `now` (the caller checked it has no file record).
+pub fn put_fenced(txn: &mut Txn<'_>, keys: &Keys, object_key: &str, now: i64) -> Result<(), StorageError> {
+    put(txn, keys.fenced(object_key), &FencedRecord { fenced_at: now })?;
+    txn.put(keys.fenced_by_time(now, object_key), Vec::new());
+    Ok(())
 }
 
 /// Takes `bytes` off a file's live bytes; at zero the file is marked for deletion at `now`.

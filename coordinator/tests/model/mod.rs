@@ -43,6 +43,11 @@ struct File {
     owners: Vec<i32>,
     live: i64,
     marked: Option<i64>,
+    committed_at: i64,
+    /// The commit that recorded the file (its deadline cleared) and what it answered per batch
+    /// (`Err` keeps only the code), for repeats.
+    first: CommitFile,
+    answers: Vec<Result<CommittedBatch, ErrorCode>>,
 }
 
 #[derive(Debug, Clone)]
@@ -53,6 +58,8 @@ pub struct Model {
     parts: BTreeMap<TopicPartition, Partition>,
     producers: BTreeMap<(TopicPartition, i64), Producer>,
     files: BTreeMap<String, File>,
+    /// Fenced object keys and when they were fenced (tombstones).
+    fenced: BTreeMap<String, i64>,
     queue: BTreeSet<TopicPartition>,
     cursor: Option<TopicPartition>,
     /// In the producer-expiration walk: where it resumes (`Some(None)`: from the start).
@@ -84,6 +91,7 @@ impl Model {
             parts: BTreeMap::new(),
             producers: BTreeMap::new(),
             files: BTreeMap::new(),
+            fenced: BTreeMap::new(),
             queue: BTreeSet::new(),
             cursor: None,
             producer_cursor: None,
@@ -121,13 +129,21 @@ impl Model {
             }
             Op::AlterTopicConfigs(ts) => Outcome::Topics(ts.iter().map(|a| (a.topic_id, self.alter(a))).collect()),
             Op::ConfirmFilesDeleted { object_keys } => {
-                Outcome::ConfirmFilesDeleted(object_keys.iter().map(|k| (k.clone(), self.confirm(k))).collect())
+                Outcome::ConfirmFilesDeleted(object_keys.iter().map(|k| (k.clone(), self.confirm(k, now))).collect())
             }
-            Op::EnforceRetention { budget, producer_expiration_ms } => {
-                Outcome::EnforceRetention(self.retention(now, *budget, *producer_expiration_ms))
+            Op::EnforceRetention { budget, producer_expiration_ms, fenced_object_retention_ms } => {
+                Outcome::EnforceRetention(self.retention(
+                    now,
+                    *budget,
+                    *producer_expiration_ms,
+                    *fenced_object_retention_ms,
+                ))
             }
             Op::Noop => Outcome::Noop,
             Op::AllocateProducerIds { count, .. } => Outcome::ProducerIds(self.allocate_producer_ids(*count)),
+            Op::FenceObjects { object_keys } => {
+                Outcome::FenceObjects(object_keys.iter().map(|k| (k.clone(), self.fence(k, now))).collect())
+            }
         }
     }
 
@@ -286,24 +302,58 @@ impl Model {
         Ok(())
     }
 
-    fn confirm(&mut self, key: &str) -> Result<(), Failure> {
+    fn confirm(&mut self, key: &str, now: i64) -> Result<(), Failure> {
         match self.files.get(key) {
             None => Ok(()),
             Some(f) if f.marked.is_some() => {
                 self.files.remove(key);
+                self.fenced.insert(key.to_string(), now);
                 Ok(())
             }
             Some(_) => fail(ErrorCode::InvalidRequest),
         }
     }
 
-    fn retention(&mut self, now: i64, mut budget: u32, expiration: i64) -> RetentionReport {
+    fn fence(&mut self, key: &str, now: i64) -> Result<FenceAnswer, Failure> {
+        if key.is_empty() || key.len() > 1024 {
+            return fail(ErrorCode::InvalidRequest);
+        }
+        if let Some(f) = self.files.get(key) {
+            return Ok(match f.marked {
+                None => FenceAnswer::Live,
+                Some(at) => FenceAnswer::Released { marked_at: at },
+            });
+        }
+        let at = *self.fenced.entry(key.to_string()).or_insert(now);
+        Ok(FenceAnswer::Fenced { fenced_at: at })
+    }
+
+    fn retention(&mut self, now: i64, mut budget: u32, expiration: i64, fenced_retention: i64) -> RetentionReport {
         let mut r = RetentionReport::default();
         let (empty, deleted) = self.purge(now, &mut budget);
         r.batches_deleted = deleted;
         if !empty {
             r.more = true;
             return r;
+        }
+        if fenced_retention >= 0 {
+            // Oldest first (then by key), one unit each.
+            let mut old: Vec<(i64, String)> = self
+                .fenced
+                .iter()
+                .filter(|(_, at)| **at <= now.saturating_sub(fenced_retention))
+                .map(|(k, at)| (*at, k.clone()))
+                .collect();
+            old.sort();
+            for (_, k) in old {
+                if budget == 0 {
+                    r.more = true;
+                    return r;
+                }
+                budget -= 1;
+                r.fenced_forgotten += 1;
+                self.fenced.remove(&k);
+            }
         }
         if expiration < 0 {
             self.producer_cursor = None;
@@ -387,13 +437,40 @@ impl Model {
         if c.deadline_ms.is_some_and(|d| now > d) {
             return c.batches.iter().map(|_| fail(ErrorCode::RequestTimedOut)).collect();
         }
+        let owners_bad = c.owner_ids.iter().any(|&o| o < 0 || o >= self.num_groups as i32)
+            || c.owner_ids.iter().collect::<BTreeSet<_>>().len() != c.owner_ids.len()
+            || !c.owner_ids.contains(&(self.group as i32));
         let file_bad = c.object_key.is_empty()
             || c.object_key.len() > 1024
             || c.object_format != 1
             || c.file_size < 0
-            || self.files.contains_key(&c.object_key);
+            || owners_bad;
         if file_bad {
             return c.batches.iter().map(|_| fail(ErrorCode::InvalidRequest)).collect();
+        }
+        if self.fenced.contains_key(&c.object_key) {
+            return c.batches.iter().map(|_| fail(ErrorCode::KafkaStorageError)).collect();
+        }
+        let mut same = c.clone();
+        same.deadline_ms = None;
+        if let Some(f) = self.files.get(&c.object_key) {
+            if f.first != same {
+                return c.batches.iter().map(|_| fail(ErrorCode::InvalidRequest)).collect();
+            }
+            // A repeat: the first answers; offsets and times as first given, the log start as now.
+            return f
+                .answers
+                .iter()
+                .zip(&c.batches)
+                .map(|(a, b)| match a {
+                    Ok(x) => Ok(CommittedBatch {
+                        log_start_offset: self.live(&b.tp).map_or(-1, |p| p.lso),
+                        log_append_time: if x.is_duplicate { x.log_append_time } else { f.committed_at },
+                        ..*x
+                    }),
+                    Err(code) => fail(*code),
+                })
+                .collect();
         }
         let mut live = 0;
         let mut out = vec![];
@@ -406,7 +483,15 @@ impl Model {
         }
         self.files.insert(
             c.object_key.clone(),
-            File { size: c.file_size, owners: c.owner_ids.clone(), live, marked: (live == 0).then_some(now) },
+            File {
+                size: c.file_size,
+                owners: c.owner_ids.clone(),
+                live,
+                marked: (live == 0).then_some(now),
+                committed_at: now,
+                first: same,
+                answers: out.iter().map(|r| r.clone().map_err(|f| f.code)).collect(),
+            },
         );
         out
     }
@@ -606,6 +691,10 @@ impl Model {
 
     pub fn known_keys(&self) -> Vec<String> {
         self.files.keys().cloned().collect()
+    }
+
+    pub fn fenced_keys(&self) -> Vec<String> {
+        self.fenced.keys().cloned().collect()
     }
 
     /// The client's view of what a producer's next batch may look like: (epoch, last base seq,
