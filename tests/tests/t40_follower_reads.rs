@@ -54,3 +54,40 @@ async fn a_follower_read_with_a_minimum_index_sees_the_callers_own_commit() {
     assert_eq!(r.applied.len(), 1);
     assert!(r.applied[0].index > 30);
 }
+
+/// A minimum index for a metadata partition the request does not read must not hold it up (a
+/// broker passes the indexes of every commit it made; one lagging group must not stall all reads).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minimum_index_of_a_group_the_request_does_not_read_does_not_delay_it() {
+    let c = Cluster::start(3, Options::default()).await;
+    let topic = topic_id(2);
+    let mut client = c.client(1).await;
+    create_topic(&mut client, &topic, "t", 8).await;
+    commit_all(&mut client, "a", &topic, &[(0, 1)]).await;
+    let read = diskless_proto::metadata_partition_for(&[2; 16], 0, 4);
+    let other = (read + 1) % 4;
+    let started = std::time::Instant::now();
+    let r = client
+        .find_batches(diskless_proto::v1::FindBatchesRequest {
+            fetch_max_bytes: 1000,
+            max_batches_per_partition: 1,
+            topics: vec![diskless_proto::v1::find_batches_request::FindBatchesTopic {
+                topic_id: topic.clone(),
+                partitions: vec![diskless_proto::v1::find_batches_request::FindBatchesPartition {
+                    partition_index: 0,
+                    offset: 0,
+                    max_partition_fetch_bytes: 1000,
+                }],
+            }],
+            timeout_ms: 20_000,
+            // An index group `other` will not reach for a long time.
+            min_applied: vec![diskless_proto::v1::GroupIndex { metadata_partition: other, index: 1 << 40 }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.topics[0].partitions[0].error_code, 0, "{:?}", r.topics[0].partitions[0].error_message);
+    assert_eq!(r.topics[0].partitions[0].batches.len(), 1);
+    let waited = started.elapsed();
+    assert!(waited < std::time::Duration::from_secs(10), "waited {waited:?} for a group it does not read");
+}

@@ -787,12 +787,20 @@ impl CoordinatorService for CoordinatorApi {
         let req = request.into_inner();
         let timeout = timeout_of(req.timeout_ms);
         let node = &self.node;
-        // Wait (bounded) for the replicas to reach the indexes the caller saw.
+        // Wait (bounded) for the replicas this request reads to reach the indexes the caller saw
+        // (not the others: a lagging group the request does not touch must not delay it).
+        let read: std::collections::BTreeSet<u32> = req
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().filter_map(|p| convert::tp(&t.topic_id, p.partition_index).ok()))
+            .map(|tp| self.owner(&tp))
+            .collect();
         let mut lagging: BTreeMap<u32, RouteError> = BTreeMap::new();
-        let waits = join_all(req.min_applied.iter().map(|gi| async move {
-            (gi.metadata_partition, node.wait_applied(gi.metadata_partition, gi.index, timeout).await)
-        }))
-        .await;
+        let waits =
+            join_all(req.min_applied.iter().filter(|gi| read.contains(&gi.metadata_partition)).map(|gi| async move {
+                (gi.metadata_partition, node.wait_applied(gi.metadata_partition, gi.index, timeout).await)
+            }))
+            .await;
         for (g, r) in waits {
             if let Err(e) = r {
                 lagging.insert(g, e);
