@@ -38,8 +38,8 @@ pub struct Coordinators {
     by_addr: Mutex<HashMap<String, Channel>>,
 }
 
-/// The header that makes a node serve exactly one metadata partition (no forwarding).
-const GROUP_HEADER: &str = "x-diskless-group";
+/// The header that makes a node serve every part of a request itself (no forwarding).
+const LOCAL_HEADER: &str = "x-diskless-local";
 
 /// Transport-level failures worth trying on another node.
 fn retry_elsewhere(s: &tonic::Status) -> bool {
@@ -191,7 +191,8 @@ impl Coordinators {
     }
 
     /// Commits a file, sending each metadata partition's part straight to that partition's leader
-    /// (no forwarding hop). A part refused because the node is no longer the leader was not
+    /// (no forwarding hop), in one request per leader node carrying the parts of every partition
+    /// it leads (8 partitions over 3 nodes: 3 requests, not 8). A part refused because the node is no longer the leader was not
     /// applied, so it is sent again once after learning the new leaders — unless `deadline` is
     /// (nearly) past: no part is sent after it, and a resent part carries only the time left.
     /// Per-batch results come back in request order; a part whose outcome is unknown gets
@@ -219,31 +220,47 @@ impl Coordinators {
         let mut applied = vec![];
         let mut pending: Vec<(u32, Vec<usize>)> = parts.into_iter().collect();
         for attempt in 0..2 {
-            let outs = futures_util::future::join_all(pending.iter().map(|(g, idxs)| {
+            // One request per leader node, carrying the parts of every metadata partition it leads.
+            let mut by_node: std::collections::BTreeMap<Option<String>, Vec<(u32, Vec<usize>)>> = Default::default();
+            {
+                let leaders = self.leaders.lock().unwrap_or_else(|e| e.into_inner());
+                for (g, idxs) in pending {
+                    by_node.entry(leaders.get(g as usize).cloned().flatten()).or_default().push((g, idxs));
+                }
+            }
+            let outs = futures_util::future::join_all(by_node.iter().map(|(node, parts)| {
                 let sub = CommitFileRequest {
-                    batches: idxs.iter().map(|&i| req.batches[i].clone()).collect(),
+                    batches: parts.iter().flat_map(|(_, idxs)| idxs.iter().map(|&i| req.batches[i].clone())).collect(),
                     ..req.clone()
                 };
-                self.commit_part(*g, sub)
+                self.commit_on(node.as_deref(), sub)
             }))
             .await;
             let mut retry = vec![];
-            for ((g, idxs), out) in pending.into_iter().zip(outs) {
+            for ((_, parts), out) in by_node.into_iter().zip(outs) {
+                let total: usize = parts.iter().map(|(_, idxs)| idxs.len()).sum();
                 match out {
-                    Ok(resp) if resp.batches.len() == idxs.len() => {
-                        let not_leader = !idxs.is_empty() && resp.batches.iter().all(|b| b.error_code == 6);
-                        if not_leader && attempt == 0 {
-                            retry.push((g, idxs));
-                            continue;
-                        }
-                        for (&i, b) in idxs.iter().zip(resp.batches) {
-                            results[i] = Some(b);
+                    Ok(resp) if resp.batches.len() == total => {
+                        let mut answers = resp.batches.into_iter();
+                        for (g, idxs) in parts {
+                            let answers: Vec<_> = answers.by_ref().take(idxs.len()).collect();
+                            // Refused by a node that does not lead the partition: nothing applied.
+                            let not_leader = !idxs.is_empty() && answers.iter().all(|b| b.error_code == 6);
+                            if not_leader && attempt == 0 {
+                                retry.push((g, idxs));
+                                continue;
+                            }
+                            for (&i, b) in idxs.iter().zip(answers) {
+                                results[i] = Some(b);
+                            }
                         }
                         applied.extend(resp.applied);
                     }
                     Ok(_) | Err(_) => {
-                        for &i in &idxs {
-                            results[i] = Some(unknown_outcome(g));
+                        for (g, idxs) in parts {
+                            for &i in &idxs {
+                                results[i] = Some(unknown_outcome(g));
+                            }
                         }
                     }
                 }
@@ -269,13 +286,20 @@ impl Coordinators {
         CommitFileResponse { throttle_time_ms: 0, batches, applied }
     }
 
-    async fn commit_part(&self, g: u32, sub: CommitFileRequest) -> Result<CommitFileResponse, tonic::Status> {
-        let leader = self.leaders.lock().unwrap_or_else(|e| e.into_inner()).get(g as usize).cloned().flatten();
-        if let Some(ch) = leader.and_then(|a| self.channel_to(&a)) {
-            let mut r = tonic::Request::new(sub.clone());
-            r.metadata_mut().insert(GROUP_HEADER, g.into());
-            // Bounded: a blackholed leader must not stall the broker's commits for minutes.
-            r.set_timeout(Duration::from_millis(sub.timeout_ms.max(1000) as u64 + 5_000));
+    /// Sends commit parts to the node at `leader`, which serves each itself (never forwarding: a
+    /// part it does not lead is refused, nothing applied), or, with no leader known, to any node,
+    /// which routes each part.
+    async fn commit_on(
+        &self,
+        leader: Option<&str>,
+        sub: CommitFileRequest,
+    ) -> Result<CommitFileResponse, tonic::Status> {
+        // Bounded: a blackholed leader must not stall the broker's commits for minutes.
+        let deadline = Duration::from_millis(sub.timeout_ms.max(1000) as u64 + 5_000);
+        if let Some(ch) = leader.and_then(|a| self.channel_to(a)) {
+            let mut r = tonic::Request::new(sub);
+            r.metadata_mut().insert(LOCAL_HEADER, "1".parse().expect("ASCII header value"));
+            r.set_timeout(deadline);
             match CoordinatorServiceClient::new(ch).commit_file(r).await {
                 Ok(r) => return Ok(r.into_inner()),
                 Err(s) => {
@@ -286,8 +310,6 @@ impl Coordinators {
                 }
             }
         }
-        // No leader known: any node forwards it.
-        let deadline = Duration::from_millis(sub.timeout_ms.max(1000) as u64 + 5_000);
         self.call_once(|mut c| async move {
             let mut r = tonic::Request::new(sub);
             r.set_timeout(deadline);
