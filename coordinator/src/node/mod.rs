@@ -473,10 +473,16 @@ impl Node {
         }
     }
 
-    /// Waits until this node, as `g`'s leader, may serve a linearizable read (ReadIndex: a quorum
-    /// confirms the leadership and the state has applied everything committed before the read).
+    /// Waits until this node, as `g`'s leader, may serve a linearizable read: the state has applied
+    /// everything committed before the read, and the leadership is confirmed — by the leader lease
+    /// when it is valid (a quorum acknowledged this leader within the lease, during which its
+    /// followers refuse to vote for anyone else; this assumes clocks advance at about the same
+    /// rate), else by a heartbeat round to a quorum (ReadIndex).
     pub async fn linearizable(&self, g: u32, timeout: Duration) -> Result<(), RouteError> {
         let raft = self.raft(g)?;
+        if raft.ensure_linearizable(ReadPolicy::LeaseRead).await.is_ok() {
+            return Ok(());
+        }
         let r = tokio::time::timeout(timeout, raft.ensure_linearizable(ReadPolicy::ReadIndex))
             .await
             .map_err(|_| RouteError::NoQuorum { group: g })?;
