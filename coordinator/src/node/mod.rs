@@ -279,6 +279,7 @@ impl Node {
                 .collect(),
             cluster_id: self.identity.cluster_id().map(|c| c.to_vec()).unwrap_or_default(),
             num_metadata_partitions: self.num_groups(),
+            now_ms: Self::now_ms(),
         }
     }
 
@@ -408,10 +409,21 @@ impl Node {
     /// applied. Returns the outcome and the log index it was applied at. A leader whose lease is not
     /// established yet (just elected) is retried until `timeout`.
     pub async fn propose(&self, g: u32, op: Op, timeout: Duration) -> Result<(Outcome, u64), RouteError> {
+        self.propose_at(g, op, None, timeout).await
+    }
+
+    /// [`propose`](Self::propose), stamped with `now_ms` instead of this node's clock when given.
+    async fn propose_at(
+        &self,
+        g: u32,
+        op: Op,
+        now_ms: Option<i64>,
+        timeout: Duration,
+    ) -> Result<(Outcome, u64), RouteError> {
         let raft = self.raft(g)?;
         let deadline = Instant::now() + timeout;
         loop {
-            let cmd = Command { now_ms: Self::now_ms(), op: op.clone() };
+            let cmd = Command { now_ms: now_ms.unwrap_or_else(Self::now_ms), op: op.clone() };
             let left = deadline.saturating_duration_since(Instant::now());
             let started = Instant::now();
             let r = tokio::time::timeout(left, raft.client_write(cmd))
@@ -713,19 +725,41 @@ impl Node {
         }
     }
 
-    /// Runs retention and pending deletions on the groups this node leads.
+    /// "Now" as a quorum of `g`'s voters sees it: the earliest of the wall clocks of a majority
+    /// (this node's included), or `None` when no majority answers. Retention deletes by time and
+    /// cannot be undone: with this, one node whose clock runs far ahead cannot expire data early
+    /// (the earliest clock of a majority is at or behind some correct node's).
+    async fn quorum_now(&self, g: u32) -> Option<i64> {
+        let m = self.metrics(g).ok()?;
+        let membership = m.membership_config.membership();
+        let voters: Vec<(NodeId, String)> =
+            membership.voter_ids().filter_map(|id| membership.get_node(&id).map(|r| (id, r.addr.clone()))).collect();
+        let majority = voters.len() / 2 + 1;
+        let mut clocks = vec![Self::now_ms()];
+        let others = voters.iter().filter(|(id, _)| *id != self.id);
+        let answers = futures_util::future::join_all(others.map(|(_, addr)| self.identify_peer(addr))).await;
+        clocks.extend(answers.into_iter().filter_map(|r| r.ok()).map(|r| r.now_ms));
+        (clocks.len() >= majority).then(|| clocks.into_iter().min().unwrap_or_default())
+    }
+
+    /// Runs retention and pending deletions on the groups this node leads, with "now" taken from
+    /// a quorum's clocks (see [`Node::quorum_now`]).
     async fn enforce_retention(&self) {
         for g in 0..self.num_groups() {
             if !self.groups[g as usize].raft.is_leader() {
                 continue;
             }
+            let Some(now) = self.quorum_now(g).await else {
+                tracing::debug!(group = g, "retention skipped: no majority told its clock");
+                continue;
+            };
             for _ in 0..100 {
                 let op = Op::EnforceRetention {
                     budget: DELETE_BUDGET,
                     producer_expiration_ms: self.config.producer_id_expiration_ms,
                     fenced_object_retention_ms: self.config.fenced_object_retention_ms,
                 };
-                match self.propose(g, op, Duration::from_secs(10)).await {
+                match self.propose_at(g, op, Some(now), Duration::from_secs(10)).await {
                     Ok((Outcome::EnforceRetention(r), _)) if r.more => continue,
                     Ok(_) => break,
                     Err(e) => {
