@@ -62,7 +62,10 @@ impl Coordinators {
         let mut last_err = None;
         for _ in 0..60 {
             for (a, ch) in &channels {
-                match AdminServiceClient::new(ch.clone()).status(StatusRequest { with_digest: false }).await {
+                match AdminServiceClient::new(ch.clone())
+                    .status(StatusRequest { with_digest: false, ..Default::default() })
+                    .await
+                {
                     Ok(s) => {
                         num_groups = s.into_inner().num_metadata_partitions;
                         break;
@@ -155,7 +158,7 @@ impl Coordinators {
         for _ in 0..self.channels.len() {
             let (i, _) = self.client();
             let ch = self.channels[i].1.clone();
-            match AdminServiceClient::new(ch).status(StatusRequest { with_digest: false }).await {
+            match AdminServiceClient::new(ch).status(StatusRequest { with_digest: false, ..Default::default() }).await {
                 Ok(s) => {
                     let s = s.into_inner();
                     let addr: HashMap<u64, String> = s.nodes.iter().map(|n| (n.node_id, n.address.clone())).collect();

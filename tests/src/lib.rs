@@ -195,7 +195,12 @@ impl Cluster {
     }
 
     pub async fn status(&self, id: u64, with_digest: bool) -> StatusResponse {
-        self.admin(id).await.status(StatusRequest { with_digest }).await.expect("status").into_inner()
+        self.admin(id)
+            .await
+            .status(StatusRequest { with_digest, ..Default::default() })
+            .await
+            .expect("status")
+            .into_inner()
     }
 
     /// Waits until node `via` sees a leader for every group, agreed by all running nodes.
@@ -205,13 +210,15 @@ impl Cluster {
             let mut ok = true;
             let mut leaders: Option<Vec<u64>> = None;
             for id in self.running() {
-                let s = match self.admin(id).await.status(StatusRequest { with_digest: false }).await {
-                    Ok(s) => s.into_inner(),
-                    Err(_) => {
-                        ok = false;
-                        break;
-                    }
-                };
+                let s =
+                    match self.admin(id).await.status(StatusRequest { with_digest: false, ..Default::default() }).await
+                    {
+                        Ok(s) => s.into_inner(),
+                        Err(_) => {
+                            ok = false;
+                            break;
+                        }
+                    };
                 let l: Vec<u64> = s.groups.iter().map(|g| g.leader).collect();
                 if l.contains(&0) || leaders.as_ref().is_some_and(|x| *x != l) {
                     ok = false;

@@ -87,6 +87,8 @@ pub struct Node {
     /// Per group: when this replica last accepted a message of a leader (ms since `started`).
     heard_from_leader: Vec<std::sync::atomic::AtomicU64>,
     started: Instant,
+    /// Where entries' time goes on this node (see `raft::stages`).
+    stages: Arc<crate::raft::stages::Stages>,
     stop: tokio::sync::watch::Sender<bool>,
 }
 
@@ -110,13 +112,15 @@ impl Node {
         let syncer = WalSyncer::start(db.clone());
         let peers = Arc::new(Peers::new(identity.clone()));
         let raft_config = Arc::new(raft_config(&config)?);
+        let stages = Arc::new(crate::raft::stages::Stages::default());
         let mut groups = Vec::with_capacity(n as usize);
         let mut queues = Vec::with_capacity(n as usize);
         for g in 0..n {
             let sm = SmStore::open(db.clone(), StateMachine::new(g, n), &config.data_dir)
                 .with_context(|| format!("open the state of metadata partition {g}"))?
-                .with_install_pause(Duration::from_millis(config.test_snapshot_install_pause_ms));
-            let log = LogStore::new(db.clone(), g, syncer.clone());
+                .with_install_pause(Duration::from_millis(config.test_snapshot_install_pause_ms))
+                .with_stages(stages.clone());
+            let log = LogStore::new(db.clone(), g, syncer.clone()).with_stages(stages.clone());
             let net = NetworkFactory { group: g, peers: peers.clone() };
             let raft = Raft::new(config.node_id, raft_config.clone(), net, log, sm.clone())
                 .await
@@ -137,6 +141,7 @@ impl Node {
             identity,
             heard_from_leader,
             started: Instant::now(),
+            stages,
             stop,
         });
         for (g, rx) in queues.into_iter().enumerate() {
@@ -378,6 +383,11 @@ impl Node {
         &self.db
     }
 
+    /// Where entries' time goes on this node (see `raft::stages`).
+    pub fn stages(&self) -> &crate::raft::stages::Stages {
+        &self.stages
+    }
+
     pub fn wal_stats(&self) -> &crate::raft::WalSyncStats {
         self.syncer.stats()
     }
@@ -431,6 +441,7 @@ impl Node {
                 .map_err(|_| RouteError::Timeout { group: g })?;
             match r {
                 Ok(resp) => {
+                    self.stages.proposed(started);
                     let us = started.elapsed().as_micros() as u64;
                     tracing::trace!(group = g, index = resp.log_id.index, us, "proposal applied");
                     return Ok((resp.data, resp.log_id.index));

@@ -15,6 +15,7 @@ pub mod network;
 pub mod progress;
 mod sm_store;
 pub mod snapshot;
+pub mod stages;
 mod wal_sync;
 
 #[cfg(test)]
