@@ -16,6 +16,10 @@ pub struct ShimConfig {
     pub listen: String,
     /// Coordinator nodes, `host:port` (any of them serves any request).
     pub coordinators: Vec<String>,
+    /// Reach a node that advertises the key address through the value address instead (address
+    /// translation: NAT, a proxy per node; the fault suite puts its proxies here).
+    #[serde(default)]
+    pub coordinator_address_map: BTreeMap<String, String>,
     pub storage: StorageConfig,
     #[serde(default)]
     pub produce: ProduceConfig,

@@ -40,7 +40,8 @@ impl Shim {
     pub async fn start(config: ShimConfig) -> anyhow::Result<Arc<Shim>> {
         config.validate()?;
         let storage = storage::Storage::new(&config.storage)?;
-        let coordinators = Arc::new(coordinator::Coordinators::connect(&config.coordinators).await?);
+        let address_map = config.coordinator_address_map.clone().into_iter().collect();
+        let coordinators = Arc::new(coordinator::Coordinators::connect_via(&config.coordinators, address_map).await?);
         let (producer, tasks) =
             produce::Producer::start(config.produce.clone(), config.broker_id, storage.clone(), coordinators.clone());
         let fetcher = fetch::Fetcher::new(&config.fetch, storage.clone(), coordinators.clone());

@@ -1,0 +1,357 @@
+//! The nemesis: injects faults at random every 0.2–3 s (log-uniform), each healed after its own
+//! random duration, and heals everything at the end. One seeded [`Rng`] makes every choice.
+//!
+//! Faults (`Kind`): kill -9 of a node, of the node leading the most metadata partitions, of a
+//! broker (each restarted later); SIGSTOP/SIGCONT pauses of nodes and brokers; leader transfers
+//! and snapshots.
+//!
+//! Limits keep the run meaningful: at most `max_down` nodes are down (killed, paused, ...) at once
+//! (a minority: 1 of 3, 2 of 5), and a broker has one fault at a time. A process that exits by
+//! itself (a panic, an abort) is restarted and reported as a `process-crash` anomaly, unless the
+//! nemesis caused the exit on purpose.
+//!
+//! It must not judge the system: the checker does, from the history this writes to.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use diskless_proto::admin::{TransferLeaderRequest, TriggerSnapshotRequest};
+
+use super::checker::Anomaly;
+use super::history::History;
+use super::rng::Rng;
+use super::system::{signal, System};
+
+/// A kind of fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    KillNode,
+    KillLeader,
+    KillBroker,
+    PauseNode,
+    PauseBroker,
+    TransferLeader,
+    Snapshot,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 7] = [
+        Kind::KillNode,
+        Kind::KillLeader,
+        Kind::KillBroker,
+        Kind::PauseNode,
+        Kind::PauseBroker,
+        Kind::TransferLeader,
+        Kind::Snapshot,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::KillNode => "kill-node",
+            Kind::KillLeader => "kill-leader",
+            Kind::KillBroker => "kill-broker",
+            Kind::PauseNode => "pause-node",
+            Kind::PauseBroker => "pause-broker",
+            Kind::TransferLeader => "transfer-leader",
+            Kind::Snapshot => "snapshot",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.name() == s)
+    }
+
+    /// Whether the fault takes its node out (counts against `max_down`).
+    fn downs_a_node(self) -> bool {
+        matches!(self, Kind::KillNode | Kind::KillLeader | Kind::PauseNode)
+    }
+}
+
+/// How an active fault is undone.
+#[derive(Debug, Clone)]
+enum Heal {
+    RestartNode(u64),
+    ResumeNode(u64),
+    RestartBroker(usize),
+    ResumeBroker(usize),
+}
+
+struct Active {
+    id: u64,
+    kind: Kind,
+    target: String,
+    heal_at: Instant,
+    heal: Heal,
+}
+
+/// The node or broker a fault is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Target {
+    Node(u64),
+    Broker(usize),
+}
+
+pub struct Nemesis {
+    system: Arc<System>,
+    history: Arc<History>,
+    rng: Rng,
+    kinds: Vec<Kind>,
+    active: Vec<Active>,
+    /// Faults injected, by kind name.
+    pub counts: BTreeMap<String, usize>,
+    /// Processes that exited by themselves.
+    pub anomalies: Vec<Anomaly>,
+    max_down: usize,
+    background: tokio::task::JoinSet<()>,
+}
+
+impl Nemesis {
+    pub fn new(system: Arc<System>, history: Arc<History>, rng: Rng, kinds: Vec<Kind>) -> Nemesis {
+        let max_down = (system.shape.nodes as usize - 1) / 2;
+        Nemesis {
+            system,
+            history,
+            rng,
+            kinds,
+            active: vec![],
+            counts: BTreeMap::new(),
+            anomalies: vec![],
+            max_down,
+            background: tokio::task::JoinSet::new(),
+        }
+    }
+
+    /// Faults injected so far.
+    pub fn total(&self) -> usize {
+        self.counts.values().sum()
+    }
+
+    /// Injects faults until `until` and at least `min_faults` were injected (but never past
+    /// `cap`), then heals everything.
+    pub async fn run(&mut self, until: Instant, min_faults: usize, cap: Instant) {
+        let mut next = Instant::now() + self.gap();
+        loop {
+            self.reap().await;
+            self.heal_due().await;
+            while self.background.try_join_next().is_some() {}
+            let now = Instant::now();
+            if (now >= until && self.total() >= min_faults) || now >= cap {
+                break;
+            }
+            if now >= next {
+                self.inject_one().await;
+                next = Instant::now() + self.gap();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.heal_all().await;
+    }
+
+    fn gap(&mut self) -> Duration {
+        self.rng.duration(Duration::from_millis(200), Duration::from_secs(3))
+    }
+
+    fn busy(&self, t: Target) -> bool {
+        self.active.iter().any(|a| self.target_of(a) == Some(t))
+    }
+
+    fn target_of(&self, a: &Active) -> Option<Target> {
+        match a.heal {
+            Heal::RestartNode(n) | Heal::ResumeNode(n) => Some(Target::Node(n)),
+            Heal::RestartBroker(b) | Heal::ResumeBroker(b) => Some(Target::Broker(b)),
+        }
+    }
+
+    fn down(&self) -> usize {
+        self.active.iter().filter(|a| a.kind.downs_a_node()).count()
+    }
+
+    fn free_nodes(&self) -> Vec<u64> {
+        self.system.node_ids().into_iter().filter(|n| !self.busy(Target::Node(*n))).collect()
+    }
+
+    fn free_brokers(&self) -> Vec<usize> {
+        (0..self.system.brokers.len()).filter(|b| !self.busy(Target::Broker(*b))).collect()
+    }
+
+    fn applicable(&self, k: Kind) -> bool {
+        if k.downs_a_node() {
+            return self.down() < self.max_down && !self.free_nodes().is_empty();
+        }
+        match k {
+            Kind::KillBroker | Kind::PauseBroker => !self.free_brokers().is_empty(),
+            _ => true,
+        }
+    }
+
+    fn start(&mut self, kind: Kind, target: String, lasts: Duration, heal: Heal) {
+        let id = self.history.fault_started(kind.name(), &target);
+        *self.counts.entry(kind.name().to_string()).or_default() += 1;
+        self.active.push(Active { id, kind, target, heal_at: Instant::now() + lasts, heal });
+    }
+
+    /// An instantaneous fault, or one that runs in the background until it is done.
+    fn once(&mut self, kind: Kind, target: String, work: impl std::future::Future<Output = String> + Send + 'static) {
+        let id = self.history.fault_started(kind.name(), &target);
+        *self.counts.entry(kind.name().to_string()).or_default() += 1;
+        let history = self.history.clone();
+        self.background.spawn(async move {
+            let result = work.await;
+            history.fault_healed(id, kind.name(), &format!("{target}: {result}"));
+        });
+    }
+
+    async fn inject_one(&mut self) {
+        let candidates: Vec<Kind> = self.kinds.iter().copied().filter(|k| self.applicable(*k)).collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let kind = *self.rng.pick(&candidates);
+        match kind {
+            Kind::KillNode | Kind::KillLeader => {
+                let free = self.free_nodes();
+                let mut node = *self.rng.pick(&free);
+                if kind == Kind::KillLeader {
+                    match self.system.busiest_leader(&free).await {
+                        Some(n) => node = n,
+                        None => return,
+                    }
+                }
+                self.system.cluster.lock().await.kill(node);
+                let lasts = self.rng.duration(Duration::from_millis(500), Duration::from_secs(5));
+                self.start(kind, format!("n{node}"), lasts, Heal::RestartNode(node));
+            }
+            Kind::PauseNode => {
+                let node = *self.rng.pick(&self.free_nodes());
+                let Some(pid) = self.system.cluster.lock().await.pid(node) else { return };
+                signal(pid, libc::SIGSTOP);
+                let lasts = self.rng.duration(Duration::from_millis(200), Duration::from_secs(10));
+                self.start(kind, format!("n{node}"), lasts, Heal::ResumeNode(node));
+            }
+            Kind::KillBroker => {
+                let b = *self.rng.pick(&self.free_brokers());
+                self.system.brokers[b].process.lock().await.kill();
+                let lasts = self.rng.duration(Duration::from_millis(500), Duration::from_secs(5));
+                self.start(kind, format!("b{b}"), lasts, Heal::RestartBroker(b));
+            }
+            Kind::PauseBroker => {
+                let b = *self.rng.pick(&self.free_brokers());
+                let Some(pid) = self.system.brokers[b].process.lock().await.pid() else { return };
+                signal(pid, libc::SIGSTOP);
+                let lasts = self.rng.duration(Duration::from_millis(200), Duration::from_secs(10));
+                self.start(kind, format!("b{b}"), lasts, Heal::ResumeBroker(b));
+            }
+            Kind::TransferLeader => {
+                let nodes = self.system.node_ids();
+                let via = *self.rng.pick(&nodes);
+                let to = *self.rng.pick(&nodes);
+                let group = self.rng.below(self.system.shape.metadata_partitions as usize) as u32;
+                let mut admin = self.system.admin(via);
+                let req = TransferLeaderRequest { metadata_partition: group, to_node_id: to };
+                self.once(kind, format!("group {group} to n{to} via n{via}"), async move {
+                    match tokio::time::timeout(Duration::from_secs(15), admin.transfer_leader(req)).await {
+                        Ok(Ok(_)) => "done".into(),
+                        Ok(Err(s)) => format!("refused: {}", s.message()),
+                        Err(_) => "no answer".into(),
+                    }
+                });
+            }
+            Kind::Snapshot => {
+                let nodes = self.system.node_ids();
+                let node = *self.rng.pick(&nodes);
+                let mut admin = self.system.admin(node);
+                self.once(kind, format!("n{node}"), async move {
+                    match tokio::time::timeout(
+                        Duration::from_secs(40),
+                        admin.trigger_snapshot(TriggerSnapshotRequest {}),
+                    )
+                    .await
+                    {
+                        Ok(Ok(r)) => format!("at {:?}", r.into_inner().snapshot_index),
+                        Ok(Err(s)) => format!("refused: {}", s.message()),
+                        Err(_) => "no answer".into(),
+                    }
+                });
+            }
+        }
+    }
+
+    async fn heal_due(&mut self) {
+        let now = Instant::now();
+        let due: Vec<usize> = (0..self.active.len()).filter(|i| self.active[*i].heal_at <= now).collect();
+        for i in due.into_iter().rev() {
+            let a = self.active.remove(i);
+            self.heal(a).await;
+        }
+    }
+
+    async fn heal(&mut self, a: Active) {
+        match a.heal {
+            Heal::RestartNode(n) => self.system.cluster.lock().await.spawn(n),
+            Heal::ResumeNode(n) => {
+                if let Some(pid) = self.system.cluster.lock().await.pid(n) {
+                    signal(pid, libc::SIGCONT);
+                }
+            }
+            Heal::RestartBroker(b) => self.system.brokers[b].process.lock().await.spawn(),
+            Heal::ResumeBroker(b) => {
+                if let Some(pid) = self.system.brokers[b].process.lock().await.pid() {
+                    signal(pid, libc::SIGCONT);
+                }
+            }
+        }
+        self.history.fault_healed(a.id, a.kind.name(), &a.target);
+    }
+
+    /// Restarts processes that exited by themselves, reporting each as an anomaly.
+    async fn reap(&mut self) {
+        let mut crashed = vec![];
+        {
+            let mut cluster = self.system.cluster.lock().await;
+            for n in self.system.node_ids() {
+                if let Some(status) = cluster.exited(n) {
+                    crashed.push(format!("node {n} exited by itself ({status})"));
+                    cluster.spawn(n);
+                }
+            }
+        }
+        for b in &self.system.brokers {
+            let mut p = b.process.lock().await;
+            if let Some(status) = p.exited() {
+                crashed.push(format!("broker {} exited by itself ({status})", b.number));
+                p.spawn();
+            }
+        }
+        for c in crashed {
+            self.history.note(format!("process-crash: {c}; restarted"));
+            self.anomalies.push(Anomaly::new("process-crash", c));
+        }
+    }
+
+    /// Heals every fault and makes sure every process runs and none is stopped.
+    pub async fn heal_all(&mut self) {
+        while let Some(a) = self.active.pop() {
+            self.heal(a).await;
+        }
+        self.reap().await;
+        let mut cluster = self.system.cluster.lock().await;
+        for n in self.system.node_ids() {
+            match cluster.pid(n) {
+                Some(pid) => signal(pid, libc::SIGCONT),
+                None => cluster.spawn(n),
+            }
+        }
+        drop(cluster);
+        for b in &self.system.brokers {
+            let mut p = b.process.lock().await;
+            match p.pid() {
+                Some(pid) => signal(pid, libc::SIGCONT),
+                None => p.spawn(),
+            }
+        }
+        // Background faults (transfers, snapshots) end within their own deadlines.
+        while self.background.join_next().await.is_some() {}
+        self.history.note("every fault healed");
+    }
+}
