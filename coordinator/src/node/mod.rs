@@ -98,8 +98,8 @@ impl Node {
                 .with_context(|| format!("open RocksDB in {}", config.data_dir.display()))?,
         );
         check_cluster_record(&db, &config)?;
-        let syncer = WalSyncer::start(db.clone());
         let peers = Arc::new(Peers::default());
+        let syncer = WalSyncer::start(db.clone(), peers.faults.clone());
         let raft_config = Arc::new(raft_config(&config)?);
         let n = config.num_metadata_partitions;
         let mut groups = Vec::with_capacity(n as usize);
@@ -188,8 +188,10 @@ impl Node {
         Ok(m.membership_config.membership().nodes().map(|(id, n)| (*id, n.addr.clone())).collect())
     }
 
-    fn now_ms() -> i64 {
-        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    /// The wall clock in milliseconds, as this node stamps commands (plus a test clock offset).
+    fn now_ms(&self) -> i64 {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        now + self.peers.faults.clock_offset_ms()
     }
 
     /// Proposes `op` on this node's replica of `g`, which must be the leader; waits until it is
@@ -199,7 +201,7 @@ impl Node {
         let raft = self.raft(g)?;
         let deadline = Instant::now() + timeout;
         loop {
-            let cmd = Command { now_ms: Self::now_ms(), op: op.clone() };
+            let cmd = Command { now_ms: self.now_ms(), op: op.clone() };
             let left = deadline.saturating_duration_since(Instant::now());
             let started = Instant::now();
             let r = tokio::time::timeout(left, raft.client_write(cmd))
@@ -246,7 +248,7 @@ impl Node {
         let group = self.group(g)?;
         // Past this the state machine refuses the commit: once the caller has been told "timed
         // out", the commit cannot apply later (the broker's cleaners rely on it).
-        file.deadline_ms = Some(Self::now_ms() + timeout.as_millis() as i64);
+        file.deadline_ms = Some(self.now_ms() + timeout.as_millis() as i64);
         let (reply, rx) = tokio::sync::oneshot::channel();
         group
             .commits

@@ -2,8 +2,11 @@
 //! random duration, and heals everything at the end. One seeded [`Rng`] makes every choice.
 //!
 //! Faults (`Kind`): kill -9 of a node, of the node leading the most metadata partitions, of a
-//! broker (each restarted later); SIGSTOP/SIGCONT pauses of nodes and brokers; leader transfers
-//! and snapshots.
+//! broker (each restarted later); SIGSTOP/SIGCONT pauses of nodes and brokers; network
+//! partitions between nodes (isolate one, majority/minority halves, one-way, bridge) through the
+//! nodes' transport hook, re-applied to a node that restarts while it lasts; partitions between
+//! brokers and nodes through the proxies (cut or blackhole one link, a broker from every node, a
+//! node from every broker); leader transfers and snapshots.
 //!
 //! Limits keep the run meaningful: at most `max_down` nodes are down (killed, paused, ...) at once
 //! (a minority: 1 of 3, 2 of 5), and a broker has one fault at a time. A process that exits by
@@ -16,10 +19,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use diskless_proto::admin::{TransferLeaderRequest, TriggerSnapshotRequest};
+use diskless_proto::admin::{FaultRequest, TransferLeaderRequest, TriggerSnapshotRequest};
 
 use super::checker::Anomaly;
 use super::history::History;
+use super::proxy::Mode;
 use super::rng::Rng;
 use super::system::{signal, System};
 
@@ -31,17 +35,21 @@ pub enum Kind {
     KillBroker,
     PauseNode,
     PauseBroker,
+    PartitionNodes,
+    PartitionClients,
     TransferLeader,
     Snapshot,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 9] = [
         Kind::KillNode,
         Kind::KillLeader,
         Kind::KillBroker,
         Kind::PauseNode,
         Kind::PauseBroker,
+        Kind::PartitionNodes,
+        Kind::PartitionClients,
         Kind::TransferLeader,
         Kind::Snapshot,
     ];
@@ -53,6 +61,8 @@ impl Kind {
             Kind::KillBroker => "kill-broker",
             Kind::PauseNode => "pause-node",
             Kind::PauseBroker => "pause-broker",
+            Kind::PartitionNodes => "partition-nodes",
+            Kind::PartitionClients => "partition-clients",
             Kind::TransferLeader => "transfer-leader",
             Kind::Snapshot => "snapshot",
         }
@@ -68,6 +78,17 @@ impl Kind {
     }
 }
 
+/// A fault request that undoes every fault a node can hold.
+fn heal_everything() -> FaultRequest {
+    FaultRequest {
+        block_node_ids: vec![],
+        keep_blocks: false,
+        fsync_stall_ms: Some(0),
+        fsync_fail: Some(false),
+        clock_offset_ms: Some(0),
+    }
+}
+
 /// How an active fault is undone.
 #[derive(Debug, Clone)]
 enum Heal {
@@ -75,21 +96,41 @@ enum Heal {
     ResumeNode(u64),
     RestartBroker(usize),
     ResumeBroker(usize),
+    /// Every node talks to every other again.
+    Reconnect,
+    /// These brokers' proxies pass again.
+    PassProxies(Vec<usize>),
+}
+
+impl Heal {
+    /// What the fault occupies while it lasts (one fault per node, broker, network at a time).
+    fn targets(&self) -> Vec<Target> {
+        match self {
+            Heal::RestartNode(n) | Heal::ResumeNode(n) => vec![Target::Node(*n)],
+            Heal::RestartBroker(b) | Heal::ResumeBroker(b) => vec![Target::Broker(*b)],
+            Heal::Reconnect => vec![Target::Network],
+            Heal::PassProxies(bs) => bs.iter().map(|b| Target::Broker(*b)).collect(),
+        }
+    }
 }
 
 struct Active {
     id: u64,
     kind: Kind,
+    /// The kind's name, with the variant when it has some (`partition-nodes/halves`).
+    name: String,
     target: String,
     heal_at: Instant,
     heal: Heal,
 }
 
-/// The node or broker a fault is on.
+/// What a fault occupies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Target {
     Node(u64),
     Broker(usize),
+    /// The network between nodes.
+    Network,
 }
 
 pub struct Nemesis {
@@ -104,6 +145,8 @@ pub struct Nemesis {
     pub anomalies: Vec<Anomaly>,
     max_down: usize,
     background: tokio::task::JoinSet<()>,
+    /// The partition between nodes in force: node → the peers it must not send to.
+    grudge: BTreeMap<u64, Vec<u64>>,
 }
 
 impl Nemesis {
@@ -119,6 +162,7 @@ impl Nemesis {
             anomalies: vec![],
             max_down,
             background: tokio::task::JoinSet::new(),
+            grudge: BTreeMap::new(),
         }
     }
 
@@ -153,14 +197,7 @@ impl Nemesis {
     }
 
     fn busy(&self, t: Target) -> bool {
-        self.active.iter().any(|a| self.target_of(a) == Some(t))
-    }
-
-    fn target_of(&self, a: &Active) -> Option<Target> {
-        match a.heal {
-            Heal::RestartNode(n) | Heal::ResumeNode(n) => Some(Target::Node(n)),
-            Heal::RestartBroker(b) | Heal::ResumeBroker(b) => Some(Target::Broker(b)),
-        }
+        self.active.iter().any(|a| a.heal.targets().contains(&t))
     }
 
     fn down(&self) -> usize {
@@ -181,14 +218,96 @@ impl Nemesis {
         }
         match k {
             Kind::KillBroker | Kind::PauseBroker => !self.free_brokers().is_empty(),
+            Kind::PartitionNodes => !self.busy(Target::Network),
+            // A node cut from every broker takes them all.
+            Kind::PartitionClients => !self.free_brokers().is_empty(),
             _ => true,
         }
     }
 
     fn start(&mut self, kind: Kind, target: String, lasts: Duration, heal: Heal) {
-        let id = self.history.fault_started(kind.name(), &target);
-        *self.counts.entry(kind.name().to_string()).or_default() += 1;
-        self.active.push(Active { id, kind, target, heal_at: Instant::now() + lasts, heal });
+        self.start_named(kind, kind.name().to_string(), target, lasts, heal);
+    }
+
+    fn start_named(&mut self, kind: Kind, name: String, target: String, lasts: Duration, heal: Heal) {
+        let id = self.history.fault_started(&name, &target);
+        *self.counts.entry(name.clone()).or_default() += 1;
+        self.active.push(Active { id, kind, name, target, heal_at: Instant::now() + lasts, heal });
+    }
+
+    /// Nodes that are killed or paused now (a request to them would not be answered).
+    fn unreachable_nodes(&self) -> Vec<u64> {
+        self.active
+            .iter()
+            .filter_map(|a| match a.heal {
+                Heal::RestartNode(n) | Heal::ResumeNode(n) => Some(n),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Tells node `n` which peers it must not send to now (an empty grudge heals it).
+    async fn apply_grudge_to(&self, n: u64) {
+        let block_node_ids = self.grudge.get(&n).cloned().unwrap_or_default();
+        if let Err(e) = self.system.inject(n, FaultRequest { block_node_ids, ..Default::default() }).await {
+            self.history.note(format!("partition not applied to n{n}: {e}"));
+        }
+    }
+
+    /// Puts the grudge in force on every reachable node (the others get it when they come back).
+    async fn apply_grudge(&self) {
+        let down = self.unreachable_nodes();
+        for n in self.system.node_ids() {
+            if !down.contains(&n) {
+                self.apply_grudge_to(n).await;
+            }
+        }
+    }
+
+    /// A random partition between nodes: `(variant, description, grudge)`.
+    fn pick_partition(&mut self) -> (&'static str, String, BTreeMap<u64, Vec<u64>>) {
+        let mut nodes = self.system.node_ids();
+        self.rng.shuffle(&mut nodes);
+        let mut grudge: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        let cut = |a: &[u64], b: &[u64], grudge: &mut BTreeMap<u64, Vec<u64>>| {
+            for x in a {
+                for y in b {
+                    grudge.entry(*x).or_default().push(*y);
+                    grudge.entry(*y).or_default().push(*x);
+                }
+            }
+        };
+        let names = |ns: &[u64]| ns.iter().map(|n| format!("n{n}")).collect::<Vec<_>>().join(",");
+        match self.rng.below(4) {
+            0 => {
+                let (one, rest) = nodes.split_at(1);
+                cut(one, rest, &mut grudge);
+                ("isolate", format!("{} | {}", names(one), names(rest)), grudge)
+            }
+            1 => {
+                let (minority, majority) = nodes.split_at(nodes.len() / 2);
+                cut(minority, majority, &mut grudge);
+                ("halves", format!("{} | {}", names(minority), names(majority)), grudge)
+            }
+            2 => {
+                // One node's messages to some peers are lost; theirs to it get through.
+                let from = nodes[0];
+                let mut to: Vec<u64> = nodes[1..].iter().copied().filter(|_| self.rng.chance(0.6)).collect();
+                if to.is_empty() {
+                    to.push(nodes[1]);
+                }
+                grudge.insert(from, to.clone());
+                ("one-way", format!("{} -/-> {}", names(&[from]), names(&to)), grudge)
+            }
+            _ => {
+                // Two sides that cannot talk, and a bridge node that talks to both.
+                let bridge = nodes[0];
+                let rest = &nodes[1..];
+                let (a, b) = rest.split_at(rest.len() / 2);
+                cut(a, b, &mut grudge);
+                ("bridge", format!("{} | {} | {} (bridge n{bridge})", names(a), names(&[bridge]), names(b)), grudge)
+            }
+        }
     }
 
     /// An instantaneous fault, or one that runs in the background until it is done.
@@ -242,6 +361,44 @@ impl Nemesis {
                 let lasts = self.rng.duration(Duration::from_millis(200), Duration::from_secs(10));
                 self.start(kind, format!("b{b}"), lasts, Heal::ResumeBroker(b));
             }
+            Kind::PartitionNodes => {
+                let (variant, description, grudge) = self.pick_partition();
+                self.grudge = grudge;
+                self.apply_grudge().await;
+                let lasts = self.rng.duration(Duration::from_secs(1), Duration::from_secs(10));
+                self.start_named(kind, format!("{}/{variant}", kind.name()), description, lasts, Heal::Reconnect);
+            }
+            Kind::PartitionClients => {
+                let free = self.free_brokers();
+                let mode = if self.rng.chance(0.5) { Mode::Cut } else { Mode::Blackhole };
+                let nodes = self.system.node_ids();
+                let (variant, links): (&str, Vec<(usize, u64)>) = match self.rng.below(3) {
+                    0 => ("link", vec![(*self.rng.pick(&free), *self.rng.pick(&nodes))]),
+                    1 => {
+                        let b = *self.rng.pick(&free);
+                        ("broker", nodes.iter().map(|n| (b, *n)).collect())
+                    }
+                    _ => {
+                        let n = *self.rng.pick(&nodes);
+                        ("node", free.iter().map(|b| (*b, n)).collect())
+                    }
+                };
+                for (b, n) in &links {
+                    self.system.brokers[*b].proxies[n].set(mode);
+                }
+                let brokers: std::collections::BTreeSet<usize> = links.iter().map(|(b, _)| *b).collect();
+                let description = links.iter().map(|(b, n)| format!("b{b}-n{n}")).collect::<Vec<_>>().join(",")
+                    + &format!(" {mode:?}");
+                let lasts = self.rng.duration(Duration::from_secs(1), Duration::from_secs(10));
+                let mode_name = if mode == Mode::Cut { "cut" } else { "blackhole" };
+                self.start_named(
+                    kind,
+                    format!("{}/{variant}-{mode_name}", kind.name()),
+                    description,
+                    lasts,
+                    Heal::PassProxies(brokers.into_iter().collect()),
+                );
+            }
             Kind::TransferLeader => {
                 let nodes = self.system.node_ids();
                 let via = *self.rng.pick(&nodes);
@@ -287,21 +444,49 @@ impl Nemesis {
     }
 
     async fn heal(&mut self, a: Active) {
-        match a.heal {
-            Heal::RestartNode(n) => self.system.cluster.lock().await.spawn(n),
+        match &a.heal {
+            Heal::RestartNode(n) => {
+                let n = *n;
+                self.system.cluster.lock().await.spawn(n);
+                // A restarted node comes back without its fault state: a partition still in force
+                // is applied again once it answers.
+                if self.grudge.contains_key(&n) {
+                    for _ in 0..20 {
+                        if self.system.status(n, false, Duration::from_millis(500)).await.is_some() {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    self.apply_grudge_to(n).await;
+                }
+            }
             Heal::ResumeNode(n) => {
-                if let Some(pid) = self.system.cluster.lock().await.pid(n) {
+                if let Some(pid) = self.system.cluster.lock().await.pid(*n) {
+                    signal(pid, libc::SIGCONT);
+                }
+                if self.grudge.contains_key(n) {
+                    self.apply_grudge_to(*n).await;
+                }
+            }
+            Heal::RestartBroker(b) => self.system.brokers[*b].process.lock().await.spawn(),
+            Heal::ResumeBroker(b) => {
+                if let Some(pid) = self.system.brokers[*b].process.lock().await.pid() {
                     signal(pid, libc::SIGCONT);
                 }
             }
-            Heal::RestartBroker(b) => self.system.brokers[b].process.lock().await.spawn(),
-            Heal::ResumeBroker(b) => {
-                if let Some(pid) = self.system.brokers[b].process.lock().await.pid() {
-                    signal(pid, libc::SIGCONT);
+            Heal::Reconnect => {
+                self.grudge.clear();
+                self.apply_grudge().await;
+            }
+            Heal::PassProxies(brokers) => {
+                for b in brokers {
+                    for p in self.system.brokers[*b].proxies.values() {
+                        p.set(Mode::Pass);
+                    }
                 }
             }
         }
-        self.history.fault_healed(a.id, a.kind.name(), &a.target);
+        self.history.fault_healed(a.id, &a.name, &a.target);
     }
 
     /// Restarts processes that exited by themselves, reporting each as an anomaly.
@@ -331,10 +516,28 @@ impl Nemesis {
 
     /// Heals every fault and makes sure every process runs and none is stopped.
     pub async fn heal_all(&mut self) {
-        while let Some(a) = self.active.pop() {
+        // Processes first (so the nodes answer the fault requests that follow).
+        self.active.sort_by_key(|a| !matches!(a.heal, Heal::RestartNode(_) | Heal::ResumeNode(_)));
+        while !self.active.is_empty() {
+            let a = self.active.remove(0);
             self.heal(a).await;
         }
         self.reap().await;
+        self.grudge.clear();
+        for n in self.system.node_ids() {
+            // Wait for the node to answer: every fault it holds must be cleared.
+            for _ in 0..100 {
+                if self.system.inject(n, heal_everything()).await.is_ok() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        for b in &self.system.brokers {
+            for p in b.proxies.values() {
+                p.set(Mode::Pass);
+            }
+        }
         let mut cluster = self.system.cluster.lock().await;
         for n in self.system.node_ids() {
             match cluster.pid(n) {

@@ -61,7 +61,7 @@ pub fn summarize(f: &Facts) -> Summary {
     let total: usize = f.faults.values().sum();
     let _ = writeln!(s, "faults injected: {total}");
     for (k, n) in f.faults {
-        let _ = writeln!(s, "  {k:<24} {n:>6}");
+        let _ = writeln!(s, "  {k:<40} {n:>6}");
     }
     let mut ops: BTreeMap<String, [usize; 3]> = BTreeMap::new();
     for o in operations(f.events) {
@@ -73,9 +73,9 @@ pub fn summarize(f: &Facts) -> Summary {
             Some((_, End::Unknown(_))) | None => e[2] += 1,
         }
     }
-    let _ = writeln!(s, "operations{:>29} {:>8} {:>8}", "ok", "failed", "unknown");
+    let _ = writeln!(s, "operations{:>39} {:>8} {:>8}", "ok", "failed", "unknown");
     for (k, [ok, fail, unknown]) in &ops {
-        let _ = writeln!(s, "  {k:<32} {ok:>7} {fail:>8} {unknown:>8}");
+        let _ = writeln!(s, "  {k:<42} {ok:>7} {fail:>8} {unknown:>8}");
     }
     let mut by_kind: BTreeMap<&str, Vec<&Anomaly>> = BTreeMap::new();
     for a in f.anomalies {
