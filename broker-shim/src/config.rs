@@ -30,6 +30,10 @@ pub struct ShimConfig {
     /// The Kafka protocol listener (off when absent).
     #[serde(default)]
     pub kafka: Option<KafkaConfig>,
+    /// Accept `BrokerService.InjectStorageFault` (tests only): object storage goes through a
+    /// wrapper that can delay, fail or hang its operations.
+    #[serde(default)]
+    pub allow_fault_injection: bool,
 }
 
 /// The Kafka listener: what clients connect to, and how this broker describes itself.

@@ -32,6 +32,8 @@ pub struct Shim {
     pub producer: produce::Producer,
     pub fetcher: fetch::Fetcher,
     pub cleaner: Arc<cleanup::Cleaner>,
+    /// The object storage faults in force (only with `allow_fault_injection`).
+    pub store_faults: Option<Arc<storage::faulty::StoreFaults>>,
     tasks: std::sync::Mutex<Option<produce::ProducerTasks>>,
     stop: tokio::sync::watch::Sender<bool>,
 }
@@ -39,7 +41,13 @@ pub struct Shim {
 impl Shim {
     pub async fn start(config: ShimConfig) -> anyhow::Result<Arc<Shim>> {
         config.validate()?;
-        let storage = storage::Storage::new(&config.storage)?;
+        let mut storage = storage::Storage::new(&config.storage)?;
+        let mut store_faults = None;
+        if config.allow_fault_injection {
+            let (wrapped, faults) = storage.with_faults();
+            storage = wrapped;
+            store_faults = Some(faults);
+        }
         let address_map = config.coordinator_address_map.clone().into_iter().collect();
         let coordinators = Arc::new(coordinator::Coordinators::connect_via(&config.coordinators, address_map).await?);
         let (producer, tasks) =
@@ -61,6 +69,7 @@ impl Shim {
             producer,
             fetcher,
             cleaner,
+            store_faults,
             tasks: std::sync::Mutex::new(Some(tasks)),
             stop,
         }))

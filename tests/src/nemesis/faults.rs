@@ -6,7 +6,10 @@
 //! partitions between nodes (isolate one, majority/minority halves, one-way, bridge) through the
 //! nodes' transport hook, re-applied to a node that restarts while it lasts; partitions between
 //! brokers and nodes through the proxies (cut or blackhole one link, a broker from every node, a
-//! node from every broker); leader transfers and snapshots.
+//! node from every broker); WAL fsync stalls and failures (a failed fsync stops the node, which
+//! is restarted); clock jumps on one node (minutes either way); object storage faults on a broker
+//! (delay, fail, fail after doing, hang: puts, gets, deletes, lists); leader transfers and
+//! snapshots.
 //!
 //! Limits keep the run meaningful: at most `max_down` nodes are down (killed, paused, ...) at once
 //! (a minority: 1 of 3, 2 of 5), and a broker has one fault at a time. A process that exits by
@@ -20,6 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use diskless_proto::admin::{FaultRequest, TransferLeaderRequest, TriggerSnapshotRequest};
+use diskless_proto::broker::{StorageFaultAction, StorageFaultRequest, StorageOperation};
 
 use super::checker::Anomaly;
 use super::history::History;
@@ -37,12 +41,16 @@ pub enum Kind {
     PauseBroker,
     PartitionNodes,
     PartitionClients,
+    FsyncStall,
+    FsyncError,
+    ClockJump,
+    StoreFault,
     TransferLeader,
     Snapshot,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 13] = [
         Kind::KillNode,
         Kind::KillLeader,
         Kind::KillBroker,
@@ -50,6 +58,10 @@ impl Kind {
         Kind::PauseBroker,
         Kind::PartitionNodes,
         Kind::PartitionClients,
+        Kind::FsyncStall,
+        Kind::FsyncError,
+        Kind::ClockJump,
+        Kind::StoreFault,
         Kind::TransferLeader,
         Kind::Snapshot,
     ];
@@ -63,6 +75,10 @@ impl Kind {
             Kind::PauseBroker => "pause-broker",
             Kind::PartitionNodes => "partition-nodes",
             Kind::PartitionClients => "partition-clients",
+            Kind::FsyncStall => "fsync-stall",
+            Kind::FsyncError => "fsync-error",
+            Kind::ClockJump => "clock-jump",
+            Kind::StoreFault => "store-fault",
             Kind::TransferLeader => "transfer-leader",
             Kind::Snapshot => "snapshot",
         }
@@ -74,7 +90,7 @@ impl Kind {
 
     /// Whether the fault takes its node out (counts against `max_down`).
     fn downs_a_node(self) -> bool {
-        matches!(self, Kind::KillNode | Kind::KillLeader | Kind::PauseNode)
+        matches!(self, Kind::KillNode | Kind::KillLeader | Kind::PauseNode | Kind::FsyncStall | Kind::FsyncError)
     }
 }
 
@@ -100,14 +116,22 @@ enum Heal {
     Reconnect,
     /// These brokers' proxies pass again.
     PassProxies(Vec<usize>),
+    EndFsyncStall(u64),
+    /// The node should have stopped at its failed fsync: restart it.
+    AfterFsyncError(u64),
+    ResetClock(u64),
+    HealStore(usize),
 }
 
 impl Heal {
     /// What the fault occupies while it lasts (one fault per node, broker, network at a time).
     fn targets(&self) -> Vec<Target> {
         match self {
-            Heal::RestartNode(n) | Heal::ResumeNode(n) => vec![Target::Node(*n)],
-            Heal::RestartBroker(b) | Heal::ResumeBroker(b) => vec![Target::Broker(*b)],
+            Heal::RestartNode(n) | Heal::ResumeNode(n) | Heal::EndFsyncStall(n) | Heal::AfterFsyncError(n) => {
+                vec![Target::Node(*n)]
+            }
+            Heal::ResetClock(_) => vec![Target::Clock],
+            Heal::RestartBroker(b) | Heal::ResumeBroker(b) | Heal::HealStore(b) => vec![Target::Broker(*b)],
             Heal::Reconnect => vec![Target::Network],
             Heal::PassProxies(bs) => bs.iter().map(|b| Target::Broker(*b)).collect(),
         }
@@ -131,6 +155,8 @@ enum Target {
     Broker(usize),
     /// The network between nodes.
     Network,
+    /// One node's clock is off (one at a time).
+    Clock,
 }
 
 pub struct Nemesis {
@@ -219,6 +245,8 @@ impl Nemesis {
         match k {
             Kind::KillBroker | Kind::PauseBroker => !self.free_brokers().is_empty(),
             Kind::PartitionNodes => !self.busy(Target::Network),
+            Kind::ClockJump => !self.busy(Target::Clock),
+            Kind::StoreFault => !self.free_brokers().is_empty(),
             // A node cut from every broker takes them all.
             Kind::PartitionClients => !self.free_brokers().is_empty(),
             _ => true,
@@ -240,7 +268,7 @@ impl Nemesis {
         self.active
             .iter()
             .filter_map(|a| match a.heal {
-                Heal::RestartNode(n) | Heal::ResumeNode(n) => Some(n),
+                Heal::RestartNode(n) | Heal::ResumeNode(n) | Heal::AfterFsyncError(n) => Some(n),
                 _ => None,
             })
             .collect()
@@ -399,6 +427,77 @@ impl Nemesis {
                     Heal::PassProxies(brokers.into_iter().collect()),
                 );
             }
+            Kind::FsyncStall => {
+                let node = *self.rng.pick(&self.free_nodes());
+                let lasts = self.rng.duration(Duration::from_millis(300), Duration::from_secs(8));
+                let req = FaultRequest {
+                    keep_blocks: true,
+                    fsync_stall_ms: Some(lasts.as_millis() as u64),
+                    ..Default::default()
+                };
+                if let Err(e) = self.system.inject(node, req).await {
+                    self.history.note(format!("fsync stall not injected on n{node}: {e}"));
+                    return;
+                }
+                self.start(kind, format!("n{node} for {lasts:?}"), lasts, Heal::EndFsyncStall(node));
+            }
+            Kind::FsyncError => {
+                let node = *self.rng.pick(&self.free_nodes());
+                let req = FaultRequest { keep_blocks: true, fsync_fail: Some(true), ..Default::default() };
+                if let Err(e) = self.system.inject(node, req).await {
+                    self.history.note(format!("fsync failure not injected on n{node}: {e}"));
+                    return;
+                }
+                let lasts = self.rng.duration(Duration::from_millis(500), Duration::from_secs(3));
+                self.start(kind, format!("n{node}"), lasts, Heal::AfterFsyncError(node));
+            }
+            Kind::ClockJump => {
+                let node = *self.rng.pick(&self.system.node_ids());
+                let by = self.rng.duration(Duration::from_secs(1), Duration::from_secs(600)).as_millis() as i64;
+                let by = if self.rng.chance(0.5) { by } else { -by };
+                let req = FaultRequest { keep_blocks: true, clock_offset_ms: Some(by), ..Default::default() };
+                if let Err(e) = self.system.inject(node, req).await {
+                    self.history.note(format!("clock jump not injected on n{node}: {e}"));
+                    return;
+                }
+                let lasts = self.rng.duration(Duration::from_secs(1), Duration::from_secs(20));
+                self.start(kind, format!("n{node} by {by} ms"), lasts, Heal::ResetClock(node));
+            }
+            Kind::StoreFault => {
+                let b = *self.rng.pick(&self.free_brokers());
+                let all =
+                    [StorageOperation::Put, StorageOperation::Get, StorageOperation::Delete, StorageOperation::List];
+                let mut ops: Vec<StorageOperation> = all.iter().copied().filter(|_| self.rng.chance(0.4)).collect();
+                if ops.is_empty() {
+                    ops.push(*self.rng.pick(&all));
+                }
+                let (action, action_name) = match self.rng.below(4) {
+                    0 => (StorageFaultAction::Delay, "delay"),
+                    1 => (StorageFaultAction::Fail, "fail"),
+                    2 => (StorageFaultAction::FailAfter, "fail-after"),
+                    _ => (StorageFaultAction::Hang, "hang"),
+                };
+                let delay_ms = self.rng.duration(Duration::from_millis(50), Duration::from_secs(5)).as_millis() as u64;
+                let percent = *self.rng.pick(&[25u32, 50, 100]);
+                let mut req = StorageFaultRequest { operations: vec![], action: action as i32, delay_ms, percent };
+                for op in &ops {
+                    req.operations.push(*op as i32);
+                }
+                if let Err(e) = self.system.inject_storage(b, req).await {
+                    self.history.note(format!("storage fault not injected on b{b}: {e}"));
+                    return;
+                }
+                let names: Vec<&str> =
+                    ops.iter().map(|o| o.as_str_name().trim_start_matches("STORAGE_OPERATION_")).collect();
+                let lasts = self.rng.duration(Duration::from_secs(1), Duration::from_secs(10));
+                self.start_named(
+                    kind,
+                    format!("{}/{action_name}", kind.name()),
+                    format!("b{b} {} {percent}% (delay {delay_ms} ms)", names.join("+")),
+                    lasts,
+                    Heal::HealStore(b),
+                );
+            }
             Kind::TransferLeader => {
                 let nodes = self.system.node_ids();
                 let via = *self.rng.pick(&nodes);
@@ -485,6 +584,52 @@ impl Nemesis {
                     }
                 }
             }
+            Heal::EndFsyncStall(n) => {
+                let req = FaultRequest { keep_blocks: true, fsync_stall_ms: Some(0), ..Default::default() };
+                let _ = self.system.inject(*n, req).await;
+            }
+            Heal::AfterFsyncError(n) => {
+                let n = *n;
+                // The node stops at its next fsync; appends reach every node all the time, so
+                // that is soon. One that never fsynced is disarmed instead.
+                let mut exited = None;
+                for _ in 0..100 {
+                    exited = self.system.cluster.lock().await.exited(n);
+                    if exited.is_some() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                match exited {
+                    Some(status) => {
+                        self.history.note(format!("n{n} stopped after its failed fsync ({status}); restarting it"));
+                        self.system.cluster.lock().await.spawn(n);
+                        if self.grudge.contains_key(&n) {
+                            tokio::time::sleep(Duration::from_millis(500)).await;
+                            self.apply_grudge_to(n).await;
+                        }
+                    }
+                    None => {
+                        let req = FaultRequest { keep_blocks: true, fsync_fail: Some(false), ..Default::default() };
+                        let r = self.system.inject(n, req).await;
+                        self.anomalies.push(Anomaly::new(
+                            "fsync-error-ignored",
+                            format!("n{n} still runs 10 s after its WAL fsync was made to fail (disarmed: {r:?})"),
+                        ));
+                    }
+                }
+            }
+            Heal::ResetClock(n) => {
+                let req = FaultRequest { keep_blocks: true, clock_offset_ms: Some(0), ..Default::default() };
+                let _ = self.system.inject(*n, req).await;
+            }
+            Heal::HealStore(b) => {
+                let req = StorageFaultRequest { action: StorageFaultAction::Heal as i32, ..Default::default() };
+                if let Err(e) = self.system.inject_storage(*b, req).await {
+                    // A restarted broker has no faults; a paused one is healed at the end.
+                    self.history.note(format!("storage fault not healed on b{b}: {e}"));
+                }
+            }
         }
         self.history.fault_healed(a.id, &a.name, &a.target);
     }
@@ -492,9 +637,20 @@ impl Nemesis {
     /// Restarts processes that exited by themselves, reporting each as an anomaly.
     async fn reap(&mut self) {
         let mut crashed = vec![];
+        let expected: Vec<u64> = self
+            .active
+            .iter()
+            .filter_map(|a| match a.heal {
+                Heal::AfterFsyncError(n) => Some(n),
+                _ => None,
+            })
+            .collect();
         {
             let mut cluster = self.system.cluster.lock().await;
             for n in self.system.node_ids() {
+                if expected.contains(&n) {
+                    continue;
+                }
                 if let Some(status) = cluster.exited(n) {
                     crashed.push(format!("node {n} exited by itself ({status})"));
                     cluster.spawn(n);
@@ -536,6 +692,13 @@ impl Nemesis {
         for b in &self.system.brokers {
             for p in b.proxies.values() {
                 p.set(Mode::Pass);
+            }
+            let req = StorageFaultRequest { action: StorageFaultAction::Heal as i32, ..Default::default() };
+            for _ in 0..100 {
+                if self.system.inject_storage(b.number, req.clone()).await.is_ok() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
         let mut cluster = self.system.cluster.lock().await;

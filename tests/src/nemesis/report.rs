@@ -12,7 +12,7 @@ use super::checker::{operations, Anomaly, End};
 use super::history::{Event, FINAL};
 
 /// Every check, by the anomaly kind it reports, with what it proves.
-pub const CHECKS: [(&str, &str); 17] = [
+pub const CHECKS: [(&str, &str); 18] = [
     ("lost", "every acknowledged record is at its acknowledged offset, byte-exact"),
     ("duplicate", "no record at two offsets, none twice for one idempotent producer sequence"),
     ("gap", "offsets are contiguous from the log start to the high watermark"),
@@ -30,6 +30,7 @@ pub const CHECKS: [(&str, &str); 17] = [
     ("replicas-diverged", "replicas reach equal applied indexes after healing"),
     ("dangling-batch", "no object referenced by a live batch was deleted"),
     ("process-crash", "no node or broker exits unless the nemesis killed it (or failed its fsync)"),
+    ("fsync-error-ignored", "a node whose WAL fsync fails stops"),
 ];
 
 pub struct Summary {

@@ -11,6 +11,7 @@ use std::time::Duration;
 use diskless_proto::admin::admin_service_client::AdminServiceClient;
 use diskless_proto::admin::{FaultRequest, StatusRequest, StatusResponse};
 use diskless_proto::broker::broker_service_client::BrokerServiceClient;
+use diskless_proto::broker::StorageFaultRequest;
 use diskless_proto::v1::coordinator_service_client::CoordinatorServiceClient;
 use tokio::sync::Mutex;
 use tonic::transport::{Channel, Endpoint};
@@ -92,7 +93,10 @@ impl System {
                 kafka: true,
                 broker_id: number as i32 + 1,
                 coordinators: Some(proxies.values().map(|p| p.addr.clone()).collect()),
-                extra_toml: format!("coordinator_address_map = {{ {} }}\n", map.join(", ")),
+                extra_toml: format!(
+                    "coordinator_address_map = {{ {} }}\nallow_fault_injection = true\n",
+                    map.join(", ")
+                ),
                 commit_interval_ms: 50,
                 cleanup_interval_ms: 1_000,
                 // The least the broker accepts without a warning: a commit's timeout plus the
@@ -137,6 +141,17 @@ impl System {
     pub async fn inject(&self, id: u64, req: FaultRequest) -> Result<(), String> {
         let mut a = self.admin(id);
         match tokio::time::timeout(Duration::from_secs(3), a.inject_fault(req)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(s)) => Err(s.to_string()),
+            Err(_) => Err("no answer within 3 s".into()),
+        }
+    }
+
+    /// Sends an object storage fault request to broker `b` (bounded: a paused broker does not
+    /// answer).
+    pub async fn inject_storage(&self, b: usize, req: StorageFaultRequest) -> Result<(), String> {
+        let mut client = self.broker(b);
+        match tokio::time::timeout(Duration::from_secs(3), client.inject_storage_fault(req)).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(s)) => Err(s.to_string()),
             Err(_) => Err("no answer within 3 s".into()),
