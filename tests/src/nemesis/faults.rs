@@ -120,7 +120,7 @@ enum Heal {
     /// The node should have stopped at its failed fsync: restart it.
     AfterFsyncError(u64),
     ResetClock(u64),
-    HealStore(usize),
+    RepairStore(usize),
 }
 
 impl Heal {
@@ -131,7 +131,7 @@ impl Heal {
                 vec![Target::Node(*n)]
             }
             Heal::ResetClock(_) => vec![Target::Clock],
-            Heal::RestartBroker(b) | Heal::ResumeBroker(b) | Heal::HealStore(b) => vec![Target::Broker(*b)],
+            Heal::RestartBroker(b) | Heal::ResumeBroker(b) | Heal::RepairStore(b) => vec![Target::Broker(*b)],
             Heal::Reconnect => vec![Target::Network],
             Heal::PassProxies(bs) => bs.iter().map(|b| Target::Broker(*b)).collect(),
         }
@@ -495,7 +495,7 @@ impl Nemesis {
                     format!("{}/{action_name}", kind.name()),
                     format!("b{b} {} {percent}% (delay {delay_ms} ms)", names.join("+")),
                     lasts,
-                    Heal::HealStore(b),
+                    Heal::RepairStore(b),
                 );
             }
             Kind::TransferLeader => {
@@ -623,7 +623,7 @@ impl Nemesis {
                 let req = FaultRequest { keep_blocks: true, clock_offset_ms: Some(0), ..Default::default() };
                 let _ = self.system.inject(*n, req).await;
             }
-            Heal::HealStore(b) => {
+            Heal::RepairStore(b) => {
                 let req = StorageFaultRequest { action: StorageFaultAction::Heal as i32, ..Default::default() };
                 if let Err(e) = self.system.inject_storage(*b, req).await {
                     // A restarted broker has no faults; a paused one is healed at the end.
