@@ -403,7 +403,7 @@ pub fn check(events: &[Event]) -> Vec<Anomaly> {
                     deleted.insert(topic.clone());
                 }
             }
-            (Op::ListTopics { .. }, Some(Res::Topics { names })) if o.process == FINAL => {
+            (Op::ListTopics { .. }, Some(Res::Topics { names, .. })) if o.process == FINAL => {
                 final_topics = Some(names.iter().cloned().collect());
             }
             _ => {}

@@ -157,6 +157,6 @@ fn topic_creations_and_deletions_are_checked_against_the_final_list() {
         h.complete(1, id, if ok { Outcome::Ok(Res::Done) } else { Outcome::Fail("x".into()) });
     }
     let id = h.invoke(FINAL, Op::ListTopics { via: Via::Coordinator, target: 1 });
-    h.complete(FINAL, id, Outcome::Ok(Res::Topics { names: vec!["back".into()] }));
+    h.complete(FINAL, id, Outcome::Ok(Res::Topics { names: vec!["back".into()], ids: vec![], partitions: vec![] }));
     assert_eq!(kinds(&h), vec!["created-topic-missing", "deleted-topic-present"]);
 }

@@ -8,8 +8,9 @@
 //! brokers and nodes through the proxies (cut or blackhole one link, a broker from every node, a
 //! node from every broker); WAL fsync stalls and failures (a failed fsync stops the node, which
 //! is restarted); clock jumps on one node (minutes either way); object storage faults on a broker
-//! (delay, fail, fail after doing, hang: puts, gets, deletes, lists); leader transfers and
-//! snapshots.
+//! (delay, fail, fail after doing, hang: puts, gets, deletes, lists); removing a node from every
+//! group and adding it back, either as it is or with its data directory wiped (it rejoins as a
+//! new node: learner, caught up, voter); leader transfers and snapshots.
 //!
 //! Limits keep the run meaningful: at most `max_down` nodes are down (killed, paused, ...) at once
 //! (a minority: 1 of 3, 2 of 5), and a broker has one fault at a time. A process that exits by
@@ -22,7 +23,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use diskless_proto::admin::{FaultRequest, TransferLeaderRequest, TriggerSnapshotRequest};
+use diskless_proto::admin::{
+    AddNodeRequest, FaultRequest, RemoveNodeRequest, TransferLeaderRequest, TriggerSnapshotRequest,
+};
 use diskless_proto::broker::{StorageFaultAction, StorageFaultRequest, StorageOperation};
 
 use super::checker::Anomaly;
@@ -45,12 +48,13 @@ pub enum Kind {
     FsyncError,
     ClockJump,
     StoreFault,
+    RemoveNode,
     TransferLeader,
     Snapshot,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 14] = [
         Kind::KillNode,
         Kind::KillLeader,
         Kind::KillBroker,
@@ -62,6 +66,7 @@ impl Kind {
         Kind::FsyncError,
         Kind::ClockJump,
         Kind::StoreFault,
+        Kind::RemoveNode,
         Kind::TransferLeader,
         Kind::Snapshot,
     ];
@@ -79,6 +84,7 @@ impl Kind {
             Kind::FsyncError => "fsync-error",
             Kind::ClockJump => "clock-jump",
             Kind::StoreFault => "store-fault",
+            Kind::RemoveNode => "remove-node",
             Kind::TransferLeader => "transfer-leader",
             Kind::Snapshot => "snapshot",
         }
@@ -90,7 +96,15 @@ impl Kind {
 
     /// Whether the fault takes its node out (counts against `max_down`).
     fn downs_a_node(self) -> bool {
-        matches!(self, Kind::KillNode | Kind::KillLeader | Kind::PauseNode | Kind::FsyncStall | Kind::FsyncError)
+        matches!(
+            self,
+            Kind::KillNode
+                | Kind::KillLeader
+                | Kind::PauseNode
+                | Kind::FsyncStall
+                | Kind::FsyncError
+                | Kind::RemoveNode
+        )
     }
 }
 
@@ -121,6 +135,8 @@ enum Heal {
     AfterFsyncError(u64),
     ResetClock(u64),
     RepairStore(usize),
+    /// Add the node back to every group.
+    ReAdd(u64),
 }
 
 impl Heal {
@@ -131,6 +147,7 @@ impl Heal {
                 vec![Target::Node(*n)]
             }
             Heal::ResetClock(_) => vec![Target::Clock],
+            Heal::ReAdd(n) => vec![Target::Node(*n), Target::Membership],
             Heal::RestartBroker(b) | Heal::ResumeBroker(b) | Heal::RepairStore(b) => vec![Target::Broker(*b)],
             Heal::Reconnect => vec![Target::Network],
             Heal::PassProxies(bs) => bs.iter().map(|b| Target::Broker(*b)).collect(),
@@ -157,6 +174,8 @@ enum Target {
     Network,
     /// One node's clock is off (one at a time).
     Clock,
+    /// A node is out of the groups (one membership change at a time).
+    Membership,
 }
 
 pub struct Nemesis {
@@ -239,6 +258,12 @@ impl Nemesis {
     }
 
     fn applicable(&self, k: Kind) -> bool {
+        if k == Kind::RemoveNode {
+            return self.down() == 0
+                && self.max_down > 0
+                && !self.busy(Target::Network)
+                && !self.busy(Target::Membership);
+        }
         if k.downs_a_node() {
             return self.down() < self.max_down && !self.free_nodes().is_empty();
         }
@@ -498,6 +523,40 @@ impl Nemesis {
                     Heal::RepairStore(b),
                 );
             }
+            Kind::RemoveNode => {
+                let nodes = self.system.node_ids();
+                let node = *self.rng.pick(&nodes);
+                let others: Vec<u64> = nodes.iter().copied().filter(|n| *n != node).collect();
+                let via = *self.rng.pick(&others);
+                let wipe = self.rng.chance(0.5);
+                let mut admin = self.system.admin(via);
+                let req = RemoveNodeRequest { node_id: node, metadata_partition: None };
+                let r = tokio::time::timeout(Duration::from_secs(30), admin.remove_node(req)).await;
+                let (removed, result) = match r {
+                    Ok(Ok(r)) => (true, r.into_inner().progress.join("; ")),
+                    Ok(Err(s)) => (false, format!("refused: {}", s.message())),
+                    Err(_) => (false, "no answer within 30 s".into()),
+                };
+                // Wipe only a node that is out of every group: a voter must never lose its log.
+                let variant = if wipe && removed {
+                    let mut cluster = self.system.cluster.lock().await;
+                    cluster.kill(node);
+                    let _ = std::fs::remove_dir_all(cluster.data_dir(node));
+                    cluster.set_bootstrap(node, false);
+                    cluster.spawn(node);
+                    "wipe"
+                } else {
+                    "keep"
+                };
+                let lasts = self.rng.duration(Duration::from_secs(2), Duration::from_secs(15));
+                self.start_named(
+                    kind,
+                    format!("{}/{variant}", kind.name()),
+                    format!("n{node} via n{via}: {result}"),
+                    lasts,
+                    Heal::ReAdd(node),
+                );
+            }
             Kind::TransferLeader => {
                 let nodes = self.system.node_ids();
                 let via = *self.rng.pick(&nodes);
@@ -617,6 +676,30 @@ impl Nemesis {
                             format!("n{n} still runs 10 s after its WAL fsync was made to fail (disarmed: {r:?})"),
                         ));
                     }
+                }
+            }
+            Heal::ReAdd(n) => {
+                let n = *n;
+                let others: Vec<u64> = self.system.node_ids().into_iter().filter(|m| *m != n).collect();
+                let mut last = String::new();
+                let mut added = false;
+                for attempt in 0..6 {
+                    let via = others[attempt % others.len()];
+                    let req =
+                        AddNodeRequest { node_id: n, address: self.system.nodes[&n].clone(), metadata_partition: None };
+                    match tokio::time::timeout(Duration::from_secs(60), self.system.admin(via).add_node(req)).await {
+                        Ok(Ok(_)) => {
+                            added = true;
+                            break;
+                        }
+                        Ok(Err(s)) => last = format!("via n{via}: {}", s.message()),
+                        Err(_) => last = format!("via n{via}: no answer within 60 s"),
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                if !added {
+                    self.anomalies
+                        .push(Anomaly::new("membership-not-restored", format!("n{n} could not be added back: {last}")));
                 }
             }
             Heal::ResetClock(n) => {

@@ -135,8 +135,13 @@ pub enum Res {
         high_watermark: i64,
         log_start: i64,
     },
+    /// ListTopics: names, with each one's id (hex) and partition count at the same index.
     Topics {
         names: Vec<String>,
+        #[serde(default)]
+        ids: Vec<String>,
+        #[serde(default)]
+        partitions: Vec<i32>,
     },
     Done,
 }

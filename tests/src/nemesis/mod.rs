@@ -223,5 +223,9 @@ fn spawn_workers(ctx: &Arc<Ctx>, mix: &Mix, rng: &Rng) -> Vec<tokio::task::JoinH
         let (p, r) = next();
         handles.push(tokio::spawn(workload::strict_reader(ctx.clone(), p, r)));
     }
+    if mix.admin {
+        let (p, r) = next();
+        handles.push(tokio::spawn(workload::admin(ctx.clone(), p, r)));
+    }
     handles
 }

@@ -12,7 +12,7 @@ use super::checker::{operations, Anomaly, End};
 use super::history::{Event, FINAL};
 
 /// Every check, by the anomaly kind it reports, with what it proves.
-pub const CHECKS: [(&str, &str); 18] = [
+pub const CHECKS: [(&str, &str); 20] = [
     ("lost", "every acknowledged record is at its acknowledged offset, byte-exact"),
     ("duplicate", "no record at two offsets, none twice for one idempotent producer sequence"),
     ("gap", "offsets are contiguous from the log start to the high watermark"),
@@ -24,6 +24,7 @@ pub const CHECKS: [(&str, &str); 18] = [
     ("stale-log-start", "log starts reflect every acknowledged DeleteRecords"),
     ("deleted-topic-present", "an acknowledged topic deletion holds"),
     ("created-topic-missing", "an acknowledged topic creation holds"),
+    ("zombie-topic", "a topic gone from the topic list is gone from every metadata partition"),
     ("final-read-failed", "every partition can be read whole after healing"),
     ("unavailable", "the cluster serves every partition again within the bound after the last fault"),
     ("digest-mismatch", "replicas at equal applied indexes have equal state digests"),
@@ -31,6 +32,7 @@ pub const CHECKS: [(&str, &str); 18] = [
     ("dangling-batch", "no object referenced by a live batch was deleted"),
     ("process-crash", "no node or broker exits unless the nemesis killed it (or failed its fsync)"),
     ("fsync-error-ignored", "a node whose WAL fsync fails stops"),
+    ("membership-not-restored", "a removed node can be added back to every group"),
 ];
 
 pub struct Summary {

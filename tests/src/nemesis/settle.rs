@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use diskless_proto::v1 as c;
 
-use super::checker::Anomaly;
+use super::checker::{self, Anomaly};
 use super::history::{Op, Outcome, Res, Via, FINAL};
 use super::system::System;
 use super::workload::{self, Ctx, Topic};
@@ -48,7 +48,73 @@ pub async fn settle(ctx: &Arc<Ctx>) -> Settled {
     out.anomalies.extend(digests(&ctx.system).await);
     ctx.history.note("final phase: objects of live batches");
     out.anomalies.extend(objects(ctx, &topics).await);
+    ctx.history.note("final phase: deleted topics");
+    out.anomalies.extend(zombies(ctx, &topics).await);
     out
+}
+
+/// Every topic the history saw listed that is not in the final list must be gone from every
+/// metadata partition too: a partition of it that still answers is a zombie (a deletion that
+/// did not converge).
+async fn zombies(ctx: &Arc<Ctx>, live: &[Topic]) -> Vec<Anomaly> {
+    let mut seen: BTreeMap<String, (String, i32)> = BTreeMap::new();
+    for o in checker::operations(&ctx.history.events()) {
+        if let Some(Res::Topics { names, ids, partitions }) = o.ok() {
+            for ((name, id), p) in names.iter().zip(ids).zip(partitions) {
+                seen.insert(id.clone(), (name.clone(), *p));
+            }
+        }
+    }
+    let live: BTreeSet<String> = live.iter().map(|t| hex(&t.id)).collect();
+    let nodes = ctx.system.node_ids();
+    let mut out = vec![];
+    for (id, (name, partitions)) in seen.into_iter().filter(|(id, _)| !live.contains(id)) {
+        let Some(bytes) = unhex(&id) else { continue };
+        for p in 0..partitions {
+            let req = c::ListOffsetsRequest {
+                topics: vec![c::list_offsets_request::ListOffsetsTopic {
+                    topic_id: bytes.clone(),
+                    partitions: vec![c::list_offsets_request::ListOffsetsPartition {
+                        partition_index: p,
+                        timestamp: -1,
+                    }],
+                }],
+                timeout_ms: 10_000,
+            };
+            // Asked until a node answers for the partition's group (any node forwards).
+            for k in 0..10 {
+                let mut client = ctx.system.coordinator(nodes[k % nodes.len()]);
+                let r = tokio::time::timeout(Duration::from_secs(15), client.list_offsets(req.clone())).await;
+                let Ok(Ok(r)) = r else { continue };
+                let Some(a) = r.into_inner().topics.first().and_then(|t| t.partitions.first()).cloned() else {
+                    continue;
+                };
+                match a.error_code {
+                    0 => {
+                        out.push(Anomaly::new(
+                            "zombie-topic",
+                            format!(
+                                "{name}/{p} (id {id}): gone from the topic list, still answers (high watermark {})",
+                                a.offset
+                            ),
+                        ));
+                        break;
+                    }
+                    3 | 100 => break,
+                    _ => tokio::time::sleep(Duration::from_millis(250)).await,
+                }
+            }
+        }
+    }
+    out
+}
+
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
 }
 
 /// Waits a little before the next attempt; `false` once `deadline` has passed.
@@ -131,46 +197,12 @@ async fn available(ctx: &Arc<Ctx>, deadline: Instant) -> Result<(), String> {
     Ok(())
 }
 
-/// One recorded ListTopics through `node`.
-async fn list_topics(ctx: &Ctx, node: u64) -> Option<Vec<Topic>> {
-    let id = ctx.history.invoke(FINAL, Op::ListTopics { via: Via::Coordinator, target: node });
-    let mut client = ctx.system.coordinator(node);
-    let req = c::ListTopicsRequest { names: vec![], timeout_ms: 10_000 };
-    match tokio::time::timeout(Duration::from_secs(15), client.list_topics(req)).await {
-        Ok(Ok(r)) => {
-            let topics: Vec<Topic> = r
-                .into_inner()
-                .topics
-                .into_iter()
-                .filter_map(|t| {
-                    Some(Topic {
-                        id: t.topic_id.as_slice().try_into().ok()?,
-                        name: t.name,
-                        partitions: t.num_partitions,
-                    })
-                })
-                .collect();
-            let names = topics.iter().map(|t| t.name.clone()).collect();
-            ctx.history.complete(FINAL, id, Outcome::Ok(Res::Topics { names }));
-            Some(topics)
-        }
-        Ok(Err(s)) => {
-            ctx.history.complete(FINAL, id, Outcome::Fail(s.message().to_string()));
-            None
-        }
-        Err(_) => {
-            ctx.history.complete(FINAL, id, Outcome::Fail("no answer".into()));
-            None
-        }
-    }
-}
-
 /// The topics as the cluster lists them (recorded), each with its id.
 async fn final_topics(ctx: &Arc<Ctx>) -> Vec<Topic> {
     let deadline = Instant::now() + Duration::from_secs(30);
     let nodes = ctx.system.node_ids();
     for i in 0.. {
-        if let Some(t) = list_topics(ctx, nodes[i % nodes.len()]).await {
+        if let Some(t) = workload::list_topics(ctx, FINAL, nodes[i % nodes.len()]).await {
             return t;
         }
         if !again(deadline).await {
@@ -190,16 +222,20 @@ async fn final_read(ctx: &Arc<Ctx>, t: &Topic, p: i32) {
     let mut bounds = [0i64; 2];
     for (i, timestamp) in [-2i64, -1].into_iter().enumerate() {
         let mut k = 0;
+        let mut unknown_partition = 0;
         loop {
             k += 1;
             let node = nodes[k % nodes.len()];
-            if let Outcome::Ok(Res::Offset { offset }) =
-                workload::list_offsets_coordinator(ctx, FINAL, node, t, p, timestamp).await
-            {
-                bounds[i] = offset;
-                break;
+            match workload::list_offsets_coordinator(ctx, FINAL, node, t, p, timestamp).await {
+                Outcome::Ok(Res::Offset { offset }) => {
+                    bounds[i] = offset;
+                    break;
+                }
+                // A listed topic whose partition its owner does not know: asking on is useless.
+                Outcome::Fail(e) if e.starts_with("3 ") => unknown_partition += 1,
+                _ => {}
             }
-            if !again(deadline).await {
+            if unknown_partition >= 8 || !again(deadline).await {
                 return;
             }
         }
