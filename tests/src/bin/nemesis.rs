@@ -59,6 +59,15 @@ fn main() -> anyhow::Result<()> {
     config.shape.metadata_partitions = args.groups;
     config.shape.s3 = args.s3;
     config.keep = args.keep;
+    config.replay = format!(
+        "tests/nemesis.sh --minutes {} --nodes {} --brokers {} --groups {} --seed {seed}{}{}",
+        args.minutes,
+        args.nodes,
+        args.brokers,
+        args.groups,
+        if args.s3 { " --s3" } else { "" },
+        if args.faults.is_empty() { String::new() } else { format!(" --faults {}", args.faults.join(",")) }
+    );
     if !args.faults.is_empty() {
         config.faults = args
             .faults

@@ -10,7 +10,10 @@
 //! is restarted); clock jumps on one node (minutes either way); object storage faults on a broker
 //! (delay, fail, fail after doing, hang: puts, gets, deletes, lists); removing a node from every
 //! group and adding it back, either as it is or with its data directory wiped (it rejoins as a
-//! new node: learner, caught up, voter); leader transfers and snapshots.
+//! new node: learner, caught up, voter); the loss of a node's disk (its data directory wiped and
+//! the node restarted with its unchanged configuration, as after a disk replacement; healed by
+//! removing it, wiping it again and adding it back as a new node); leader transfers and
+//! snapshots.
 //!
 //! Limits keep the run meaningful: at most `max_down` nodes are down (killed, paused, ...) at once
 //! (a minority: 1 of 3, 2 of 5), and a broker has one fault at a time. A process that exits by
@@ -49,12 +52,13 @@ pub enum Kind {
     ClockJump,
     StoreFault,
     RemoveNode,
+    DiskLoss,
     TransferLeader,
     Snapshot,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 14] = [
+    pub const ALL: [Kind; 15] = [
         Kind::KillNode,
         Kind::KillLeader,
         Kind::KillBroker,
@@ -67,6 +71,7 @@ impl Kind {
         Kind::ClockJump,
         Kind::StoreFault,
         Kind::RemoveNode,
+        Kind::DiskLoss,
         Kind::TransferLeader,
         Kind::Snapshot,
     ];
@@ -85,6 +90,7 @@ impl Kind {
             Kind::ClockJump => "clock-jump",
             Kind::StoreFault => "store-fault",
             Kind::RemoveNode => "remove-node",
+            Kind::DiskLoss => "disk-loss",
             Kind::TransferLeader => "transfer-leader",
             Kind::Snapshot => "snapshot",
         }
@@ -104,6 +110,7 @@ impl Kind {
                 | Kind::FsyncStall
                 | Kind::FsyncError
                 | Kind::RemoveNode
+                | Kind::DiskLoss
         )
     }
 }
@@ -136,8 +143,6 @@ enum Heal {
     AfterFsyncError(u64, Option<u64>),
     ResetClock(u64),
     RepairStore(usize),
-    /// Add the node back to every group.
-    ReAdd(u64),
 }
 
 impl Heal {
@@ -148,7 +153,6 @@ impl Heal {
                 vec![Target::Node(*n)]
             }
             Heal::ResetClock(_) => vec![Target::Clock],
-            Heal::ReAdd(n) => vec![Target::Node(*n), Target::Membership],
             Heal::RestartBroker(b) | Heal::ResumeBroker(b) | Heal::RepairStore(b) => vec![Target::Broker(*b)],
             Heal::Reconnect => vec![Target::Network],
             Heal::PassProxies(bs) => bs.iter().map(|b| Target::Broker(*b)).collect(),
@@ -193,6 +197,17 @@ pub struct Nemesis {
     background: tokio::task::JoinSet<()>,
     /// The partition between nodes in force: node → the peers it must not send to.
     grudge: BTreeMap<u64, Vec<u64>>,
+    /// Faults that run their course in the background (membership changes take seconds to
+    /// minutes, and other faults must still heal on time meanwhile).
+    lifecycles: Vec<Lifecycle>,
+}
+
+/// A background fault: its targets stay busy until its task ends; the task records its own heal
+/// and returns the anomalies it saw.
+struct Lifecycle {
+    kind: Kind,
+    targets: Vec<Target>,
+    task: tokio::task::JoinHandle<Vec<Anomaly>>,
 }
 
 impl Nemesis {
@@ -209,6 +224,7 @@ impl Nemesis {
             max_down,
             background: tokio::task::JoinSet::new(),
             grudge: BTreeMap::new(),
+            lifecycles: vec![],
         }
     }
 
@@ -224,6 +240,7 @@ impl Nemesis {
         loop {
             self.reap().await;
             self.heal_due().await;
+            self.finish_lifecycles().await;
             while self.background.try_join_next().is_some() {}
             let now = Instant::now();
             if (now >= until && self.total() >= min_faults) || now >= cap {
@@ -244,10 +261,43 @@ impl Nemesis {
 
     fn busy(&self, t: Target) -> bool {
         self.active.iter().any(|a| a.heal.targets().contains(&t))
+            || self.lifecycles.iter().any(|l| l.targets.contains(&t))
     }
 
     fn down(&self) -> usize {
         self.active.iter().filter(|a| a.kind.downs_a_node()).count()
+            + self.lifecycles.iter().filter(|l| l.kind.downs_a_node()).count()
+    }
+
+    /// Collects the background faults that ended.
+    async fn finish_lifecycles(&mut self) {
+        let mut i = 0;
+        while i < self.lifecycles.len() {
+            if self.lifecycles[i].task.is_finished() {
+                let l = self.lifecycles.remove(i);
+                match l.task.await {
+                    Ok(found) => self.anomalies.extend(found),
+                    Err(e) => self.history.note(format!("a {} fault's task failed: {e}", l.kind.name())),
+                }
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Starts a background fault on `targets`.
+    fn lifecycle(
+        &mut self,
+        kind: Kind,
+        name: String,
+        target: String,
+        targets: Vec<Target>,
+        run: impl FnOnce(u64) -> futures_util::future::BoxFuture<'static, Vec<Anomaly>>,
+    ) {
+        let id = self.history.fault_started(&name, &target);
+        *self.counts.entry(name).or_default() += 1;
+        let task = tokio::spawn(run(id));
+        self.lifecycles.push(Lifecycle { kind, targets, task });
     }
 
     fn free_nodes(&self) -> Vec<u64> {
@@ -264,6 +314,9 @@ impl Nemesis {
                 && self.max_down > 0
                 && !self.busy(Target::Network)
                 && !self.busy(Target::Membership);
+        }
+        if k == Kind::DiskLoss && self.busy(Target::Membership) {
+            return false;
         }
         if k.downs_a_node() {
             return self.down() < self.max_down && !self.free_nodes().is_empty();
@@ -531,33 +584,26 @@ impl Nemesis {
                 let others: Vec<u64> = nodes.iter().copied().filter(|n| *n != node).collect();
                 let via = *self.rng.pick(&others);
                 let wipe = self.rng.chance(0.5);
-                let mut admin = self.system.admin(via);
-                let req = RemoveNodeRequest { node_id: node, metadata_partition: None };
-                let r = tokio::time::timeout(Duration::from_secs(30), admin.remove_node(req)).await;
-                let (removed, result) = match r {
-                    Ok(Ok(r)) => (true, r.into_inner().progress.join("; ")),
-                    Ok(Err(s)) => (false, format!("refused: {}", s.message())),
-                    Err(_) => (false, "no answer within 30 s".into()),
-                };
-                // Wipe only a node that is out of every group: a voter must never lose its log.
-                let variant = if wipe && removed {
-                    let mut cluster = self.system.cluster.lock().await;
-                    cluster.kill(node);
-                    let _ = std::fs::remove_dir_all(cluster.data_dir(node));
-                    cluster.set_bootstrap(node, false);
-                    cluster.spawn(node);
-                    "wipe"
-                } else {
-                    "keep"
-                };
                 let lasts = self.rng.duration(Duration::from_secs(2), Duration::from_secs(15));
-                self.start_named(
-                    kind,
-                    format!("{}/{variant}", kind.name()),
-                    format!("n{node} via n{via}: {result}"),
-                    lasts,
-                    Heal::ReAdd(node),
-                );
+                let name = format!("{}/{}", kind.name(), if wipe { "wipe" } else { "keep" });
+                let (system, history) = (self.system.clone(), self.history.clone());
+                let target = format!("n{node} via n{via}");
+                let targets = vec![Target::Node(node), Target::Membership];
+                self.lifecycle(kind, name.clone(), target.clone(), targets, move |id| {
+                    Box::pin(remove_and_add_back(system, history, id, name, target, node, via, wipe, lasts))
+                });
+            }
+            Kind::DiskLoss => {
+                let node = *self.rng.pick(&self.free_nodes());
+                let others: Vec<u64> = self.system.node_ids().into_iter().filter(|n| *n != node).collect();
+                let via = *self.rng.pick(&others);
+                let lasts = self.rng.duration(Duration::from_secs(2), Duration::from_secs(10));
+                let (system, history) = (self.system.clone(), self.history.clone());
+                let target = format!("n{node}");
+                let targets = vec![Target::Node(node), Target::Membership];
+                self.lifecycle(kind, kind.name().to_string(), target.clone(), targets, move |id| {
+                    Box::pin(lose_disk(system, history, id, target, node, via, lasts))
+                });
             }
             Kind::TransferLeader => {
                 let nodes = self.system.node_ids();
@@ -686,30 +732,6 @@ impl Nemesis {
                     }
                 }
             }
-            Heal::ReAdd(n) => {
-                let n = *n;
-                let others: Vec<u64> = self.system.node_ids().into_iter().filter(|m| *m != n).collect();
-                let mut last = String::new();
-                let mut added = false;
-                for attempt in 0..6 {
-                    let via = others[attempt % others.len()];
-                    let req =
-                        AddNodeRequest { node_id: n, address: self.system.nodes[&n].clone(), metadata_partition: None };
-                    match tokio::time::timeout(Duration::from_secs(60), self.system.admin(via).add_node(req)).await {
-                        Ok(Ok(_)) => {
-                            added = true;
-                            break;
-                        }
-                        Ok(Err(s)) => last = format!("via n{via}: {}", s.message()),
-                        Err(_) => last = format!("via n{via}: no answer within 60 s"),
-                    }
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-                if !added {
-                    self.anomalies
-                        .push(Anomaly::new("membership-not-restored", format!("n{n} could not be added back: {last}")));
-                }
-            }
             Heal::ResetClock(n) => {
                 let req = FaultRequest { keep_blocks: true, clock_offset_ms: Some(0), ..Default::default() };
                 let _ = self.system.inject(*n, req).await;
@@ -728,7 +750,7 @@ impl Nemesis {
     /// Restarts processes that exited by themselves, reporting each as an anomaly.
     async fn reap(&mut self) {
         let mut crashed = vec![];
-        let expected: Vec<u64> = self
+        let mut expected: Vec<u64> = self
             .active
             .iter()
             .filter_map(|a| match a.heal {
@@ -736,6 +758,14 @@ impl Nemesis {
                 _ => None,
             })
             .collect();
+        // A node with an empty data directory may rightly refuse to run as a voter; membership
+        // faults restart their node themselves.
+        for l in &self.lifecycles {
+            expected.extend(l.targets.iter().filter_map(|t| match t {
+                Target::Node(n) => Some(*n),
+                _ => None,
+            }));
+        }
         {
             let mut cluster = self.system.cluster.lock().await;
             for n in self.system.node_ids() {
@@ -763,6 +793,13 @@ impl Nemesis {
 
     /// Heals every fault and makes sure every process runs and none is stopped.
     pub async fn heal_all(&mut self) {
+        // Membership faults end on their own (each step bounded).
+        for l in std::mem::take(&mut self.lifecycles) {
+            match l.task.await {
+                Ok(found) => self.anomalies.extend(found),
+                Err(e) => self.history.note(format!("a {} fault's task failed: {e}", l.kind.name())),
+            }
+        }
         // Processes first (so the nodes answer the fault requests that follow).
         self.active.sort_by_key(|a| !matches!(a.heal, Heal::RestartNode(_) | Heal::ResumeNode(_)));
         while !self.active.is_empty() {
@@ -811,4 +848,104 @@ impl Nemesis {
         while self.background.join_next().await.is_some() {}
         self.history.note("every fault healed");
     }
+}
+
+/// Adds node `n` back to every group (learner, caught up, voter), through the other nodes in turn.
+async fn add_back(system: &System, n: u64) -> Result<(), String> {
+    let others: Vec<u64> = system.node_ids().into_iter().filter(|m| *m != n).collect();
+    let mut last = String::new();
+    for attempt in 0..4 {
+        let via = others[attempt % others.len()];
+        let req = AddNodeRequest { node_id: n, address: system.nodes[&n].clone(), metadata_partition: None };
+        match tokio::time::timeout(Duration::from_secs(60), system.admin(via).add_node(req)).await {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(s)) => last = format!("via n{via}: {}", s.message()),
+            Err(_) => last = format!("via n{via}: no answer within 60 s"),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Err(last)
+}
+
+/// Removes `node` from every group (through `via`), wipes its data directory if asked and the
+/// removal succeeded everywhere (a voter must never lose its log), waits, and adds it back.
+#[allow(clippy::too_many_arguments)]
+async fn remove_and_add_back(
+    system: Arc<System>,
+    history: Arc<History>,
+    id: u64,
+    name: String,
+    target: String,
+    node: u64,
+    via: u64,
+    wipe: bool,
+    lasts: Duration,
+) -> Vec<Anomaly> {
+    let req = RemoveNodeRequest { node_id: node, metadata_partition: None };
+    let (removed, result) =
+        match tokio::time::timeout(Duration::from_secs(30), system.admin(via).remove_node(req)).await {
+            Ok(Ok(r)) => (true, r.into_inner().progress.join("; ")),
+            Ok(Err(s)) => (false, format!("refused: {}", s.message())),
+            Err(_) => (false, "no answer within 30 s".into()),
+        };
+    let wiped = wipe && removed;
+    if wiped {
+        let mut cluster = system.cluster.lock().await;
+        cluster.kill(node);
+        let _ = std::fs::remove_dir_all(cluster.data_dir(node));
+        // It rejoins as a new node: no bootstrap.
+        cluster.set_bootstrap(node, false);
+        cluster.spawn(node);
+    }
+    history.note(format!("{target}: removal: {result}; wiped: {wiped}"));
+    tokio::time::sleep(lasts).await;
+    let mut found = vec![];
+    if let Err(e) = add_back(&system, node).await {
+        found.push(Anomaly::new("membership-not-restored", format!("n{node} could not be added back: {e}")));
+    }
+    history.fault_healed(id, &name, &target);
+    found
+}
+
+/// The loss of `node`'s disk: killed, its data directory wiped, restarted with its unchanged
+/// configuration (as after a disk replacement); after `lasts`, healed the way an operator would:
+/// removed from every group, wiped again, added back as a new node.
+async fn lose_disk(
+    system: Arc<System>,
+    history: Arc<History>,
+    id: u64,
+    target: String,
+    node: u64,
+    via: u64,
+    lasts: Duration,
+) -> Vec<Anomaly> {
+    {
+        let mut cluster = system.cluster.lock().await;
+        cluster.kill(node);
+        let _ = std::fs::remove_dir_all(cluster.data_dir(node));
+        cluster.spawn(node);
+    }
+    tokio::time::sleep(lasts).await;
+    if let Some(status) = system.cluster.lock().await.exited(node) {
+        history.note(format!("n{node}, restarted with an empty data directory, exited ({status})"));
+    }
+    let req = RemoveNodeRequest { node_id: node, metadata_partition: None };
+    let r = tokio::time::timeout(Duration::from_secs(30), system.admin(via).remove_node(req)).await;
+    history.note(format!("n{node} removed after its disk loss: {r:?}"));
+    {
+        let mut cluster = system.cluster.lock().await;
+        cluster.kill(node);
+        let _ = std::fs::remove_dir_all(cluster.data_dir(node));
+        cluster.set_bootstrap(node, false);
+        cluster.spawn(node);
+    }
+    let mut found = vec![];
+    if let Err(e) = add_back(&system, node).await {
+        found.push(Anomaly::new(
+            "membership-not-restored",
+            format!("n{node} could not be added back after its disk loss: {e}"),
+        ));
+    }
+    history.fault_healed(id, Kind::DiskLoss.name(), &target);
+    found
 }

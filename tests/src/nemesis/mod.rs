@@ -59,6 +59,8 @@ pub struct Config {
     pub partitions: i32,
     /// Keep every file (history, logs, data) even when the run passes.
     pub keep: bool,
+    /// The command that replays this run (for the summary).
+    pub replay: String,
 }
 
 impl Config {
@@ -74,6 +76,7 @@ impl Config {
             topics: 2,
             partitions: 4,
             keep: false,
+            replay: format!("DISKLESS_NEMESIS_SEED={seed} cargo test --workspace --test t90_nemesis"),
         }
     }
 }
@@ -145,6 +148,7 @@ pub async fn run(config: Config) -> anyhow::Result<RunResult> {
         anomalies: &anomalies,
         recovered_in: settled.recovered_in,
         history: history_path.display().to_string(),
+        replay: config.replay.clone(),
     });
     let _ = std::fs::write(system.root.join("summary.txt"), &summary.text);
     let kept = if config.keep || !anomalies.is_empty() {

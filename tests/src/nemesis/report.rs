@@ -12,7 +12,7 @@ use super::checker::{operations, Anomaly, End};
 use super::history::{Event, FINAL};
 
 /// Every check, by the anomaly kind it reports, with what it proves.
-pub const CHECKS: [(&str, &str); 20] = [
+pub const CHECKS: [(&str, &str); 21] = [
     ("lost", "every acknowledged record is at its acknowledged offset, byte-exact"),
     ("duplicate", "no record at two offsets, none twice for one idempotent producer sequence"),
     ("gap", "offsets are contiguous from the log start to the high watermark"),
@@ -31,6 +31,7 @@ pub const CHECKS: [(&str, &str); 20] = [
     ("replicas-diverged", "replicas reach equal applied indexes after healing"),
     ("dangling-batch", "no object referenced by a live batch was deleted"),
     ("process-crash", "no node or broker exits unless the nemesis killed it (or failed its fsync)"),
+    ("panic", "no process logs a panic (a Raft group that panics stops while its process runs on)"),
     ("fsync-error-ignored", "a node whose WAL fsync fails stops"),
     ("membership-not-restored", "a removed node can be added back to every group"),
 ];
@@ -50,6 +51,7 @@ pub struct Facts<'a> {
     pub anomalies: &'a [Anomaly],
     pub recovered_in: Option<Duration>,
     pub history: String,
+    pub replay: String,
 }
 
 pub fn summarize(f: &Facts) -> Summary {
@@ -105,7 +107,7 @@ pub fn summarize(f: &Facts) -> Summary {
         }
     }
     let _ = writeln!(s, "history: {}", f.history);
-    let _ = writeln!(s, "replay: tests/nemesis.sh --seed {} (same shape and duration)", f.seed);
+    let _ = writeln!(s, "replay: {}", f.replay);
     let mut passed = 0;
     let mut failed = 0;
     for (kind, what) in CHECKS {

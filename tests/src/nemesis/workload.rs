@@ -270,6 +270,16 @@ async fn kafka_client<'a>(
             .await
             .map_err(|_| "connect: no answer".to_string())?
             .map_err(|e| format!("connect: {e:#}"))?;
+        let mut c = c;
+        // As a real client does first: Metadata, to learn the partitions (and their leader: the
+        // broker itself).
+        if let Some(t) = ctx.topics.first() {
+            match tokio::time::timeout(REQUEST_TIMEOUT, c.partitions(&t.name)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(format!("metadata: {e:#}")),
+                Err(_) => return Err("metadata: no answer".into()),
+            }
+        }
         clients[broker] = Some(c);
     }
     Ok(clients[broker].as_mut().expect("just connected"))
