@@ -200,6 +200,8 @@ pub struct Nemesis {
     /// Faults that run their course in the background (membership changes take seconds to
     /// minutes, and other faults must still heal on time meanwhile).
     lifecycles: Vec<Lifecycle>,
+    /// Set when everything is to be healed: background faults skip what is left of their time.
+    hurry: tokio::sync::watch::Sender<bool>,
 }
 
 /// A background fault: its targets stay busy until its task ends; the task records its own heal
@@ -225,6 +227,7 @@ impl Nemesis {
             background: tokio::task::JoinSet::new(),
             grudge: BTreeMap::new(),
             lifecycles: vec![],
+            hurry: tokio::sync::watch::channel(false).0,
         }
     }
 
@@ -283,6 +286,10 @@ impl Nemesis {
                 i += 1;
             }
         }
+    }
+
+    fn background_env(&self) -> Background {
+        Background { system: self.system.clone(), history: self.history.clone(), hurry: self.hurry.subscribe() }
     }
 
     /// Starts a background fault on `targets`.
@@ -586,11 +593,11 @@ impl Nemesis {
                 let wipe = self.rng.chance(0.5);
                 let lasts = self.rng.duration(Duration::from_secs(2), Duration::from_secs(15));
                 let name = format!("{}/{}", kind.name(), if wipe { "wipe" } else { "keep" });
-                let (system, history) = (self.system.clone(), self.history.clone());
+                let bg = self.background_env();
                 let target = format!("n{node} via n{via}");
                 let targets = vec![Target::Node(node), Target::Membership];
                 self.lifecycle(kind, name.clone(), target.clone(), targets, move |id| {
-                    Box::pin(remove_and_add_back(system, history, id, name, target, node, via, wipe, lasts))
+                    Box::pin(remove_and_add_back(bg, id, name, target, node, via, wipe, lasts))
                 });
             }
             Kind::DiskLoss => {
@@ -598,11 +605,11 @@ impl Nemesis {
                 let others: Vec<u64> = self.system.node_ids().into_iter().filter(|n| *n != node).collect();
                 let via = *self.rng.pick(&others);
                 let lasts = self.rng.duration(Duration::from_secs(2), Duration::from_secs(10));
-                let (system, history) = (self.system.clone(), self.history.clone());
+                let bg = self.background_env();
                 let target = format!("n{node}");
                 let targets = vec![Target::Node(node), Target::Membership];
                 self.lifecycle(kind, kind.name().to_string(), target.clone(), targets, move |id| {
-                    Box::pin(lose_disk(system, history, id, target, node, via, lasts))
+                    Box::pin(lose_disk(bg, id, target, node, via, lasts))
                 });
             }
             Kind::TransferLeader => {
@@ -700,7 +707,7 @@ impl Nemesis {
                 // The node stops at its next WAL fsync, soon if it takes appends (a node cut off
                 // by a partition may take none).
                 let mut exited = None;
-                for _ in 0..100 {
+                for _ in 0..30 {
                     exited = self.system.cluster.lock().await.exited(n);
                     if exited.is_some() {
                         break;
@@ -793,7 +800,8 @@ impl Nemesis {
 
     /// Heals every fault and makes sure every process runs and none is stopped.
     pub async fn heal_all(&mut self) {
-        // Membership faults end on their own (each step bounded).
+        // Membership faults end on their own (each step bounded), without waiting out their time.
+        self.hurry.send_replace(true);
         for l in std::mem::take(&mut self.lifecycles) {
             match l.task.await {
                 Ok(found) => self.anomalies.extend(found),
@@ -850,29 +858,53 @@ impl Nemesis {
     }
 }
 
-/// Adds node `n` back to every group (learner, caught up, voter), through the other nodes in turn.
+/// What a background fault works with.
+struct Background {
+    system: Arc<System>,
+    history: Arc<History>,
+    /// Turns true when everything is to be healed now.
+    hurry: tokio::sync::watch::Receiver<bool>,
+}
+
+/// How long adding a node back may take (learner caught up, then voter, in every group).
+const ADD_BACK_BOUND: Duration = Duration::from_secs(60);
+
+/// Adds node `n` back to every group (learner, caught up, voter), through the other nodes in turn,
+/// within [`ADD_BACK_BOUND`].
 async fn add_back(system: &System, n: u64) -> Result<(), String> {
     let others: Vec<u64> = system.node_ids().into_iter().filter(|m| *m != n).collect();
+    let deadline = Instant::now() + ADD_BACK_BOUND;
     let mut last = String::new();
-    for attempt in 0..4 {
+    for attempt in 0.. {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
         let via = others[attempt % others.len()];
         let req = AddNodeRequest { node_id: n, address: system.nodes[&n].clone(), metadata_partition: None };
-        match tokio::time::timeout(Duration::from_secs(60), system.admin(via).add_node(req)).await {
+        match tokio::time::timeout(left, system.admin(via).add_node(req)).await {
             Ok(Ok(_)) => return Ok(()),
             Ok(Err(s)) => last = format!("via n{via}: {}", s.message()),
-            Err(_) => last = format!("via n{via}: no answer within 60 s"),
+            Err(_) => last = format!("via n{via}: no answer within {ADD_BACK_BOUND:?}"),
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     Err(last)
 }
 
+/// Sleeps `d`, or less if everything is to be healed now.
+async fn wait_or_hurry(d: Duration, mut hurry: tokio::sync::watch::Receiver<bool>) {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => {}
+        _ = hurry.wait_for(|h| *h) => {}
+    }
+}
+
 /// Removes `node` from every group (through `via`), wipes its data directory if asked and the
 /// removal succeeded everywhere (a voter must never lose its log), waits, and adds it back.
 #[allow(clippy::too_many_arguments)]
 async fn remove_and_add_back(
-    system: Arc<System>,
-    history: Arc<History>,
+    bg: Background,
     id: u64,
     name: String,
     target: String,
@@ -881,6 +913,7 @@ async fn remove_and_add_back(
     wipe: bool,
     lasts: Duration,
 ) -> Vec<Anomaly> {
+    let Background { system, history, hurry } = bg;
     let req = RemoveNodeRequest { node_id: node, metadata_partition: None };
     let (removed, result) =
         match tokio::time::timeout(Duration::from_secs(30), system.admin(via).remove_node(req)).await {
@@ -898,7 +931,7 @@ async fn remove_and_add_back(
         cluster.spawn(node);
     }
     history.note(format!("{target}: removal: {result}; wiped: {wiped}"));
-    tokio::time::sleep(lasts).await;
+    wait_or_hurry(lasts, hurry).await;
     let mut found = vec![];
     if let Err(e) = add_back(&system, node).await {
         found.push(Anomaly::new("membership-not-restored", format!("n{node} could not be added back: {e}")));
@@ -910,22 +943,15 @@ async fn remove_and_add_back(
 /// The loss of `node`'s disk: killed, its data directory wiped, restarted with its unchanged
 /// configuration (as after a disk replacement); after `lasts`, healed the way an operator would:
 /// removed from every group, wiped again, added back as a new node.
-async fn lose_disk(
-    system: Arc<System>,
-    history: Arc<History>,
-    id: u64,
-    target: String,
-    node: u64,
-    via: u64,
-    lasts: Duration,
-) -> Vec<Anomaly> {
+async fn lose_disk(bg: Background, id: u64, target: String, node: u64, via: u64, lasts: Duration) -> Vec<Anomaly> {
+    let Background { system, history, hurry } = bg;
     {
         let mut cluster = system.cluster.lock().await;
         cluster.kill(node);
         let _ = std::fs::remove_dir_all(cluster.data_dir(node));
         cluster.spawn(node);
     }
-    tokio::time::sleep(lasts).await;
+    wait_or_hurry(lasts, hurry).await;
     if let Some(status) = system.cluster.lock().await.exited(node) {
         history.note(format!("n{node}, restarted with an empty data directory, exited ({status})"));
     }

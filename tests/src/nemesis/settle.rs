@@ -17,9 +17,11 @@ use super::system::System;
 use super::workload::{self, Ctx, Topic};
 
 /// How long after the last fault the cluster must serve every partition again.
-pub const AVAILABILITY_BOUND: Duration = Duration::from_secs(60);
+pub const AVAILABILITY_BOUND: Duration = Duration::from_secs(30);
+/// How long the final reads may take in all (each partition gets one attempt past it).
+const FINAL_READS_BOUND: Duration = Duration::from_secs(60);
 /// How long replicas may take to reach the same applied index once everything is healed.
-const CONVERGENCE_BOUND: Duration = Duration::from_secs(60);
+const CONVERGENCE_BOUND: Duration = Duration::from_secs(30);
 
 /// What the final phase measured.
 #[derive(Debug, Default)]
@@ -40,9 +42,10 @@ pub async fn settle(ctx: &Arc<Ctx>) -> Settled {
     ctx.history.note("final phase: topics and final reads");
     let listed = final_topics(ctx).await;
     let topics = listed.clone().unwrap_or_else(|| ctx.topics.clone());
+    let deadline = Instant::now() + FINAL_READS_BOUND;
     for t in &topics {
         for p in 0..t.partitions {
-            final_read(ctx, t, p).await;
+            final_read(ctx, t, p, deadline).await;
         }
     }
     ctx.history.note("final phase: replica digests");
@@ -246,9 +249,8 @@ async fn final_topics(ctx: &Arc<Ctx>) -> Option<Vec<Topic>> {
 /// Reads one partition whole: strict log start and high watermark, then every record between.
 /// Failed attempts are recorded and retried; a read that never succeeds is left failed (the
 /// checker reports it).
-async fn final_read(ctx: &Arc<Ctx>, t: &Topic, p: i32) {
+async fn final_read(ctx: &Arc<Ctx>, t: &Topic, p: i32, deadline: Instant) {
     let nodes = ctx.system.node_ids();
-    let deadline = Instant::now() + Duration::from_secs(30);
     let mut bounds = [0i64; 2];
     for (i, timestamp) in [-2i64, -1].into_iter().enumerate() {
         let mut k = 0;
