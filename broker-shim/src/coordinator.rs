@@ -36,6 +36,9 @@ pub struct Coordinators {
     /// part of a commit straight to its leader.
     leaders: Mutex<Vec<Option<String>>>,
     by_addr: Mutex<HashMap<String, Channel>>,
+    /// Addresses to reach nodes through instead of those they advertise (see
+    /// `ShimConfig::coordinator_address_map`).
+    address_map: HashMap<String, String>,
 }
 
 /// The header that makes a node serve every part of a request itself (no forwarding).
@@ -49,6 +52,12 @@ fn retry_elsewhere(s: &tonic::Status) -> bool {
 impl Coordinators {
     /// Connects (lazily) to the nodes and learns the number of metadata partitions.
     pub async fn connect(addrs: &[String]) -> anyhow::Result<Coordinators> {
+        Self::connect_via(addrs, HashMap::new()).await
+    }
+
+    /// Like [`Coordinators::connect`], reaching a node advertised at a key of `address_map`
+    /// through that key's value.
+    pub async fn connect_via(addrs: &[String], address_map: HashMap<String, String>) -> anyhow::Result<Coordinators> {
         let mut channels = vec![];
         for a in addrs {
             let ch = Endpoint::from_shared(format!("http://{a}"))?
@@ -88,6 +97,7 @@ impl Coordinators {
             num_groups,
             leaders: Mutex::new(vec![None; num_groups as usize]),
             by_addr: Mutex::new(by_addr),
+            address_map,
         };
         c.refresh_leaders().await;
         Ok(c)
@@ -165,7 +175,7 @@ impl Coordinators {
                     let mut leaders = self.leaders.lock().unwrap_or_else(|e| e.into_inner());
                     for g in s.groups {
                         if let Some(slot) = leaders.get_mut(g.metadata_partition as usize) {
-                            *slot = addr.get(&g.leader).cloned();
+                            *slot = addr.get(&g.leader).map(|a| self.address_map.get(a).unwrap_or(a).clone());
                         }
                     }
                     return;
