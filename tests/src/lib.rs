@@ -33,6 +33,8 @@ pub struct Options {
     pub leader_balance_ms: u64,
     /// Every snapshot install pauses this long, twice (see the node's `test_snapshot_install_pause_ms`).
     pub snapshot_install_pause_ms: u64,
+    /// How often group leaders run retention (`retention_check_ms`; an hour: practically never).
+    pub retention_check_ms: u64,
 }
 
 impl Default for Options {
@@ -43,6 +45,7 @@ impl Default for Options {
             entries_kept_after_snapshot: 1_000,
             leader_balance_ms: 2_000,
             snapshot_install_pause_ms: 0,
+            retention_check_ms: 3_600_000,
         }
     }
 }
@@ -98,13 +101,14 @@ impl Cluster {
         let o = &self.options;
         let mut s = format!(
             "node_id = {id}\nlisten = \"{}\"\ndata_dir = \"{}\"\nnum_metadata_partitions = {}\n\
-             leader_balance_ms = {}\nretention_check_ms = 3600000\nallow_fault_injection = true\n\
+             leader_balance_ms = {}\nretention_check_ms = {}\nallow_fault_injection = true\n\
              test_snapshot_install_pause_ms = {}\n\n\
              [raft]\nsnapshot_after_entries = {}\nentries_kept_after_snapshot = {}\n",
             node.addr,
             self.data_dir(id).display(),
             o.groups,
             o.leader_balance_ms,
+            o.retention_check_ms,
             o.snapshot_install_pause_ms,
             o.snapshot_after_entries,
             o.entries_kept_after_snapshot,

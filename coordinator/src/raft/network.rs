@@ -28,8 +28,8 @@ use serde::{de::DeserializeOwned, Serialize};
 use tokio::io::AsyncReadExt;
 use tonic::transport::{Channel, Endpoint};
 
-use super::identity::Identity;
 pub use super::faults::Faults;
+use super::identity::Identity;
 use super::progress::Progress;
 use super::snapshot::SnapshotFile;
 use super::{NodeId, Replica, Snapshot, TypeConfig, Vote};

@@ -100,7 +100,7 @@ pub async fn run(config: Config) -> anyhow::Result<RunResult> {
         snapshot_after_entries: 500,
         entries_kept_after_snapshot: 50,
         leader_balance_ms: 2_000,
-        snapshot_install_pause_ms: 0,
+        ..crate::Options::default()
     };
     let system = Arc::new(System::start(config.shape.clone(), options).await?);
     let history_path = system.root.join("history.jsonl");
