@@ -91,6 +91,10 @@ struct Args {
     /// Seconds over which our idle cluster's CPU is measured (default 20; smoke 2).
     #[arg(long)]
     idle_seconds: Option<u64>,
+    /// Run only the workloads whose row label contains one of these (e.g. `--only commit`),
+    /// and skip the idle CPU measurement.
+    #[arg(long)]
+    only: Vec<String>,
     /// Metadata partitions of the local cluster.
     #[arg(long, default_value_t = 8)]
     metadata_partitions: u32,
@@ -137,6 +141,7 @@ struct Plan {
     deep: u64,
     shallow: u64,
     idle: Duration,
+    only: Vec<String>,
 }
 
 impl Plan {
@@ -167,12 +172,8 @@ impl Plan {
             deep,
             shallow: 10_000.min(deep),
             idle: Duration::from_secs(a.idle_seconds.unwrap_or(if a.smoke { 2 } else { 20 })),
+            only: a.only.clone(),
         }
-    }
-
-    /// Progress steps of one system's phase.
-    fn steps(&self) -> usize {
-        self.clients.len() + 1 + self.fan_out_clients.len() + 4 + 1
     }
 }
 
@@ -223,8 +224,9 @@ async fn run(a: Args) -> anyhow::Result<()> {
     let measure_ours = !a.no_ours;
     let systems = usize::from(measure_ours) + variants.len();
     anyhow::ensure!(systems > 0, "nothing to measure");
-    let mut p =
-        Progress { step: 0, total: plan.steps() * systems + usize::from(measure_ours), started: Instant::now() };
+    let idle = measure_ours && a.only.is_empty() && a.coordinators.is_empty();
+    let total = plan.steps().len() * systems + usize::from(idle);
+    let mut p = Progress { step: 0, total, started: Instant::now() };
     let mut res = Results::default();
 
     // Phase 1: our cluster alone.
@@ -237,9 +239,9 @@ async fn run(a: Args) -> anyhow::Result<()> {
         } else {
             (System::Ours { addrs: a.coordinators.clone() }, None)
         };
-        p.say(&format!("raft-coordinator: idle CPU, {} s without traffic", plan.idle.as_secs()));
         let idle = match &cluster {
-            Some(c) => {
+            Some(c) if idle => {
+                p.say(&format!("raft-coordinator: idle CPU, {} s without traffic", plan.idle.as_secs()));
                 let pct = idle_cpu::measure(&c.pids(), plan.idle).await?;
                 res.notes.push(format!(
                     "raft-coordinator: idle CPU of the 3-node cluster ({} metadata partitions, no traffic, {} s): {} % of one core per node",
@@ -249,7 +251,7 @@ async fn run(a: Args) -> anyhow::Result<()> {
                 ));
                 serde_json::json!({ "seconds": plan.idle.as_secs(), "percent_of_one_core_per_node": pct })
             }
-            None => serde_json::Value::Null,
+            _ => serde_json::Value::Null,
         };
         measure(&sys, &plan, &mut p, &mut res).await?;
         drop(cluster);
@@ -320,6 +322,50 @@ async fn run(a: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One measurement step of a system's phase.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Commits {
+        clients: usize,
+    },
+    CommitsOffered,
+    FanOut {
+        clients: usize,
+    },
+    Reads(&'static str, Read),
+    FindOffered,
+    /// Two rows: FindBatches at the shallow and at the deep partition.
+    Depth,
+}
+
+impl Plan {
+    /// The steps of one system's phase, in order, each with the label of its row, filtered by
+    /// `--only`.
+    fn steps(&self) -> Vec<(Step, String)> {
+        let (b, readers) = (self.commit.batches, self.readers);
+        let mut steps = vec![];
+        for &clients in &self.clients {
+            steps.push((Step::Commits { clients }, format!("commit {b} batches, C={clients:<2} saturation")));
+        }
+        steps.push((Step::CommitsOffered, format!("commit {b} batches, {:.0}/s offered", self.rate)));
+        for &clients in &self.fan_out_clients {
+            let label = format!("fan-out {} over {} parts, C={clients}", self.fan_out.batches, self.fan_out.partitions);
+            steps.push((Step::FanOut { clients }, label));
+        }
+        for (label, kind) in [
+            ("FindBatches, any replica", Read::Find { min_index: false }),
+            ("FindBatches, with min index", Read::Find { min_index: true }),
+            ("ListOffsets latest (strict)", Read::Latest),
+        ] {
+            steps.push((Step::Reads(label, kind), format!("{label}, C={readers}")));
+        }
+        steps.push((Step::FindOffered, format!("FindBatches, {:.0}/s offered", self.find_rate)));
+        steps.push((Step::Depth, "FindBatches at depth".to_string()));
+        steps.retain(|(_, label)| self.only.is_empty() || self.only.iter().any(|o| label.contains(o.as_str())));
+        steps
+    }
+}
+
 /// Every workload on one system (the only one running).
 async fn measure(sys: &System, plan: &Plan, p: &mut Progress, res: &mut Results) -> anyhow::Result<()> {
     let name = sys.name();
@@ -327,57 +373,73 @@ async fn measure(sys: &System, plan: &Plan, p: &mut Progress, res: &mut Results)
     let shape = plan.commit;
     let topic = Uuid::new_v4();
     sys.create_topic(topic, shape.partitions).await?;
-    for &c in &plan.clients {
-        p.say(&format!("{name}: CommitFile {} batches, {c} clients, saturation", shape.batches));
-        sys.before_measurement().await?;
-        let m = workload::commits(sys, topic, shape, c, secs, None).await?;
-        res.rows.push(Row::new(&format!("commit {} batches, C={c:<2} saturation", shape.batches), name, c, &m));
-    }
-    let rc = plan.rate_clients;
-    p.say(&format!("{name}: CommitFile at {} commits/s offered, {rc} clients", plan.rate));
-    sys.before_measurement().await?;
-    let m = workload::commits(sys, topic, shape, rc, secs, Some(plan.rate)).await?;
-    res.rows.push(Row::new(&format!("commit {} batches, {:.0}/s offered", shape.batches, plan.rate), name, rc, &m));
-
     let fan = plan.fan_out;
     let fan_topic = Uuid::new_v4();
-    sys.create_topic(fan_topic, fan.partitions).await?;
-    for &c in &plan.fan_out_clients {
-        p.say(&format!(
-            "{name}: fan-out CommitFile {} batches over {} partitions ({} KiB), {c} clients",
-            fan.batches,
-            fan.partitions,
-            fan.batch_bytes * fan.batches as i64 / 1024
-        ));
-        sys.before_measurement().await?;
-        let m = workload::commits(sys, fan_topic, fan, c, secs, None).await?;
-        let label = format!("fan-out {} over {} parts, C={c}", fan.batches, fan.partitions);
-        res.rows.push(Row::new(&label, name, c, &m));
-    }
-
-    // Reads over the partitions the commits filled.
-    let mut conn = sys.connect(0).await?;
-    let mut parts = vec![];
-    for part in 0..shape.partitions.min(200) {
-        parts.push((part, conn.latest(topic, part).await?));
-    }
+    let mut fan_topic_created = false;
+    // The partitions the commits filled and their high watermarks, learned before the first read.
+    let mut parts: Vec<(i32, i64)> = vec![];
     let readers = plan.readers;
-    for (label, kind) in [
-        ("FindBatches, any replica", Read::Find { min_index: false }),
-        ("FindBatches, with min index", Read::Find { min_index: true }),
-        ("ListOffsets latest (strict)", Read::Latest),
-    ] {
-        p.say(&format!("{name}: {label}, {readers} clients"));
-        sys.before_measurement().await?;
-        let m = workload::reads(sys, topic, &parts, readers, secs, kind).await?;
-        res.rows.push(Row::new(&format!("{label}, C={readers}"), name, readers, &m));
+    for (step, label) in plan.steps() {
+        if matches!(step, Step::Reads(..) | Step::FindOffered) && parts.is_empty() {
+            let mut conn = sys.connect(0).await?;
+            for part in 0..shape.partitions.min(200) {
+                parts.push((part, conn.latest(topic, part).await?));
+            }
+        }
+        match step {
+            Step::Commits { clients } => {
+                p.say(&format!("{name}: CommitFile {} batches, {clients} clients, saturation", shape.batches));
+                sys.before_measurement().await?;
+                let m = workload::commits(sys, topic, shape, clients, secs, None).await?;
+                res.rows.push(Row::new(&label, name, clients, &m));
+            }
+            Step::CommitsOffered => {
+                let rc = plan.rate_clients;
+                p.say(&format!("{name}: CommitFile at {} commits/s offered, {rc} clients", plan.rate));
+                sys.before_measurement().await?;
+                let m = workload::commits(sys, topic, shape, rc, secs, Some(plan.rate)).await?;
+                res.rows.push(Row::new(&label, name, rc, &m));
+            }
+            Step::FanOut { clients } => {
+                if !fan_topic_created {
+                    sys.create_topic(fan_topic, fan.partitions).await?;
+                    fan_topic_created = true;
+                }
+                p.say(&format!(
+                    "{name}: fan-out CommitFile {} batches over {} partitions ({} KiB), {clients} clients",
+                    fan.batches,
+                    fan.partitions,
+                    fan.batch_bytes * fan.batches as i64 / 1024
+                ));
+                sys.before_measurement().await?;
+                let m = workload::commits(sys, fan_topic, fan, clients, secs, None).await?;
+                res.rows.push(Row::new(&label, name, clients, &m));
+            }
+            Step::Reads(what, kind) => {
+                p.say(&format!("{name}: {what}, {readers} clients"));
+                sys.before_measurement().await?;
+                let m = workload::reads(sys, topic, &parts, readers, secs, kind).await?;
+                res.rows.push(Row::new(&label, name, readers, &m));
+            }
+            Step::FindOffered => {
+                p.say(&format!(
+                    "{name}: FindBatches at {:.0}/s offered (open loop), {readers} connections",
+                    plan.find_rate
+                ));
+                sys.before_measurement().await?;
+                let find = Read::Find { min_index: false };
+                let m = workload::reads_offered(sys, topic, &parts, readers, plan.find_rate, secs, find).await?;
+                res.rows.push(Row::new(&label, name, readers, &m));
+            }
+            Step::Depth => depth(sys, plan, p, res).await?,
+        }
     }
-    p.say(&format!("{name}: FindBatches at {:.0}/s offered (open loop), {readers} connections", plan.find_rate));
-    sys.before_measurement().await?;
-    let find = Read::Find { min_index: false };
-    let m = workload::reads_offered(sys, topic, &parts, readers, plan.find_rate, secs, find).await?;
-    res.rows.push(Row::new(&format!("FindBatches, {:.0}/s offered", plan.find_rate), name, readers, &m));
+    Ok(())
+}
 
+/// FindBatches on a partition `plan.shallow` batches deep and on one `plan.deep` deep.
+async fn depth(sys: &System, plan: &Plan, p: &mut Progress, res: &mut Results) -> anyhow::Result<()> {
+    let name = sys.name();
     let (shallow, deep) = (plan.shallow, plan.deep);
     p.say(&format!("{name}: depth — FindBatches at {shallow} vs {deep} stored batches"));
     let depth_topic = Uuid::new_v4();
@@ -387,7 +449,7 @@ async fn measure(sys: &System, plan: &Plan, p: &mut Progress, res: &mut Results)
     let mut ms = vec![];
     for (part, n) in [(0, shallow as i64), (1, deep as i64)] {
         sys.before_measurement().await?;
-        let m = workload::reads(sys, depth_topic, &[(part, n)], 4, secs, Read::Find { min_index: false }).await?;
+        let m = workload::reads(sys, depth_topic, &[(part, n)], 4, plan.secs, Read::Find { min_index: false }).await?;
         res.rows.push(Row::new(&format!("FindBatches at depth {n}, C=4"), name, 4, &m));
         ms.push(m);
     }

@@ -36,6 +36,10 @@ fn the_benchmark_runs_end_to_end_and_writes_its_table_json_and_plot() {
     let rows = json["rows"].as_array().unwrap();
     let per_system = 10; // smoke: 2 commit client counts, 1 offered, 1 fan-out, 4 reads, 2 depths
     assert_eq!(rows.len(), if pg { 3 * per_system } else { per_system }, "rows: {rows:#?}");
+    for r in rows.iter().filter(|r| r["system"].as_str().unwrap().starts_with("postgresql")) {
+        // A baseline that refuses batches (say, a broken commit function) measures nothing real.
+        assert_eq!(r["errors"].as_u64(), Some(0), "{r:#}");
+    }
     let idle = json["phases"][0]["idle_cpu"]["percent_of_one_core_per_node"].as_array().unwrap();
     assert_eq!(idle.len(), 3, "idle CPU of each node");
     assert!(rows.iter().all(|r| r["samples"].as_u64().unwrap() > 0), "every workload measured something");
