@@ -62,7 +62,8 @@ impl LocalCluster {
             for a in &self.addrs {
                 let leaders = async {
                     let mut c = AdminServiceClient::connect(format!("http://{a}")).await.ok()?;
-                    let s = c.status(StatusRequest { with_digest: false }).await.ok()?.into_inner();
+                    let s =
+                        c.status(StatusRequest { with_digest: false, ..Default::default() }).await.ok()?.into_inner();
                     Some(s.groups.iter().all(|g| g.leader != 0))
                 }
                 .await;

@@ -36,10 +36,13 @@ pub struct Coordinators {
     /// part of a commit straight to its leader.
     leaders: Mutex<Vec<Option<String>>>,
     by_addr: Mutex<HashMap<String, Channel>>,
+    /// Addresses to reach nodes through instead of those they advertise (see
+    /// `ShimConfig::coordinator_address_map`).
+    address_map: HashMap<String, String>,
 }
 
-/// The header that makes a node serve exactly one metadata partition (no forwarding).
-const GROUP_HEADER: &str = "x-diskless-group";
+/// The header that makes a node serve every part of a request itself (no forwarding).
+const LOCAL_HEADER: &str = "x-diskless-local";
 
 /// Transport-level failures worth trying on another node.
 fn retry_elsewhere(s: &tonic::Status) -> bool {
@@ -49,6 +52,12 @@ fn retry_elsewhere(s: &tonic::Status) -> bool {
 impl Coordinators {
     /// Connects (lazily) to the nodes and learns the number of metadata partitions.
     pub async fn connect(addrs: &[String]) -> anyhow::Result<Coordinators> {
+        Self::connect_via(addrs, HashMap::new()).await
+    }
+
+    /// Like [`Coordinators::connect`], reaching a node advertised at a key of `address_map`
+    /// through that key's value.
+    pub async fn connect_via(addrs: &[String], address_map: HashMap<String, String>) -> anyhow::Result<Coordinators> {
         let mut channels = vec![];
         for a in addrs {
             let ch = Endpoint::from_shared(format!("http://{a}"))?
@@ -62,7 +71,10 @@ impl Coordinators {
         let mut last_err = None;
         for _ in 0..60 {
             for (a, ch) in &channels {
-                match AdminServiceClient::new(ch.clone()).status(StatusRequest { with_digest: false }).await {
+                match AdminServiceClient::new(ch.clone())
+                    .status(StatusRequest { with_digest: false, ..Default::default() })
+                    .await
+                {
                     Ok(s) => {
                         num_groups = s.into_inner().num_metadata_partitions;
                         break;
@@ -85,6 +97,7 @@ impl Coordinators {
             num_groups,
             leaders: Mutex::new(vec![None; num_groups as usize]),
             by_addr: Mutex::new(by_addr),
+            address_map,
         };
         c.refresh_leaders().await;
         Ok(c)
@@ -152,25 +165,45 @@ impl Coordinators {
 
     /// Learns every metadata partition's leader from any node.
     pub async fn refresh_leaders(&self) {
-        for _ in 0..self.channels.len() {
-            let (i, _) = self.client();
-            let ch = self.channels[i].1.clone();
-            match AdminServiceClient::new(ch).status(StatusRequest { with_digest: false }).await {
-                Ok(s) => {
-                    let s = s.into_inner();
-                    let addr: HashMap<u64, String> = s.nodes.iter().map(|n| (n.node_id, n.address.clone())).collect();
-                    let mut leaders = self.leaders.lock().unwrap_or_else(|e| e.into_inner());
-                    for g in s.groups {
-                        if let Some(slot) = leaders.get_mut(g.metadata_partition as usize) {
-                            *slot = addr.get(&g.leader).cloned();
-                        }
-                    }
-                    return;
-                }
-                Err(_) => {
-                    let _ = self.current.compare_exchange(i, i + 1, Ordering::Relaxed, Ordering::Relaxed);
+        // Every node's view at once: a node may know no leader (cut off, just restarted, or its
+        // replicas not members), so per metadata partition the leader of the highest term wins.
+        let views = futures_util::future::join_all(self.channels.iter().map(|(_, ch)| async move {
+            let r = AdminServiceClient::new(ch.clone())
+                .status(StatusRequest { with_digest: false, ..Default::default() })
+                .await;
+            r.ok().map(|s| s.into_inner())
+        }))
+        .await;
+        let mut best: Vec<Option<(u64, String)>> = vec![None; self.num_groups as usize];
+        let mut knowing: Option<usize> = None;
+        for (i, s) in views.iter().enumerate() {
+            let Some(s) = s else { continue };
+            let addr: HashMap<u64, &String> = s.nodes.iter().map(|n| (n.node_id, &n.address)).collect();
+            for g in &s.groups {
+                let (Some(slot), Some(a)) = (best.get_mut(g.metadata_partition as usize), addr.get(&g.leader)) else {
+                    continue;
+                };
+                if slot.as_ref().is_none_or(|(term, _)| g.term > *term) {
+                    *slot = Some((g.term, self.address_map.get(*a).unwrap_or(a).clone()));
                 }
             }
+            if s.groups.iter().all(|g| g.leader != 0) && knowing.is_none() {
+                knowing = Some(i);
+            }
+        }
+        {
+            let mut leaders = self.leaders.lock().unwrap_or_else(|e| e.into_inner());
+            for (slot, b) in leaders.iter_mut().zip(best) {
+                if let Some((_, addr)) = b {
+                    *slot = Some(addr);
+                }
+            }
+        }
+        // Requests to "any node" go to one that knows every leader, if the current one does not.
+        let cur = self.current.load(Ordering::Relaxed) % self.channels.len();
+        let current_knows = views[cur].as_ref().is_some_and(|s| s.groups.iter().all(|g| g.leader != 0));
+        if let (false, Some(k)) = (current_knows, knowing) {
+            self.current.store(k, Ordering::Relaxed);
         }
     }
 
@@ -191,7 +224,8 @@ impl Coordinators {
     }
 
     /// Commits a file, sending each metadata partition's part straight to that partition's leader
-    /// (no forwarding hop). A part refused because the node is no longer the leader was not
+    /// (no forwarding hop), in one request per leader node carrying the parts of every partition
+    /// it leads (8 partitions over 3 nodes: 3 requests, not 8). A part refused because the node is no longer the leader was not
     /// applied, so it is sent again once after learning the new leaders — unless `deadline` is
     /// (nearly) past: no part is sent after it, and a resent part carries only the time left.
     /// Per-batch results come back in request order; a part whose outcome is unknown gets
@@ -219,31 +253,47 @@ impl Coordinators {
         let mut applied = vec![];
         let mut pending: Vec<(u32, Vec<usize>)> = parts.into_iter().collect();
         for attempt in 0..2 {
-            let outs = futures_util::future::join_all(pending.iter().map(|(g, idxs)| {
+            // One request per leader node, carrying the parts of every metadata partition it leads.
+            let mut by_node: std::collections::BTreeMap<Option<String>, Vec<(u32, Vec<usize>)>> = Default::default();
+            {
+                let leaders = self.leaders.lock().unwrap_or_else(|e| e.into_inner());
+                for (g, idxs) in pending {
+                    by_node.entry(leaders.get(g as usize).cloned().flatten()).or_default().push((g, idxs));
+                }
+            }
+            let outs = futures_util::future::join_all(by_node.iter().map(|(node, parts)| {
                 let sub = CommitFileRequest {
-                    batches: idxs.iter().map(|&i| req.batches[i].clone()).collect(),
+                    batches: parts.iter().flat_map(|(_, idxs)| idxs.iter().map(|&i| req.batches[i].clone())).collect(),
                     ..req.clone()
                 };
-                self.commit_part(*g, sub)
+                self.commit_on(node.as_deref(), sub)
             }))
             .await;
             let mut retry = vec![];
-            for ((g, idxs), out) in pending.into_iter().zip(outs) {
+            for ((_, parts), out) in by_node.into_iter().zip(outs) {
+                let total: usize = parts.iter().map(|(_, idxs)| idxs.len()).sum();
                 match out {
-                    Ok(resp) if resp.batches.len() == idxs.len() => {
-                        let not_leader = !idxs.is_empty() && resp.batches.iter().all(|b| b.error_code == 6);
-                        if not_leader && attempt == 0 {
-                            retry.push((g, idxs));
-                            continue;
-                        }
-                        for (&i, b) in idxs.iter().zip(resp.batches) {
-                            results[i] = Some(b);
+                    Ok(resp) if resp.batches.len() == total => {
+                        let mut answers = resp.batches.into_iter();
+                        for (g, idxs) in parts {
+                            let answers: Vec<_> = answers.by_ref().take(idxs.len()).collect();
+                            // Refused by a node that does not lead the partition: nothing applied.
+                            let not_leader = !idxs.is_empty() && answers.iter().all(|b| b.error_code == 6);
+                            if not_leader && attempt == 0 {
+                                retry.push((g, idxs));
+                                continue;
+                            }
+                            for (&i, b) in idxs.iter().zip(answers) {
+                                results[i] = Some(b);
+                            }
                         }
                         applied.extend(resp.applied);
                     }
                     Ok(_) | Err(_) => {
-                        for &i in &idxs {
-                            results[i] = Some(unknown_outcome(g));
+                        for (g, idxs) in parts {
+                            for &i in &idxs {
+                                results[i] = Some(unknown_outcome(g));
+                            }
                         }
                     }
                 }
@@ -269,13 +319,20 @@ impl Coordinators {
         CommitFileResponse { throttle_time_ms: 0, batches, applied }
     }
 
-    async fn commit_part(&self, g: u32, sub: CommitFileRequest) -> Result<CommitFileResponse, tonic::Status> {
-        let leader = self.leaders.lock().unwrap_or_else(|e| e.into_inner()).get(g as usize).cloned().flatten();
-        if let Some(ch) = leader.and_then(|a| self.channel_to(&a)) {
-            let mut r = tonic::Request::new(sub.clone());
-            r.metadata_mut().insert(GROUP_HEADER, g.into());
-            // Bounded: a blackholed leader must not stall the broker's commits for minutes.
-            r.set_timeout(Duration::from_millis(sub.timeout_ms.max(1000) as u64 + 5_000));
+    /// Sends commit parts to the node at `leader`, which serves each itself (never forwarding: a
+    /// part it does not lead is refused, nothing applied), or, with no leader known, to any node,
+    /// which routes each part.
+    async fn commit_on(
+        &self,
+        leader: Option<&str>,
+        sub: CommitFileRequest,
+    ) -> Result<CommitFileResponse, tonic::Status> {
+        // Bounded: a blackholed leader must not stall the broker's commits for minutes.
+        let deadline = Duration::from_millis(sub.timeout_ms.max(1000) as u64 + 5_000);
+        if let Some(ch) = leader.and_then(|a| self.channel_to(a)) {
+            let mut r = tonic::Request::new(sub);
+            r.metadata_mut().insert(LOCAL_HEADER, "1".parse().expect("ASCII header value"));
+            r.set_timeout(deadline);
             match CoordinatorServiceClient::new(ch).commit_file(r).await {
                 Ok(r) => return Ok(r.into_inner()),
                 Err(s) => {
@@ -286,8 +343,6 @@ impl Coordinators {
                 }
             }
         }
-        // No leader known: any node forwards it.
-        let deadline = Duration::from_millis(sub.timeout_ms.max(1000) as u64 + 5_000);
         self.call_once(|mut c| async move {
             let mut r = tonic::Request::new(sub);
             r.set_timeout(deadline);
@@ -366,15 +421,24 @@ impl Coordinators {
             }],
             timeout_ms: 10_000,
         };
-        let resp = self
-            .call(|mut c| {
-                let req = req.clone();
-                async move { c.list_offsets(req).await }
-            })
-            .await
-            .map_err(|s| KafkaError::unavailable("list offsets", &s))?;
-        let p = resp.topics.into_iter().flat_map(|t| t.partitions).next().ok_or_else(no_answer)?;
-        KafkaError::from_wire(p.error_code, p.error_message).map_or(Ok((p.timestamp, p.offset)), Err)
+        let mut attempts = 0;
+        loop {
+            let resp = self
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.list_offsets(req).await }
+                })
+                .await
+                .map_err(|s| KafkaError::unavailable("list offsets", &s))?;
+            let p = resp.topics.into_iter().flat_map(|t| t.partitions).next().ok_or_else(no_answer)?;
+            attempts += 1;
+            // A node that knows no leader for the partition cannot route the read: ask another.
+            if p.error_code == diskless_proto::ErrorCode::NotLeaderOrFollower.wire() && attempts < self.nodes() {
+                self.move_on();
+                continue;
+            }
+            return KafkaError::from_wire(p.error_code, p.error_message).map_or(Ok((p.timestamp, p.offset)), Err);
+        }
     }
 
     /// DeleteRecords of one partition: the new low watermark. Sent once (not repeated on failure).

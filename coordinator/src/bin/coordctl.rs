@@ -22,6 +22,9 @@ enum Cmd {
         /// Print JSON-like raw output (the protobuf debug form) instead of tables.
         #[arg(long)]
         raw: bool,
+        /// Start the stage timings (where log entries' time goes) afresh after printing them.
+        #[arg(long)]
+        reset_stages: bool,
     },
     /// Move a metadata partition's leadership.
     TransferLeader {
@@ -62,7 +65,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout_secs);
         loop {
             if let Ok(mut c) = AdminServiceClient::connect(format!("http://{}", args.addr)).await {
-                if let Ok(s) = c.status(StatusRequest { with_digest: false }).await {
+                if let Ok(s) = c.status(StatusRequest { with_digest: false, ..Default::default() }).await {
                     if s.get_ref().groups.iter().all(|g| g.leader != 0) {
                         println!("ready: every metadata partition has a leader");
                         return Ok(());
@@ -78,8 +81,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("connect to {}", args.addr))?;
     match args.cmd {
         Cmd::WaitReady { .. } => unreachable!("handled above"),
-        Cmd::Status { raw } => {
-            let s = c.status(StatusRequest { with_digest: false }).await?.into_inner();
+        Cmd::Status { raw, reset_stages } => {
+            let s = c.status(StatusRequest { with_digest: false, reset_stages }).await?.into_inner();
             if raw {
                 println!("{s:#?}");
             } else {
@@ -118,7 +121,8 @@ fn print_status(s: &StatusResponse) {
     let outside: Vec<u32> = s.groups.iter().filter(|g| !g.member).map(|g| g.metadata_partition).collect();
     if !outside.is_empty() {
         println!(
-            "this node's replicas of metadata partitions {outside:?} are not members: it takes no part in them              (new node, or a replaced data directory: `coordctl add-node --id {} --address <its address>`)",
+            "this node's replicas of metadata partitions {outside:?} are not members: it takes no part in them \
+             (new node, or a replaced data directory: `coordctl add-node --id {} --address <its address>`)",
             s.node_id
         );
     }
@@ -126,6 +130,13 @@ fn print_status(s: &StatusResponse) {
     println!("\n{:>6}  {:<22} role", "node", "address");
     for n in &s.nodes {
         println!("{:>6}  {:<22} {}", n.node_id, n.address, if n.voter { "voter" } else { "learner" });
+    }
+    if s.stages.iter().any(|st| st.count > 0) {
+        println!("\nwhere log entries' time goes on this node (µs since the last reset):");
+        println!("{:<18} {:>9} {:>9} {:>9} {:>9}", "stage", "count", "p50", "p99", "max");
+        for st in &s.stages {
+            println!("{:<18} {:>9} {:>9} {:>9} {:>9}", st.name, st.count, st.p50_us, st.p99_us, st.max_us);
+        }
     }
     println!(
         "\n{:>5} {:>7} {:>6} {:>10} {:>10} {:>10} {:<10} followers (node:matched/lag)",

@@ -87,6 +87,8 @@ pub struct Node {
     /// Per group: when this replica last accepted a message of a leader (ms since `started`).
     heard_from_leader: Vec<std::sync::atomic::AtomicU64>,
     started: Instant,
+    /// Where entries' time goes on this node (see `raft::stages`).
+    stages: Arc<crate::raft::stages::Stages>,
     stop: tokio::sync::watch::Sender<bool>,
 }
 
@@ -107,16 +109,18 @@ impl Node {
         );
         let n = config.num_metadata_partitions;
         let identity = Arc::new(Identity::load_or_create(&db, &config.data_dir, config.node_id, n)?);
-        let syncer = WalSyncer::start(db.clone());
         let peers = Arc::new(Peers::new(identity.clone()));
+        let syncer = WalSyncer::start(db.clone(), peers.faults.clone());
         let raft_config = Arc::new(raft_config(&config)?);
+        let stages = Arc::new(crate::raft::stages::Stages::default());
         let mut groups = Vec::with_capacity(n as usize);
         let mut queues = Vec::with_capacity(n as usize);
         for g in 0..n {
             let sm = SmStore::open(db.clone(), StateMachine::new(g, n), &config.data_dir)
                 .with_context(|| format!("open the state of metadata partition {g}"))?
-                .with_install_pause(Duration::from_millis(config.test_snapshot_install_pause_ms));
-            let log = LogStore::new(db.clone(), g, syncer.clone());
+                .with_install_pause(Duration::from_millis(config.test_snapshot_install_pause_ms))
+                .with_stages(stages.clone());
+            let log = LogStore::new(db.clone(), g, syncer.clone()).with_stages(stages.clone());
             let net = NetworkFactory { group: g, peers: peers.clone() };
             let raft = Raft::new(config.node_id, raft_config.clone(), net, log, sm.clone())
                 .await
@@ -137,6 +141,7 @@ impl Node {
             identity,
             heard_from_leader,
             started: Instant::now(),
+            stages,
             stop,
         });
         for (g, rx) in queues.into_iter().enumerate() {
@@ -279,6 +284,7 @@ impl Node {
                 .collect(),
             cluster_id: self.identity.cluster_id().map(|c| c.to_vec()).unwrap_or_default(),
             num_metadata_partitions: self.num_groups(),
+            now_ms: self.now_ms(),
         }
     }
 
@@ -377,6 +383,11 @@ impl Node {
         &self.db
     }
 
+    /// Where entries' time goes on this node (see `raft::stages`).
+    pub fn stages(&self) -> &crate::raft::stages::Stages {
+        &self.stages
+    }
+
     pub fn wal_stats(&self) -> &crate::raft::WalSyncStats {
         self.syncer.stats()
     }
@@ -400,18 +411,31 @@ impl Node {
         Ok(m.membership_config.membership().nodes().map(|(id, n)| (*id, n.addr.clone())).collect())
     }
 
-    fn now_ms() -> i64 {
-        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    /// The wall clock in milliseconds, as this node stamps commands (plus a test clock offset).
+    fn now_ms(&self) -> i64 {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        now + self.peers.faults.clock_offset_ms()
     }
 
     /// Proposes `op` on this node's replica of `g`, which must be the leader; waits until it is
     /// applied. Returns the outcome and the log index it was applied at. A leader whose lease is not
     /// established yet (just elected) is retried until `timeout`.
     pub async fn propose(&self, g: u32, op: Op, timeout: Duration) -> Result<(Outcome, u64), RouteError> {
+        self.propose_at(g, op, None, timeout).await
+    }
+
+    /// [`propose`](Self::propose), stamped with `now_ms` instead of this node's clock when given.
+    async fn propose_at(
+        &self,
+        g: u32,
+        op: Op,
+        now_ms: Option<i64>,
+        timeout: Duration,
+    ) -> Result<(Outcome, u64), RouteError> {
         let raft = self.raft(g)?;
         let deadline = Instant::now() + timeout;
         loop {
-            let cmd = Command { now_ms: Self::now_ms(), op: op.clone() };
+            let cmd = Command { now_ms: now_ms.unwrap_or_else(|| self.now_ms()), op: op.clone() };
             let left = deadline.saturating_duration_since(Instant::now());
             let started = Instant::now();
             let r = tokio::time::timeout(left, raft.client_write(cmd))
@@ -419,6 +443,7 @@ impl Node {
                 .map_err(|_| RouteError::Timeout { group: g })?;
             match r {
                 Ok(resp) => {
+                    self.stages.proposed(started);
                     let us = started.elapsed().as_micros() as u64;
                     tracing::trace!(group = g, index = resp.log_id.index, us, "proposal applied");
                     return Ok((resp.data, resp.log_id.index));
@@ -458,7 +483,7 @@ impl Node {
         let group = self.group(g)?;
         // Past this the state machine refuses the commit: once the caller has been told "timed
         // out", the commit cannot apply later (the broker's cleaners rely on it).
-        file.deadline_ms = Some(Self::now_ms() + timeout.as_millis() as i64);
+        file.deadline_ms = Some(self.now_ms() + timeout.as_millis() as i64);
         let (reply, rx) = tokio::sync::oneshot::channel();
         group
             .commits
@@ -473,10 +498,16 @@ impl Node {
         }
     }
 
-    /// Waits until this node, as `g`'s leader, may serve a linearizable read (ReadIndex: a quorum
-    /// confirms the leadership and the state has applied everything committed before the read).
+    /// Waits until this node, as `g`'s leader, may serve a linearizable read: the state has applied
+    /// everything committed before the read, and the leadership is confirmed — by the leader lease
+    /// when it is valid (a quorum acknowledged this leader within the lease, during which its
+    /// followers refuse to vote for anyone else; this assumes clocks advance at about the same
+    /// rate), else by a heartbeat round to a quorum (ReadIndex).
     pub async fn linearizable(&self, g: u32, timeout: Duration) -> Result<(), RouteError> {
         let raft = self.raft(g)?;
+        if raft.ensure_linearizable(ReadPolicy::LeaseRead).await.is_ok() {
+            return Ok(());
+        }
         let r = tokio::time::timeout(timeout, raft.ensure_linearizable(ReadPolicy::ReadIndex))
             .await
             .map_err(|_| RouteError::NoQuorum { group: g })?;
@@ -707,19 +738,41 @@ impl Node {
         }
     }
 
-    /// Runs retention and pending deletions on the groups this node leads.
+    /// "Now" as a quorum of `g`'s voters sees it: the earliest of the wall clocks of a majority
+    /// (this node's included), or `None` when no majority answers. Retention deletes by time and
+    /// cannot be undone: with this, one node whose clock runs far ahead cannot expire data early
+    /// (the earliest clock of a majority is at or behind some correct node's).
+    async fn quorum_now(&self, g: u32) -> Option<i64> {
+        let m = self.metrics(g).ok()?;
+        let membership = m.membership_config.membership();
+        let voters: Vec<(NodeId, String)> =
+            membership.voter_ids().filter_map(|id| membership.get_node(&id).map(|r| (id, r.addr.clone()))).collect();
+        let majority = voters.len() / 2 + 1;
+        let mut clocks = vec![self.now_ms()];
+        let others = voters.iter().filter(|(id, _)| *id != self.id);
+        let answers = futures_util::future::join_all(others.map(|(_, addr)| self.identify_peer(addr))).await;
+        clocks.extend(answers.into_iter().filter_map(|r| r.ok()).map(|r| r.now_ms));
+        (clocks.len() >= majority).then(|| clocks.into_iter().min().unwrap_or_default())
+    }
+
+    /// Runs retention and pending deletions on the groups this node leads, with "now" taken from
+    /// a quorum's clocks (see [`Node::quorum_now`]).
     async fn enforce_retention(&self) {
         for g in 0..self.num_groups() {
             if !self.groups[g as usize].raft.is_leader() {
                 continue;
             }
+            let Some(now) = self.quorum_now(g).await else {
+                tracing::debug!(group = g, "retention skipped: no majority told its clock");
+                continue;
+            };
             for _ in 0..100 {
                 let op = Op::EnforceRetention {
                     budget: DELETE_BUDGET,
                     producer_expiration_ms: self.config.producer_id_expiration_ms,
                     fenced_object_retention_ms: self.config.fenced_object_retention_ms,
                 };
-                match self.propose(g, op, Duration::from_secs(10)).await {
+                match self.propose_at(g, op, Some(now), Duration::from_secs(10)).await {
                     Ok((Outcome::EnforceRetention(r), _)) if r.more => continue,
                     Ok(_) => break,
                     Err(e) => {

@@ -15,6 +15,7 @@ use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
 
+use super::stages::Stages;
 use super::{io_err, keys, Entry, LogId, TypeConfig, Vote, WalSyncer};
 use crate::storage::{codec, Db, Family, WriteBatch};
 
@@ -24,11 +25,18 @@ pub struct LogStore {
     db: Arc<Db>,
     group: u32,
     syncer: WalSyncer,
+    stages: Arc<Stages>,
 }
 
 impl LogStore {
     pub fn new(db: Arc<Db>, group: u32, syncer: WalSyncer) -> LogStore {
-        LogStore { db, group, syncer }
+        LogStore { db, group, syncer, stages: Arc::default() }
+    }
+
+    /// Records the entries' timings in `stages` (see `raft::stages`).
+    pub fn with_stages(mut self, stages: Arc<Stages>) -> LogStore {
+        self.stages = stages;
+        self
     }
 
     fn get<T: serde::de::DeserializeOwned>(&self, key: &[u8]) -> io::Result<Option<T>> {
@@ -122,12 +130,19 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let mut b = WriteBatch::default();
+        let (mut first, mut last) = (u64::MAX, 0);
         for e in entries {
             let v = codec::encode(&e).map_err(io_err)?;
             self.db.batch_put(&mut b, Family::Raft, &keys::log(self.group, e.index()), &v);
+            (first, last) = (first.min(e.index()), last.max(e.index()));
         }
         self.db.write(b, false).map_err(io_err)?;
-        self.syncer.after_sync(move |r| callback.io_completed(r));
+        self.stages.appended(self.group, first..=last);
+        let (stages, group) = (self.stages.clone(), self.group);
+        self.syncer.after_sync(move |r| {
+            stages.durable(group, first..=last);
+            callback.io_completed(r)
+        });
         Ok(())
     }
 

@@ -39,6 +39,7 @@ pub struct SmStore {
     /// Test hook: how long an install pauses before adopting the received file and again after
     /// deleting the old state (zero outside fault tests).
     install_pause: std::time::Duration,
+    stages: Arc<super::stages::Stages>,
 }
 
 /// Bytes of pairs per write batch while installing a snapshot.
@@ -55,6 +56,7 @@ impl SmStore {
             dir: snapshot::group_dir(data_dir, group),
             snapshots: Arc::new(std::sync::Mutex::new(())),
             install_pause: std::time::Duration::ZERO,
+            stages: Arc::default(),
         };
         snapshot::remove_partial(&store.dir)?;
         if let Some(path) = store.db.get(Family::Raft, &keys::installing(group)).map_err(io_err)? {
@@ -69,6 +71,12 @@ impl SmStore {
     /// Test hook: pause every snapshot install (see the field).
     pub fn with_install_pause(mut self, pause: std::time::Duration) -> SmStore {
         self.install_pause = pause;
+        self
+    }
+
+    /// Records apply timings in `stages` (see `raft::stages`).
+    pub fn with_stages(mut self, stages: Arc<super::stages::Stages>) -> SmStore {
+        self.stages = stages;
         self
     }
 
@@ -192,6 +200,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
                 elapsed_us = started.elapsed().as_micros() as u64,
                 "applied"
             );
+            self.stages.applied(self.group, log_id.index, started);
             if let Some(r) = responder {
                 r.send(outcome);
             }

@@ -84,7 +84,8 @@ fn state_name(s: ServerState) -> &'static str {
 #[tonic::async_trait]
 impl AdminService for AdminApi {
     async fn status(&self, request: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
-        let with_digest = request.into_inner().with_digest;
+        let req = request.into_inner();
+        let with_digest = req.with_digest;
         let node = &self.node;
         let mut groups = vec![];
         let mut nodes: std::collections::BTreeMap<u64, (String, bool)> = Default::default();
@@ -146,6 +147,22 @@ impl AdminService for AdminApi {
             groups,
             wal_syncs: stats.syncs.load(std::sync::atomic::Ordering::Relaxed),
             wal_synced_appends: stats.appends.load(std::sync::atomic::Ordering::Relaxed),
+            stages: {
+                let figures = node.stages().figures();
+                if req.reset_stages {
+                    node.stages().reset();
+                }
+                figures
+                    .into_iter()
+                    .map(|f| StageLatency {
+                        name: f.name.to_string(),
+                        count: f.count,
+                        p50_us: f.p50_us,
+                        p99_us: f.p99_us,
+                        max_us: f.max_us,
+                    })
+                    .collect()
+            },
             cluster_id: node
                 .identity()
                 .cluster_id()
@@ -236,10 +253,19 @@ impl AdminService for AdminApi {
         }
         let r = request.into_inner();
         let faults = &self.node.peers.faults;
-        faults.unblock_all();
-        for id in r.block_node_ids {
-            faults.block(id);
+        if !r.keep_blocks {
+            faults.set_blocked(r.block_node_ids.iter().copied());
         }
+        if let Some(ms) = r.fsync_stall_ms {
+            faults.stall_fsyncs(Duration::from_millis(ms));
+        }
+        if let Some(fail) = r.fsync_fail {
+            faults.fail_next_fsync(fail);
+        }
+        if let Some(ms) = r.clock_offset_ms {
+            faults.set_clock_offset_ms(ms);
+        }
+        tracing::warn!(?r, "fault injected");
         Ok(Response::new(FaultResponse {}))
     }
 }

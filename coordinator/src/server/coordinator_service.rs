@@ -58,6 +58,15 @@ fn forwarded_group<T>(r: &Request<T>) -> Option<u32> {
     r.metadata().get(GROUP_HEADER)?.to_str().ok()?.parse().ok()
 }
 
+/// The header asking a node to serve every part of a request itself, never forwarding one: a part
+/// whose metadata partition this node does not lead is answered NOT_LEADER_OR_FOLLOWER (nothing
+/// applied). Smart clients send each node the parts of every partition it leads, in one request.
+pub const LOCAL_HEADER: &str = "x-diskless-local";
+
+fn local_only<T>(r: &Request<T>) -> bool {
+    r.metadata().get(LOCAL_HEADER).is_some()
+}
+
 type Client = CoordinatorServiceClient<Channel>;
 
 impl CoordinatorApi {
@@ -97,6 +106,10 @@ impl CoordinatorApi {
         let Some((leader, addr)) = self.node.leader(g).filter(|(id, _)| *id != self.node.id) else {
             return Err(RouteError::NotLeader { group: g, leader: None });
         };
+        if self.node.peers.faults.is_blocked(leader) {
+            // A cut network (fault injection): as when the connection cannot be made.
+            return Err(RouteError::NotLeader { group: g, leader: Some((leader, addr)) });
+        }
         let channel = self
             .node
             .peers
@@ -454,6 +467,7 @@ impl CoordinatorService for CoordinatorApi {
 
     async fn commit_file(&self, request: Request<CommitFileRequest>) -> Result<Response<CommitFileResponse>, Status> {
         let fwd = forwarded_group(&request);
+        let here = fwd.is_some() || local_only(&request);
         let req = request.into_inner();
         let timeout = timeout_of(req.timeout_ms);
         let n = req.batches.len();
@@ -526,7 +540,7 @@ impl CoordinatorService for CoordinatorApi {
                     applied: vec![GroupIndex { metadata_partition: g, index }],
                 })
             };
-            self.on_group(g, fwd.is_some(), sub, local, |mut c, r| async move { c.commit_file(r).await })
+            self.on_group(g, here, sub, local, |mut c, r| async move { c.commit_file(r).await })
         }))
         .await;
         let mut applied = vec![];
