@@ -1,5 +1,5 @@
 //! Our system under test: a local 3-node coordinator cluster with fsync on (the bench re-executes
-//! itself as each node), or a running one given by address.
+//! itself as each node), stopped when dropped. It must not run workloads.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -48,6 +48,11 @@ impl LocalCluster {
         let c = LocalCluster { _dir: dir, children, addrs };
         c.wait_ready(Duration::from_secs(120)).await?;
         Ok(c)
+    }
+
+    /// The node processes' ids (for their CPU use).
+    pub fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(|c| c.id()).collect()
     }
 
     async fn wait_ready(&self, timeout: Duration) -> anyhow::Result<()> {

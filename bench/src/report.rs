@@ -92,6 +92,12 @@ pub fn table(rows: &[Row], ours: &str, theirs: &str) -> String {
     out.push_str(
         "thrpt× = our requests/s ÷ theirs (>1: we are faster); p99 ÷ = their p99 ÷ ours (>1: our tail is shorter)\n",
     );
+    for r in rows.iter().filter(|r| r.errors > 0 && (r.system == ours || r.system == theirs)) {
+        out.push_str(&format!(
+            "ERRORS: {} {}: {} failed requests or refused batches\n",
+            r.system, r.workload, r.errors
+        ));
+    }
     out
 }
 

@@ -1,4 +1,6 @@
-//! The two systems behind one set of operations, so every workload runs the same way on both.
+//! The systems under test (our cluster; PostgreSQL, plain or with a synchronous standby) behind
+//! one set of operations, so every workload runs the same way on each. Owns the wire calls; it
+//! must not decide what to measure (`workload.rs`) or start servers (`ours.rs`, `pg_server.rs`).
 
 use std::sync::Arc;
 
@@ -10,41 +12,58 @@ use uuid::Uuid;
 
 use crate::postgres;
 
-/// One batch coordinate of a commit: partition and record count.
+/// One batch coordinate of a commit: partition, record count and size in the file.
 #[derive(Debug, Clone, Copy)]
 pub struct Coord {
     pub partition: i32,
     pub records: i64,
+    pub bytes: i64,
 }
 
 /// A client connection of one system (one per simulated broker).
 pub enum Conn {
     /// Commits go through the broker's client (each metadata partition's part straight to its
     /// leader, as a broker does); reads to this connection's node.
-    Ours {
-        client: CoordinatorServiceClient<Channel>,
-        broker: Box<diskless_broker_shim::coordinator::Coordinators>,
-        last_applied: Vec<GroupIndex>,
-    },
-    Pg(
-        tokio_postgres::Client,
-        Arc<tokio_postgres::Statement>,
-        Arc<tokio_postgres::Statement>,
-        Arc<tokio_postgres::Statement>,
-    ),
+    Ours { reader: Reader, broker: Box<diskless_broker_shim::coordinator::Coordinators>, last_applied: Vec<GroupIndex> },
+    /// One connection with its statements prepared once, as a broker's connection pool would.
+    Pg { client: Arc<tokio_postgres::Client>, commit: tokio_postgres::Statement, reader: Reader },
+}
+
+/// The read half of a connection: cheap to clone, and clones may run requests concurrently
+/// (multiplexed on one HTTP/2 connection, or pipelined on one PostgreSQL connection).
+#[derive(Clone)]
+pub enum Reader {
+    Ours(CoordinatorServiceClient<Channel>),
+    Pg { client: Arc<tokio_postgres::Client>, find: tokio_postgres::Statement, offsets: tokio_postgres::Statement },
 }
 
 #[derive(Clone)]
 pub enum System {
-    Ours { addrs: Vec<String> },
-    Pg { url: String },
+    Ours {
+        addrs: Vec<String>,
+    },
+    /// `replicated`: the server has a synchronous standby (only the name differs here).
+    Pg {
+        url: String,
+        replicated: bool,
+    },
 }
 
 impl System {
     pub fn name(&self) -> &'static str {
         match self {
             System::Ours { .. } => "raft-coordinator",
-            System::Pg { .. } => "postgresql",
+            System::Pg { replicated: false, .. } => "postgresql",
+            System::Pg { replicated: true, .. } => "postgresql-replicated",
+        }
+    }
+
+    /// Called before every measurement: PostgreSQL writes its dirty pages out (CHECKPOINT), so
+    /// that no measurement pays for the previous one's; our cluster needs nothing.
+    pub async fn before_measurement(&self) -> anyhow::Result<()> {
+        match self {
+            System::Ours { .. } => Ok(()),
+            System::Pg { url, .. } => postgres::checkpoint(url).await,
         }
     }
 
@@ -57,19 +76,18 @@ impl System {
                     tonic::transport::Endpoint::from_shared(format!("http://{a}"))?.tcp_nodelay(true).connect().await?;
                 let broker = diskless_broker_shim::coordinator::Coordinators::connect(addrs).await?;
                 Ok(Conn::Ours {
-                    client: CoordinatorServiceClient::new(ch).max_decoding_message_size(256 << 20),
+                    reader: Reader::Ours(CoordinatorServiceClient::new(ch).max_decoding_message_size(256 << 20)),
                     broker: Box::new(broker),
                     last_applied: vec![],
                 })
             }
-            System::Pg { url } => {
+            System::Pg { url, .. } => {
                 let c = postgres::connect(url).await?;
-                let commit = c
-                    .prepare("SELECT idx, error_code, assigned_base_offset FROM commit_file($1, $2, $3, $4, $5::text::commit_batch[])")
-                    .await?;
+                let commit = c.prepare(postgres::COMMIT_FILE).await.context("prepare commit_file")?;
                 let find = c.prepare(postgres::FIND_BATCHES).await?;
                 let offsets = c.prepare(postgres::LOG_OFFSETS).await?;
-                Ok(Conn::Pg(c, Arc::new(commit), Arc::new(find), Arc::new(offsets)))
+                let client = Arc::new(c);
+                Ok(Conn::Pg { client: client.clone(), commit, reader: Reader::Pg { client, find, offsets } })
             }
         }
     }
@@ -93,7 +111,7 @@ impl System {
                     .into_inner();
                 anyhow::ensure!(r.topics[0].error_code == 0, "create topic: {:?}", r.topics[0].error_message);
             }
-            System::Pg { url } => {
+            System::Pg { url, .. } => {
                 let c = postgres::connect(url).await?;
                 c.execute(
                     "INSERT INTO logs(topic_id, partition) SELECT $1, p FROM generate_series(0, $2 - 1) p",
@@ -106,26 +124,29 @@ impl System {
     }
 }
 
-/// The body of a composite `commit_batch` array literal element.
-fn pg_batch(i: usize, topic: Uuid, c: &Coord) -> String {
-    format!("\"({i},{topic},{},{},16384,0,{},0,0,-1,-1,-1,-1)\"", c.partition, i * 16384, c.records - 1)
-}
-
 impl Conn {
-    /// Commits one file of `coords` batches; returns how many were accepted.
+    /// Commits one file of `coords` batches (laid out one after another in the file); returns
+    /// how many were accepted.
     pub async fn commit(&mut self, key: &str, topic: Uuid, coords: &[Coord], now: i64) -> anyhow::Result<usize> {
+        let mut byte_offsets = Vec::with_capacity(coords.len());
+        let mut file_size = 0i64;
+        for c in coords {
+            byte_offsets.push(file_size);
+            file_size += c.bytes;
+        }
         match self {
             Conn::Ours { broker, last_applied, .. } => {
                 let batches = coords
                     .iter()
+                    .zip(&byte_offsets)
                     .enumerate()
-                    .map(|(i, c)| commit_file_request::CommitBatch {
+                    .map(|(i, (c, &at))| commit_file_request::CommitBatch {
                         magic: 2,
                         request_id: i as i32,
                         topic_id: topic.as_bytes().to_vec(),
                         partition_index: c.partition,
-                        byte_offset: i as i32 * 16_384,
-                        size: 16_384,
+                        byte_offset: at as i32,
+                        size: c.bytes as i32,
                         base_offset: 0,
                         last_offset: c.records - 1,
                         batch_max_timestamp: now,
@@ -141,7 +162,7 @@ impl Conn {
                         CommitFileRequest {
                             object_key: key.into(),
                             object_format: 1,
-                            file_size: 16_384 * coords.len() as i64,
+                            file_size,
                             owner_ids: vec![],
                             batches,
                             timeout_ms: 30_000,
@@ -153,14 +174,40 @@ impl Conn {
                 *last_applied = r.applied;
                 Ok(r.batches.iter().filter(|b| b.error_code == 0).count())
             }
-            Conn::Pg(c, commit, _, _) => {
-                let array = format!(
-                    "{{{}}}",
-                    coords.iter().enumerate().map(|(i, x)| pg_batch(i, topic, x)).collect::<Vec<_>>().join(",")
-                );
-                let size = 16_384i64 * coords.len() as i64;
-                let rows =
-                    c.query(commit.as_ref(), &[&key, &size, &1i32, &now, &array]).await.context("commit_file")?;
+            Conn::Pg { client, commit, .. } => {
+                let n = coords.len();
+                let topics = vec![topic; n];
+                let partitions: Vec<i32> = coords.iter().map(|c| c.partition).collect();
+                let sizes: Vec<i64> = coords.iter().map(|c| c.bytes).collect();
+                let records: Vec<i64> = coords.iter().map(|c| c.records).collect();
+                let max_timestamps = vec![now; n];
+                let timestamp_types = vec![0i16; n];
+                let producer_ids = vec![-1i64; n];
+                let epochs = vec![-1i16; n];
+                let sequences = vec![-1i32; n];
+                let rows = client
+                    .query(
+                        commit,
+                        &[
+                            &key,
+                            &file_size,
+                            &1i32,
+                            &now,
+                            &topics,
+                            &partitions,
+                            &byte_offsets,
+                            &sizes,
+                            &records,
+                            &max_timestamps,
+                            &timestamp_types,
+                            &producer_ids,
+                            &epochs,
+                            &sequences,
+                            &sequences,
+                        ],
+                    )
+                    .await
+                    .context("commit_file")?;
                 Ok(rows.iter().filter(|r| r.get::<_, i16>(1) == 0).count())
             }
         }
@@ -177,8 +224,41 @@ impl Conn {
         min_index: bool,
     ) -> anyhow::Result<usize> {
         match self {
-            Conn::Ours { client, last_applied, .. } => {
+            Conn::Ours { reader, last_applied, .. } => {
+                let min_applied = if min_index { last_applied.clone() } else { vec![] };
+                reader.find(topic, partition, offset, max, min_applied).await
+            }
+            Conn::Pg { reader, .. } => reader.find(topic, partition, offset, max, vec![]).await,
+        }
+    }
+
+    /// The high watermark, strictly.
+    pub async fn latest(&mut self, topic: Uuid, partition: i32) -> anyhow::Result<i64> {
+        self.reader().latest(topic, partition).await
+    }
+
+    pub fn reader(&self) -> &Reader {
+        match self {
+            Conn::Ours { reader, .. } | Conn::Pg { reader, .. } => reader,
+        }
+    }
+}
+
+impl Reader {
+    /// Finds up to `max` batches of one partition from `offset` (on ours, once the replica has
+    /// applied `min_applied`).
+    pub async fn find(
+        &self,
+        topic: Uuid,
+        partition: i32,
+        offset: i64,
+        max: i32,
+        min_applied: Vec<GroupIndex>,
+    ) -> anyhow::Result<usize> {
+        match self {
+            Reader::Ours(client) => {
                 let r = client
+                    .clone()
                     .find_batches(FindBatchesRequest {
                         fetch_max_bytes: i32::MAX,
                         max_batches_per_partition: max,
@@ -191,7 +271,7 @@ impl Conn {
                             }],
                         }],
                         timeout_ms: 10_000,
-                        min_applied: if min_index { last_applied.clone() } else { vec![] },
+                        min_applied,
                     })
                     .await?
                     .into_inner();
@@ -199,26 +279,25 @@ impl Conn {
                 anyhow::ensure!(p.error_code == 0, "find batches: {:?}", p.error_message);
                 Ok(p.batches.len())
             }
-            Conn::Pg(c, _, find, offsets) => {
+            Reader::Pg { client, find, offsets } => {
                 let limit = i64::from(max);
                 let find_params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
                     [&topic, &partition, &offset, &limit];
                 let offset_params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&topic, &partition];
                 // Both queries pipelined on the connection, as a FindBatches answer needs both.
-                let (rows, _) = futures_util::try_join!(
-                    c.query(find.as_ref(), &find_params),
-                    c.query(offsets.as_ref(), &offset_params)
-                )?;
+                let (rows, _) =
+                    futures_util::try_join!(client.query(find, &find_params), client.query(offsets, &offset_params))?;
                 Ok(rows.len())
             }
         }
     }
 
     /// The high watermark, strictly.
-    pub async fn latest(&mut self, topic: Uuid, partition: i32) -> anyhow::Result<i64> {
+    pub async fn latest(&self, topic: Uuid, partition: i32) -> anyhow::Result<i64> {
         match self {
-            Conn::Ours { client, .. } => {
+            Reader::Ours(client) => {
                 let r = client
+                    .clone()
                     .list_offsets(ListOffsetsRequest {
                         topics: vec![list_offsets_request::ListOffsetsTopic {
                             topic_id: topic.as_bytes().to_vec(),
@@ -233,8 +312,8 @@ impl Conn {
                     .into_inner();
                 Ok(r.topics[0].partitions[0].offset)
             }
-            Conn::Pg(c, _, _, offsets) => {
-                let row = c.query_one(offsets.as_ref(), &[&topic, &partition]).await?;
+            Reader::Pg { client, offsets, .. } => {
+                let row = client.query_one(offsets, &[&topic, &partition]).await?;
                 Ok(row.get(1))
             }
         }

@@ -1,5 +1,6 @@
-//! Keeps the benchmark working: a few seconds of every workload on both systems (PostgreSQL is
-//! started privately; without it installed the run measures our system alone, except in CI).
+//! Keeps the benchmark working: half a second of every workload on each system, one system at a
+//! time — our cluster, then a private PostgreSQL, then one with a synchronous standby (without
+//! PostgreSQL installed the run measures our system alone, except in CI).
 
 use std::process::Command;
 
@@ -25,11 +26,22 @@ fn the_benchmark_runs_end_to_end_and_writes_its_table_json_and_plot() {
     assert!(stdout.contains("raft-coordinator"), "{stdout}");
     if pg {
         assert!(stdout.contains("postgresql") && stdout.contains("Index Scan"), "{stdout}");
+        assert!(stdout.contains("postgresql-replicated"), "{stdout}");
+    }
+    for workload in ["fan-out", "/s offered", "ListOffsets latest (strict)", "idle CPU"] {
+        assert!(stdout.contains(workload), "no {workload} in\n{stdout}");
     }
     let json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.path().join("results.json")).unwrap()).unwrap();
     let rows = json["rows"].as_array().unwrap();
-    assert!(rows.len() >= if pg { 16 } else { 8 }, "{} rows", rows.len());
+    let per_system = 10; // smoke: 2 commit client counts, 1 offered, 1 fan-out, 4 reads, 2 depths
+    assert_eq!(rows.len(), if pg { 3 * per_system } else { per_system }, "rows: {rows:#?}");
+    for r in rows.iter().filter(|r| r["system"].as_str().unwrap().starts_with("postgresql")) {
+        // A baseline that refuses batches (say, a broken commit function) measures nothing real.
+        assert_eq!(r["errors"].as_u64(), Some(0), "{r:#}");
+    }
+    let idle = json["phases"][0]["idle_cpu"]["percent_of_one_core_per_node"].as_array().unwrap();
+    assert_eq!(idle.len(), 3, "idle CPU of each node");
     assert!(rows.iter().all(|r| r["samples"].as_u64().unwrap() > 0), "every workload measured something");
     let svg = std::fs::read_to_string(out.path().join("commit-latency.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("raft-coordinator p99"));
