@@ -9,6 +9,11 @@
 //! Run: `cargo run --release -p diskless-coordinator --example state_machine_bench [-- --deep N]`.
 //! Writes are not fsynced here (`--sync` to fsync each commit): this measures the state machine,
 //! the Raft layer's benchmark measures durability.
+//!
+//! `--apply-only` runs part 1 alone (with `--commits N` commits of `--batches B` batches each,
+//! `--idempotent` to give every batch a producer), short enough to run under
+//! `valgrind --tool=callgrind`: instructions per batch are the difference between two runs with
+//! different `--commits`, divided by the extra batches (setup cancels out).
 
 use std::time::Instant;
 
@@ -20,20 +25,36 @@ use uuid::Uuid;
 struct Args {
     deep: i64,
     commits: usize,
+    batches: usize,
+    idempotent: bool,
+    apply_only: bool,
     sync: bool,
     dir: Option<String>,
 }
 
 fn args() -> Args {
-    let mut a = Args { deep: 10_000_000, commits: 20_000, sync: false, dir: None };
+    let mut a = Args {
+        deep: 10_000_000,
+        commits: 20_000,
+        batches: 64,
+        idempotent: false,
+        apply_only: false,
+        sync: false,
+        dir: None,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         match flag.as_str() {
             "--deep" => a.deep = it.next().and_then(|v| v.parse().ok()).expect("--deep N"),
             "--commits" => a.commits = it.next().and_then(|v| v.parse().ok()).expect("--commits N"),
+            "--batches" => a.batches = it.next().and_then(|v| v.parse().ok()).expect("--batches N"),
+            "--idempotent" => a.idempotent = true,
+            "--apply-only" => a.apply_only = true,
             "--sync" => a.sync = true,
             "--dir" => a.dir = it.next(),
-            other => panic!("unknown flag {other}; flags: --deep N --commits N --sync --dir PATH"),
+            other => panic!(
+                "unknown flag {other}; flags: --deep N --commits N --batches N --idempotent --apply-only --sync --dir PATH"
+            ),
         }
     }
     a
@@ -83,7 +104,8 @@ impl Bench {
         self.key += 1;
         let c = CommitFile {
             deadline_ms: None,
-            object_key: format!("wal/{:016}", self.key),
+            // Shaped like the broker's keys: a prefix and a UUID.
+            object_key: format!("wal/{}", Uuid::from_u128(u128::from(self.key))),
             object_format: 1,
             file_size: i64::from(at),
             uploader_broker_id: 1,
@@ -140,12 +162,25 @@ fn main() {
     b.apply(create(shallow_topic, "shallow", 1));
     let mut rng = Rng(0x9e3779b97f4a7c15);
 
-    // 1. CommitFile of 64 batches over 1,000 partitions.
+    // 1. CommitFile of 64 batches over 1,000 partitions; with --idempotent, partition p's batches
+    // come from producer p, in sequence.
     let mut h = Histogram::<u64>::new(3).unwrap();
+    let mut sequences = vec![0i32; 1_000];
     let start = Instant::now();
     for _ in 0..a.commits {
-        let batches = (0..64)
-            .map(|_| batch(TopicPartition { topic_id: topic, partition: (rng.next() % 1_000) as i32 }, 0))
+        let batches = (0..a.batches)
+            .map(|_| {
+                let p = (rng.next() % 1_000) as usize;
+                let mut bt = batch(TopicPartition { topic_id: topic, partition: p as i32 }, 0);
+                if a.idempotent {
+                    bt.producer_id = p as i64;
+                    bt.producer_epoch = 0;
+                    bt.base_sequence = sequences[p];
+                    bt.last_sequence = sequences[p] + 9;
+                    sequences[p] += 10;
+                }
+                bt
+            })
             .collect();
         let t = Instant::now();
         b.commit(batches);
@@ -156,13 +191,17 @@ fn main() {
         "state machine micro-benchmark (single thread, RocksDB {} fsync)",
         if a.sync { "with" } else { "without" }
     );
-    report("apply CommitFile, 64 batches", &h);
+    report(&format!("apply CommitFile, {} batches{}", a.batches, if a.idempotent { ", idempotent" } else { "" }), &h);
     println!(
-        "{:<44} {:.0} commits/s = {:.0} batch coordinates/s",
+        "{:<44} {:.0} commits/s = {:.0} batch coordinates/s = {:.2} µs/batch",
         "",
         a.commits as f64 / secs,
-        a.commits as f64 * 64.0 / secs
+        (a.commits * a.batches) as f64 / secs,
+        secs * 1e6 / (a.commits * a.batches) as f64
     );
+    if a.apply_only {
+        return;
+    }
 
     // 2. Fill the shallow and deep partitions.
     let fill = |b: &mut Bench, id: Uuid, n: i64| {
