@@ -16,6 +16,10 @@ pub struct ShimConfig {
     pub listen: String,
     /// Coordinator nodes, `host:port` (any of them serves any request).
     pub coordinators: Vec<String>,
+    /// Reach a node that advertises the key address through the value address instead (address
+    /// translation: NAT, a proxy per node; the fault suite puts its proxies here).
+    #[serde(default)]
+    pub coordinator_address_map: BTreeMap<String, String>,
     pub storage: StorageConfig,
     #[serde(default)]
     pub produce: ProduceConfig,
@@ -26,6 +30,10 @@ pub struct ShimConfig {
     /// The Kafka protocol listener (off when absent).
     #[serde(default)]
     pub kafka: Option<KafkaConfig>,
+    /// Accept `BrokerService.InjectStorageFault` (tests only): object storage goes through a
+    /// wrapper that can delay, fail or hang its operations.
+    #[serde(default)]
+    pub allow_fault_injection: bool,
 }
 
 /// The Kafka listener: what clients connect to, and how this broker describes itself.

@@ -36,6 +36,9 @@ pub struct Coordinators {
     /// part of a commit straight to its leader.
     leaders: Mutex<Vec<Option<String>>>,
     by_addr: Mutex<HashMap<String, Channel>>,
+    /// Addresses to reach nodes through instead of those they advertise (see
+    /// `ShimConfig::coordinator_address_map`).
+    address_map: HashMap<String, String>,
 }
 
 /// The header that makes a node serve every part of a request itself (no forwarding).
@@ -49,6 +52,12 @@ fn retry_elsewhere(s: &tonic::Status) -> bool {
 impl Coordinators {
     /// Connects (lazily) to the nodes and learns the number of metadata partitions.
     pub async fn connect(addrs: &[String]) -> anyhow::Result<Coordinators> {
+        Self::connect_via(addrs, HashMap::new()).await
+    }
+
+    /// Like [`Coordinators::connect`], reaching a node advertised at a key of `address_map`
+    /// through that key's value.
+    pub async fn connect_via(addrs: &[String], address_map: HashMap<String, String>) -> anyhow::Result<Coordinators> {
         let mut channels = vec![];
         for a in addrs {
             let ch = Endpoint::from_shared(format!("http://{a}"))?
@@ -88,6 +97,7 @@ impl Coordinators {
             num_groups,
             leaders: Mutex::new(vec![None; num_groups as usize]),
             by_addr: Mutex::new(by_addr),
+            address_map,
         };
         c.refresh_leaders().await;
         Ok(c)
@@ -155,25 +165,45 @@ impl Coordinators {
 
     /// Learns every metadata partition's leader from any node.
     pub async fn refresh_leaders(&self) {
-        for _ in 0..self.channels.len() {
-            let (i, _) = self.client();
-            let ch = self.channels[i].1.clone();
-            match AdminServiceClient::new(ch).status(StatusRequest { with_digest: false, ..Default::default() }).await {
-                Ok(s) => {
-                    let s = s.into_inner();
-                    let addr: HashMap<u64, String> = s.nodes.iter().map(|n| (n.node_id, n.address.clone())).collect();
-                    let mut leaders = self.leaders.lock().unwrap_or_else(|e| e.into_inner());
-                    for g in s.groups {
-                        if let Some(slot) = leaders.get_mut(g.metadata_partition as usize) {
-                            *slot = addr.get(&g.leader).cloned();
-                        }
-                    }
-                    return;
-                }
-                Err(_) => {
-                    let _ = self.current.compare_exchange(i, i + 1, Ordering::Relaxed, Ordering::Relaxed);
+        // Every node's view at once: a node may know no leader (cut off, just restarted, or its
+        // replicas not members), so per metadata partition the leader of the highest term wins.
+        let views = futures_util::future::join_all(self.channels.iter().map(|(_, ch)| async move {
+            let r = AdminServiceClient::new(ch.clone())
+                .status(StatusRequest { with_digest: false, ..Default::default() })
+                .await;
+            r.ok().map(|s| s.into_inner())
+        }))
+        .await;
+        let mut best: Vec<Option<(u64, String)>> = vec![None; self.num_groups as usize];
+        let mut knowing: Option<usize> = None;
+        for (i, s) in views.iter().enumerate() {
+            let Some(s) = s else { continue };
+            let addr: HashMap<u64, &String> = s.nodes.iter().map(|n| (n.node_id, &n.address)).collect();
+            for g in &s.groups {
+                let (Some(slot), Some(a)) = (best.get_mut(g.metadata_partition as usize), addr.get(&g.leader)) else {
+                    continue;
+                };
+                if slot.as_ref().is_none_or(|(term, _)| g.term > *term) {
+                    *slot = Some((g.term, self.address_map.get(*a).unwrap_or(a).clone()));
                 }
             }
+            if s.groups.iter().all(|g| g.leader != 0) && knowing.is_none() {
+                knowing = Some(i);
+            }
+        }
+        {
+            let mut leaders = self.leaders.lock().unwrap_or_else(|e| e.into_inner());
+            for (slot, b) in leaders.iter_mut().zip(best) {
+                if let Some((_, addr)) = b {
+                    *slot = Some(addr);
+                }
+            }
+        }
+        // Requests to "any node" go to one that knows every leader, if the current one does not.
+        let cur = self.current.load(Ordering::Relaxed) % self.channels.len();
+        let current_knows = views[cur].as_ref().is_some_and(|s| s.groups.iter().all(|g| g.leader != 0));
+        if let (false, Some(k)) = (current_knows, knowing) {
+            self.current.store(k, Ordering::Relaxed);
         }
     }
 
@@ -391,15 +421,24 @@ impl Coordinators {
             }],
             timeout_ms: 10_000,
         };
-        let resp = self
-            .call(|mut c| {
-                let req = req.clone();
-                async move { c.list_offsets(req).await }
-            })
-            .await
-            .map_err(|s| KafkaError::unavailable("list offsets", &s))?;
-        let p = resp.topics.into_iter().flat_map(|t| t.partitions).next().ok_or_else(no_answer)?;
-        KafkaError::from_wire(p.error_code, p.error_message).map_or(Ok((p.timestamp, p.offset)), Err)
+        let mut attempts = 0;
+        loop {
+            let resp = self
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.list_offsets(req).await }
+                })
+                .await
+                .map_err(|s| KafkaError::unavailable("list offsets", &s))?;
+            let p = resp.topics.into_iter().flat_map(|t| t.partitions).next().ok_or_else(no_answer)?;
+            attempts += 1;
+            // A node that knows no leader for the partition cannot route the read: ask another.
+            if p.error_code == diskless_proto::ErrorCode::NotLeaderOrFollower.wire() && attempts < self.nodes() {
+                self.move_on();
+                continue;
+            }
+            return KafkaError::from_wire(p.error_code, p.error_message).map_or(Ok((p.timestamp, p.offset)), Err);
+        }
     }
 
     /// DeleteRecords of one partition: the new low watermark. Sent once (not repeated on failure).

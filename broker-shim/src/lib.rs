@@ -35,6 +35,8 @@ pub struct Shim {
     pub cleaner: Arc<cleanup::Cleaner>,
     /// Producer ids for InitProducerId, in blocks from the coordinators.
     pub producer_ids: producer_ids::ProducerIds,
+    /// The object storage faults in force (only with `allow_fault_injection`).
+    pub store_faults: Option<Arc<storage::faulty::StoreFaults>>,
     tasks: std::sync::Mutex<Option<produce::ProducerTasks>>,
     stop: tokio::sync::watch::Sender<bool>,
 }
@@ -42,8 +44,15 @@ pub struct Shim {
 impl Shim {
     pub async fn start(config: ShimConfig) -> anyhow::Result<Arc<Shim>> {
         config.validate()?;
-        let storage = storage::Storage::new(&config.storage)?;
-        let coordinators = Arc::new(coordinator::Coordinators::connect(&config.coordinators).await?);
+        let mut storage = storage::Storage::new(&config.storage)?;
+        let mut store_faults = None;
+        if config.allow_fault_injection {
+            let (wrapped, faults) = storage.with_faults();
+            storage = wrapped;
+            store_faults = Some(faults);
+        }
+        let address_map = config.coordinator_address_map.clone().into_iter().collect();
+        let coordinators = Arc::new(coordinator::Coordinators::connect_via(&config.coordinators, address_map).await?);
         let commit_deadline =
             produce::commit_deadline(std::time::Duration::from_millis(config.cleanup.orphan_grace_ms));
         let (producer, tasks) = produce::Producer::start(
@@ -72,6 +81,7 @@ impl Shim {
             fetcher,
             cleaner,
             producer_ids,
+            store_faults,
             tasks: std::sync::Mutex::new(Some(tasks)),
             stop,
         }))

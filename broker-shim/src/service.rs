@@ -179,4 +179,37 @@ impl BrokerService for BrokerApi {
         let (timestamp, offset) = *result.as_ref().unwrap_or(&(-1, -1));
         Ok(Response::new(ListOffsetsResponse { error_code, error_message, offset, timestamp }))
     }
+
+    async fn inject_storage_fault(
+        &self,
+        request: Request<StorageFaultRequest>,
+    ) -> Result<Response<StorageFaultResponse>, Status> {
+        use crate::storage::faulty::{Action, Operation};
+        let Some(faults) = &self.shim.store_faults else {
+            return Err(Status::permission_denied("fault injection is off (allow_fault_injection = false)"));
+        };
+        let r = request.into_inner();
+        let mut ops: Vec<Operation> = r
+            .operations()
+            .map(|o| match o {
+                StorageOperation::Put => Operation::Put,
+                StorageOperation::Get => Operation::Get,
+                StorageOperation::Delete => Operation::Delete,
+                StorageOperation::List => Operation::List,
+            })
+            .collect();
+        if ops.is_empty() {
+            ops = vec![Operation::Put, Operation::Get, Operation::Delete, Operation::List];
+        }
+        let action = match r.action() {
+            StorageFaultAction::Heal => None,
+            StorageFaultAction::Delay => Some(Action::Delay(std::time::Duration::from_millis(r.delay_ms))),
+            StorageFaultAction::Fail => Some(Action::Fail),
+            StorageFaultAction::FailAfter => Some(Action::FailAfter),
+            StorageFaultAction::Hang => Some(Action::Hang),
+        };
+        tracing::warn!(?ops, ?action, percent = r.percent, "object storage fault injected");
+        faults.set(&ops, action, r.percent);
+        Ok(Response::new(StorageFaultResponse {}))
+    }
 }

@@ -17,6 +17,8 @@ BROKER_PORT=${BROKER_PORT:-9192}
 KAFKA_PORT=${KAFKA_PORT:-9092}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/diskless-target}
 
+deploy/prereqs.sh   # cargo, a C++ compiler, libclang (installed with apt when missing)
+[ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 echo "building ($PROFILE profile)..."
 cargo build --profile "$PROFILE" -p diskless-coordinator -p diskless-broker-shim --bins
 case "$PROFILE" in dev) dir=debug ;; *) dir=$PROFILE ;; esac

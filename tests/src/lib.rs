@@ -12,6 +12,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod nemesis;
+
 use diskless_proto::admin::admin_service_client::AdminServiceClient;
 use diskless_proto::admin::{StatusRequest, StatusResponse};
 use diskless_proto::v1::coordinator_service_client::CoordinatorServiceClient;
@@ -31,6 +33,8 @@ pub struct Options {
     pub leader_balance_ms: u64,
     /// Every snapshot install pauses this long, twice (see the node's `test_snapshot_install_pause_ms`).
     pub snapshot_install_pause_ms: u64,
+    /// How often group leaders run retention (`retention_check_ms`; an hour: practically never).
+    pub retention_check_ms: u64,
 }
 
 impl Default for Options {
@@ -41,6 +45,7 @@ impl Default for Options {
             entries_kept_after_snapshot: 1_000,
             leader_balance_ms: 2_000,
             snapshot_install_pause_ms: 0,
+            retention_check_ms: 3_600_000,
         }
     }
 }
@@ -56,15 +61,20 @@ pub struct Cluster {
     nodes: BTreeMap<u64, NodeProc>,
     members: Vec<(u64, String)>,
     pub options: Options,
+    keep: bool,
 }
 
-/// The `coordinator-node` binary cargo built next to the test executable (`target/<profile>/`).
+/// The `coordinator-node` binary cargo built next to the running executable: a test's
+/// (`target/<profile>/deps/<test>`) or the `nemesis` binary's (`target/<profile>/nemesis`).
 fn node_binary() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps/<test>");
-    let bin = profile_dir.join("coordinator-node");
-    assert!(bin.exists(), "{} is missing: build it with `cargo test -p diskless-cluster-tests`", bin.display());
-    bin
+    let dir = exe.parent().expect("the executable's folder");
+    let bin = [dir.join("coordinator-node"), dir.parent().unwrap_or(dir).join("coordinator-node")]
+        .into_iter()
+        .find(|p| p.exists());
+    bin.unwrap_or_else(|| {
+        panic!("coordinator-node is missing next to {}: build it with `cargo build --workspace`", exe.display())
+    })
 }
 
 fn free_port() -> u16 {
@@ -77,7 +87,7 @@ impl Cluster {
     pub async fn start(n: u64, options: Options) -> Cluster {
         let dir = tempfile::Builder::new().prefix("diskless-cluster-").tempdir().expect("temp dir");
         let members: Vec<(u64, String)> = (1..=n).map(|id| (id, format!("127.0.0.1:{}", free_port()))).collect();
-        let mut c = Cluster { dir, nodes: BTreeMap::new(), members: members.clone(), options };
+        let mut c = Cluster { dir, nodes: BTreeMap::new(), members: members.clone(), options, keep: false };
         for (id, addr) in members {
             c.nodes.insert(id, NodeProc { addr, child: None, bootstrap: true });
             c.spawn(id);
@@ -91,13 +101,14 @@ impl Cluster {
         let o = &self.options;
         let mut s = format!(
             "node_id = {id}\nlisten = \"{}\"\ndata_dir = \"{}\"\nnum_metadata_partitions = {}\n\
-             leader_balance_ms = {}\nretention_check_ms = 3600000\nallow_fault_injection = true\n\
+             leader_balance_ms = {}\nretention_check_ms = {}\nallow_fault_injection = true\n\
              test_snapshot_install_pause_ms = {}\n\n\
              [raft]\nsnapshot_after_entries = {}\nentries_kept_after_snapshot = {}\n",
             node.addr,
             self.data_dir(id).display(),
             o.groups,
             o.leader_balance_ms,
+            o.retention_check_ms,
             o.snapshot_install_pause_ms,
             o.snapshot_after_entries,
             o.entries_kept_after_snapshot,
@@ -170,6 +181,38 @@ impl Cluster {
 
     pub fn running(&self) -> Vec<u64> {
         self.nodes.iter().filter(|(_, n)| n.child.is_some()).map(|(id, _)| *id).collect()
+    }
+
+    /// The process id of node `id`, while it runs (for SIGSTOP/SIGCONT).
+    pub fn pid(&self, id: u64) -> Option<u32> {
+        self.nodes.get(&id)?.child.as_ref().map(|c| c.id())
+    }
+
+    /// Whether node `id`'s process ended by itself (a crash, an abort); its exit status is
+    /// collected and the node counts as not running.
+    pub fn exited(&mut self, id: u64) -> Option<std::process::ExitStatus> {
+        let node = self.nodes.get_mut(&id)?;
+        let status = node.child.as_mut()?.try_wait().ok().flatten()?;
+        node.child = None;
+        Some(status)
+    }
+
+    /// Whether node `id` bootstraps from `[[members]]` when (re)started. A node whose data
+    /// directory was wiped must not: it joins as a new node and is added (learner, then voter).
+    pub fn set_bootstrap(&mut self, id: u64, bootstrap: bool) {
+        if let Some(n) = self.nodes.get_mut(&id) {
+            n.bootstrap = bootstrap;
+        }
+    }
+
+    /// The folder holding every node's data, configuration and log.
+    pub fn root(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// Keeps the cluster's folder after the cluster is dropped (for a failing run's evidence).
+    pub fn keep_files(&mut self) {
+        self.keep = true;
     }
 
     async fn channel(&self, id: u64) -> Channel {
@@ -282,7 +325,7 @@ impl Drop for Cluster {
         for id in self.ids() {
             self.kill(id);
         }
-        if std::env::var_os("DISKLESS_KEEP_TEST_DIRS").is_some() {
+        if self.keep || std::env::var_os("DISKLESS_KEEP_TEST_DIRS").is_some() {
             let path = std::mem::replace(&mut self.dir, tempfile::tempdir().expect("temp dir")).keep();
             eprintln!("test cluster files kept in {}", path.display());
         }
@@ -507,6 +550,12 @@ pub struct BrokerOptions {
     pub orphan_grace_ms: u64,
     /// Also serve the Kafka protocol (on a free port).
     pub kafka: bool,
+    /// The broker's id (KIP-1164's uploader broker id; the top bits of its producer ids).
+    pub broker_id: i32,
+    /// The coordinator addresses the broker is given, instead of the cluster's nodes (proxies).
+    pub coordinators: Option<Vec<String>>,
+    /// Raw TOML lines appended to the top level of the broker's configuration.
+    pub extra_toml: String,
 }
 
 impl Default for BrokerOptions {
@@ -518,6 +567,9 @@ impl Default for BrokerOptions {
             delete_grace_ms: 1_000,
             orphan_scan_interval_ms: 0,
             orphan_grace_ms: 600_000,
+            broker_id: 1,
+            coordinators: None,
+            extra_toml: String::new(),
         }
     }
 }
@@ -527,7 +579,8 @@ pub struct BrokerProc {
     pub addr: String,
     /// The Kafka listener's `host:port`, when asked for.
     pub kafka_addr: Option<String>,
-    child: Child,
+    child: Option<Child>,
+    config: PathBuf,
     log: PathBuf,
 }
 
@@ -535,11 +588,16 @@ impl BrokerProc {
     /// Starts a broker for `cluster` (its coordinators), waits until it answers.
     pub async fn start(cluster: &Cluster, name: &str, storage: &TestStorage, o: &BrokerOptions) -> BrokerProc {
         let addr = format!("127.0.0.1:{}", free_port());
-        let coordinators: Vec<String> = cluster.ids().iter().map(|id| format!("\"{}\"", cluster.addr(*id))).collect();
+        let coordinators: Vec<String> = match &o.coordinators {
+            Some(list) => list.iter().map(|a| format!("\"{a}\"")).collect(),
+            None => cluster.ids().iter().map(|id| format!("\"{}\"", cluster.addr(*id))).collect(),
+        };
         let config = format!(
-            "listen = \"{addr}\"\ncoordinators = [{}]\n{}\n[produce]\ncommit_interval_ms = {}\n\n[cleanup]\n\
-             interval_ms = {}\ndelete_grace_ms = {}\norphan_scan_interval_ms = {}\norphan_grace_ms = {}\n",
+            "broker_id = {}\nlisten = \"{addr}\"\ncoordinators = [{}]\n{}\n{}\n[produce]\ncommit_interval_ms = {}\n\n\
+             [cleanup]\ninterval_ms = {}\ndelete_grace_ms = {}\norphan_scan_interval_ms = {}\norphan_grace_ms = {}\n",
+            o.broker_id,
             coordinators.join(", "),
+            o.extra_toml,
             storage.toml(),
             o.commit_interval_ms,
             o.cleanup_interval_ms,
@@ -555,23 +613,60 @@ impl BrokerProc {
         let path = cluster.dir.path().join(format!("broker-{name}.toml"));
         std::fs::write(&path, config).expect("write broker config");
         let log = cluster.dir.path().join(format!("broker-{name}.log"));
-        let out = File::options().create(true).append(true).open(&log).expect("open broker log");
+        let mut b = BrokerProc { addr, kafka_addr, child: None, config: path, log };
+        b.restart().await;
+        b
+    }
+
+    /// Starts the broker's process again (same configuration, same ports) after a kill; waits
+    /// until it answers.
+    pub async fn restart(&mut self) {
+        self.spawn();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.client_opt().await.is_none() {
+            assert!(Instant::now() < deadline, "broker does not answer: {}", self.log_tail());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Starts the broker's process again (same configuration, same ports), without waiting.
+    pub fn spawn(&mut self) {
+        self.kill();
+        let out = File::options().create(true).append(true).open(&self.log).expect("open broker log");
         let exe = node_binary().with_file_name("broker-node");
         let child = Command::new(exe)
             .arg("--config")
-            .arg(&path)
-            .env("RUST_LOG", "info")
+            .arg(&self.config)
+            .env("RUST_LOG", std::env::var("DISKLESS_BROKER_LOG").unwrap_or_else(|_| "info".into()))
             .stdout(Stdio::null())
             .stderr(out)
             .spawn()
             .expect("start broker-node");
-        let b = BrokerProc { addr, kafka_addr, child, log };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while b.client_opt().await.is_none() {
-            assert!(Instant::now() < deadline, "broker does not answer: {}", b.log_tail());
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        self.child = Some(child);
+    }
+
+    /// Whether the broker's process ended by itself; its status is collected.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().ok().flatten()?;
+        self.child = None;
+        Some(status)
+    }
+
+    /// SIGKILLs the broker (a crash: what it buffered is lost, uploads and commits stop mid-way).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
         }
-        b
+    }
+
+    /// The broker's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
     }
 
     async fn client_opt(&self) -> Option<BrokerClient> {
@@ -591,8 +686,10 @@ impl BrokerProc {
 
     /// SIGTERM and wait: the broker commits what it accepted, then exits.
     pub fn stop(&mut self) {
-        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
-        let _ = self.child.wait();
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -601,8 +698,7 @@ impl Drop for BrokerProc {
         if std::thread::panicking() {
             eprintln!("----- broker log (last 30 lines) -----\n{}", self.log_tail());
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
     }
 }
 

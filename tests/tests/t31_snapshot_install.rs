@@ -18,6 +18,7 @@ fn options() -> Options {
         snapshot_after_entries: 1_000_000,
         entries_kept_after_snapshot: 0,
         snapshot_install_pause_ms: PAUSE_MS,
+        ..Options::default()
     }
 }
 

@@ -57,7 +57,11 @@ async fn wait_for(c: &Cluster, via: u64, what: &str, check: impl Fn(&[(i32, usiz
 }
 
 async fn cut(c: &Cluster, id: u64, from: &[u64]) {
-    c.admin(id).await.inject_fault(FaultRequest { block_node_ids: from.to_vec() }).await.expect("inject fault");
+    c.admin(id)
+        .await
+        .inject_fault(FaultRequest { block_node_ids: from.to_vec(), ..Default::default() })
+        .await
+        .expect("inject fault");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

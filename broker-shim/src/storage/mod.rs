@@ -3,7 +3,10 @@
 //!
 //! Owns: building the store from configuration, object keys (`<prefix><uuid>`), write-once puts
 //! (`If-None-Match: *`: a key is never overwritten), ranged reads, idempotent deletes, listing with
-//! ages (streamed page by page). It must not know what a segment holds.
+//! ages (streamed page by page). It must not know what a segment holds. `faulty` wraps the store for
+//! the fault suite.
+
+pub mod faulty;
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -90,6 +93,13 @@ impl Storage {
             }
         };
         Ok(Storage { store, describe })
+    }
+
+    /// The same store behind a fault-injection wrapper (tests only; see [`faulty`]).
+    pub fn with_faults(self) -> (Storage, Arc<faulty::StoreFaults>) {
+        let faults = Arc::new(faulty::StoreFaults::default());
+        let store: Arc<dyn ObjectStore> = Arc::new(faulty::FaultyStore::new(self.store, faults.clone()));
+        (Storage { store, describe: format!("{} (fault injection on)", self.describe) }, faults)
     }
 
     /// A fresh, unique object key under `prefix`.

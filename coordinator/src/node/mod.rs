@@ -109,8 +109,8 @@ impl Node {
         );
         let n = config.num_metadata_partitions;
         let identity = Arc::new(Identity::load_or_create(&db, &config.data_dir, config.node_id, n)?);
-        let syncer = WalSyncer::start(db.clone());
         let peers = Arc::new(Peers::new(identity.clone()));
+        let syncer = WalSyncer::start(db.clone(), peers.faults.clone());
         let raft_config = Arc::new(raft_config(&config)?);
         let stages = Arc::new(crate::raft::stages::Stages::default());
         let mut groups = Vec::with_capacity(n as usize);
@@ -284,7 +284,7 @@ impl Node {
                 .collect(),
             cluster_id: self.identity.cluster_id().map(|c| c.to_vec()).unwrap_or_default(),
             num_metadata_partitions: self.num_groups(),
-            now_ms: Self::now_ms(),
+            now_ms: self.now_ms(),
         }
     }
 
@@ -411,8 +411,10 @@ impl Node {
         Ok(m.membership_config.membership().nodes().map(|(id, n)| (*id, n.addr.clone())).collect())
     }
 
-    fn now_ms() -> i64 {
-        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    /// The wall clock in milliseconds, as this node stamps commands (plus a test clock offset).
+    fn now_ms(&self) -> i64 {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        now + self.peers.faults.clock_offset_ms()
     }
 
     /// Proposes `op` on this node's replica of `g`, which must be the leader; waits until it is
@@ -433,7 +435,7 @@ impl Node {
         let raft = self.raft(g)?;
         let deadline = Instant::now() + timeout;
         loop {
-            let cmd = Command { now_ms: now_ms.unwrap_or_else(Self::now_ms), op: op.clone() };
+            let cmd = Command { now_ms: now_ms.unwrap_or_else(|| self.now_ms()), op: op.clone() };
             let left = deadline.saturating_duration_since(Instant::now());
             let started = Instant::now();
             let r = tokio::time::timeout(left, raft.client_write(cmd))
@@ -481,7 +483,7 @@ impl Node {
         let group = self.group(g)?;
         // Past this the state machine refuses the commit: once the caller has been told "timed
         // out", the commit cannot apply later (the broker's cleaners rely on it).
-        file.deadline_ms = Some(Self::now_ms() + timeout.as_millis() as i64);
+        file.deadline_ms = Some(self.now_ms() + timeout.as_millis() as i64);
         let (reply, rx) = tokio::sync::oneshot::channel();
         group
             .commits
@@ -746,7 +748,7 @@ impl Node {
         let voters: Vec<(NodeId, String)> =
             membership.voter_ids().filter_map(|id| membership.get_node(&id).map(|r| (id, r.addr.clone()))).collect();
         let majority = voters.len() / 2 + 1;
-        let mut clocks = vec![Self::now_ms()];
+        let mut clocks = vec![self.now_ms()];
         let others = voters.iter().filter(|(id, _)| *id != self.id);
         let answers = futures_util::future::join_all(others.map(|(_, addr)| self.identify_peer(addr))).await;
         clocks.extend(answers.into_iter().filter_map(|r| r.ok()).map(|r| r.now_ms));

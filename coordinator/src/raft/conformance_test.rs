@@ -12,7 +12,7 @@ impl openraft::testing::log::StoreBuilder<TypeConfig, LogStore, SmStore, tempfil
     async fn build(&self) -> Result<(tempfile::TempDir, LogStore, SmStore), openraft::StorageError<TypeConfig>> {
         let dir = tempfile::tempdir().expect("temp dir");
         let db = Arc::new(Db::open(&dir.path().join("db")).expect("open db"));
-        let syncer = WalSyncer::start(db.clone());
+        let syncer = WalSyncer::start(db.clone(), Default::default());
         let log = LogStore::new(db.clone(), 3, syncer);
         let sm = SmStore::open(db, StateMachine::new(3, 8), dir.path()).expect("open state machine");
         Ok((dir, log, sm))

@@ -8,6 +8,7 @@
 //! (streamed files, installed crash-safely) and the network ([`network`]: every group's messages over
 //! one gRPC connection per peer). It must not interpret commands: that is the state machine's job.
 
+pub mod faults;
 pub mod identity;
 mod keys;
 mod log_store;

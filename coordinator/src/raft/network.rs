@@ -7,12 +7,12 @@
 //! an unreachable peer is reported as such so openraft backs off, a slow one as a network error so
 //! it retries. Snapshots stream from their file in 1 MiB chunks.
 //!
-//! [`Faults`] is a test hook in the spirit of TiKV's transport filters: it can cut this node off
-//! from chosen peers (this machine's kernel has no netem).
+//! [`Faults`] (see `faults`) is a test hook in the spirit of TiKV's transport filters: it can cut
+//! this node off from chosen peers (this machine's kernel has no netem).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use diskless_proto::internal::raft_service_client::RaftServiceClient;
@@ -28,6 +28,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use tokio::io::AsyncReadExt;
 use tonic::transport::{Channel, Endpoint};
 
+pub use super::faults::Faults;
 use super::identity::Identity;
 use super::progress::Progress;
 use super::snapshot::SnapshotFile;
@@ -44,38 +45,17 @@ pub const SNAPSHOT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the receiver may take to install a snapshot it received whole.
 const SNAPSHOT_INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// Test hook: peers this node must not talk to (both directions are cut when both nodes block
-/// each other).
-#[derive(Debug, Default)]
-pub struct Faults {
-    blocked: RwLock<HashSet<NodeId>>,
-}
-
-impl Faults {
-    pub fn block(&self, peer: NodeId) {
-        self.blocked.write().unwrap_or_else(|e| e.into_inner()).insert(peer);
-    }
-
-    pub fn unblock_all(&self) {
-        self.blocked.write().unwrap_or_else(|e| e.into_inner()).clear();
-    }
-
-    pub fn is_blocked(&self, peer: NodeId) -> bool {
-        self.blocked.read().unwrap_or_else(|e| e.into_inner()).contains(&peer)
-    }
-}
-
 /// One gRPC channel per peer address, shared by every group.
 pub struct Peers {
     channels: Mutex<HashMap<String, Channel>>,
-    pub faults: Faults,
+    pub faults: Arc<Faults>,
     /// This node's identity: the cluster id its messages carry.
     pub identity: Arc<Identity>,
 }
 
 impl Peers {
     pub fn new(identity: Arc<Identity>) -> Peers {
-        Peers { channels: Mutex::new(HashMap::new()), faults: Faults::default(), identity }
+        Peers { channels: Mutex::new(HashMap::new()), faults: Arc::default(), identity }
     }
 
     /// A client for the node at `addr` (`host:port`), connecting on first use.

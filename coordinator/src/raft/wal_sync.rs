@@ -5,11 +5,16 @@
 //! callback waiting, fsyncs the WAL once, and completes them all: while one fsync runs, the next
 //! appends queue up and share the next one. An append is acknowledged to openraft — and so counts
 //! towards a quorum — only after the fsync that covers it.
+//!
+//! A failed fsync stops the process at once (fsyncgate: after a failed fsync the kernel may have
+//! dropped the dirty pages, so what the log holds is unknown; retrying or carrying on could
+//! acknowledge entries that are not on disk). The node restarts from what is durable.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 
+use super::faults::Faults;
 use crate::storage::Db;
 
 type Done = Box<dyn FnOnce(std::io::Result<()>) + Send>;
@@ -29,8 +34,9 @@ pub struct WalSyncer {
 }
 
 impl WalSyncer {
-    /// Starts the fsync thread for `db`. It ends when every handle is dropped.
-    pub fn start(db: Arc<Db>) -> WalSyncer {
+    /// Starts the fsync thread for `db` (`faults`: the test hooks each fsync passes). It ends when
+    /// every handle is dropped.
+    pub fn start(db: Arc<Db>, faults: Arc<Faults>) -> WalSyncer {
         let (tx, rx) = mpsc::channel::<Done>();
         let stats = Arc::new(WalSyncStats::default());
         let st = stats.clone();
@@ -40,14 +46,19 @@ impl WalSyncer {
                 while let Ok(first) = rx.recv() {
                     let mut waiting = vec![first];
                     waiting.extend(rx.try_iter());
-                    let result = db.sync_wal();
+                    let result = faults
+                        .before_fsync()
+                        .map_err(crate::raft::io_err)
+                        .and_then(|()| db.sync_wal().map_err(crate::raft::io_err));
                     st.syncs.fetch_add(1, Ordering::Relaxed);
                     st.appends.fetch_add(waiting.len() as u64, Ordering::Relaxed);
                     if let Err(e) = &result {
-                        tracing::error!(error = %e, "WAL fsync failed; the groups waiting on it stop");
+                        // Nothing waiting is acknowledged, and nothing after it may be.
+                        tracing::error!(error = %e, "WAL fsync failed: stopping the node now");
+                        std::process::abort();
                     }
                     for done in waiting {
-                        done(result.as_ref().map(|_| ()).map_err(crate::raft::io_err));
+                        done(Ok(()));
                     }
                 }
             })

@@ -253,10 +253,19 @@ impl AdminService for AdminApi {
         }
         let r = request.into_inner();
         let faults = &self.node.peers.faults;
-        faults.unblock_all();
-        for id in r.block_node_ids {
-            faults.block(id);
+        if !r.keep_blocks {
+            faults.set_blocked(r.block_node_ids.iter().copied());
         }
+        if let Some(ms) = r.fsync_stall_ms {
+            faults.stall_fsyncs(Duration::from_millis(ms));
+        }
+        if let Some(fail) = r.fsync_fail {
+            faults.fail_next_fsync(fail);
+        }
+        if let Some(ms) = r.clock_offset_ms {
+            faults.set_clock_offset_ms(ms);
+        }
+        tracing::warn!(?r, "fault injected");
         Ok(Response::new(FaultResponse {}))
     }
 }

@@ -106,6 +106,10 @@ impl CoordinatorApi {
         let Some((leader, addr)) = self.node.leader(g).filter(|(id, _)| *id != self.node.id) else {
             return Err(RouteError::NotLeader { group: g, leader: None });
         };
+        if self.node.peers.faults.is_blocked(leader) {
+            // A cut network (fault injection): as when the connection cannot be made.
+            return Err(RouteError::NotLeader { group: g, leader: Some((leader, addr)) });
+        }
         let channel = self
             .node
             .peers

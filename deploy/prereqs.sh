@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Checks what building (and, with --tests, testing) needs on a Debian or Ubuntu machine, and
+# installs what is missing from the package registries (apt, PyPI). Safe to run again: every step
+# is skipped when already done. Fails with a one-line explanation where it cannot help.
+#
+#   deploy/prereqs.sh           # build and run: cargo (Rust >= 1.88), a C++ compiler, libclang
+#   deploy/prereqs.sh --tests   # also what the tests use: kcat, PostgreSQL, moto, Kafka clients
+#
+# deploy/local/run.sh and tests/run.sh (the README's two commands) call it first.
+set -euo pipefail
+
+tests=0
+for arg in "$@"; do
+  case "$arg" in
+    --tests) tests=1 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "prereqs: unknown argument $arg (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+fail() { echo "prereqs: $*" >&2; exit 1; }
+
+# Rust: rustup is the way to get it; we do not install a toolchain behind the user's back.
+if ! command -v cargo >/dev/null 2>&1; then
+  [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+fi
+command -v cargo >/dev/null 2>&1 ||
+  fail "cargo is missing: install Rust 1.88 or newer with rustup (https://rustup.rs), then run this again"
+rust_minor=$(rustc --version | sed -E 's/^rustc 1\.([0-9]+).*/\1/')
+[ "${rust_minor:-0}" -ge 88 ] 2>/dev/null ||
+  fail "$(rustc --version) is too old: Rust 1.88 or newer is needed (rustup update stable)"
+
+# System packages: a C++ compiler and libclang for RocksDB's build and bindings.
+need=()
+command -v c++ >/dev/null 2>&1 || need+=(g++)
+command -v make >/dev/null 2>&1 || need+=(make)
+dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
+if [ "$tests" = 1 ]; then
+  command -v kcat >/dev/null 2>&1 || need+=(kcat)                                   # a real Kafka client
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)       # the benchmark's baseline
+  command -v python3 >/dev/null 2>&1 || need+=(python3)
+  python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  command -v apt-get >/dev/null 2>&1 ||
+    fail "missing ${need[*]} and there is no apt-get here: install them with your package manager"
+  sudo=()
+  if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null 2>&1 || fail "missing ${need[*]}: run as root or install sudo"
+    sudo=(sudo)
+  fi
+  echo "prereqs: installing ${need[*]} (apt)"
+  "${sudo[@]}" apt-get update -qq
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if [ "$tests" = 1 ]; then
+  # moto: a real S3 server for the S3 variants; confluent-kafka and kafka-python: real clients.
+  pip_install() {
+    # Debian's system Python refuses user installs without this flag (PEP 668).
+    python3 -m pip install -q "$@" 2>/dev/null ||
+      python3 -m pip install -q --break-system-packages "$@" ||
+      fail "pip could not install $*"
+    if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi
+  }
+  if ! command -v moto_server >/dev/null 2>&1; then
+    echo "prereqs: installing moto[server] (pip)"
+    pip_install 'moto[server]'
+    export PATH="$HOME/.local/bin:$PATH"
+  fi
+  command -v moto_server >/dev/null 2>&1 || fail "moto_server is not on PATH after installing moto (add ~/.local/bin to PATH)"
+  if ! python3 -c 'import confluent_kafka, kafka' 2>/dev/null; then
+    echo "prereqs: installing confluent-kafka and kafka-python (pip)"
+    pip_install --only-binary :all: confluent-kafka kafka-python
+  fi
+fi
+echo "prereqs: ok"

@@ -1,0 +1,437 @@
+//! The checker: judges a history (the Jepsen Kafka checker's ideas, for one log per partition).
+//!
+//! From the history alone (so a saved history file can be checked again):
+//! - **lost**: an acknowledged record is not at its acknowledged offset (at or above the final
+//!   log start), byte-exact (key and value), in the final read or in any read during the run;
+//! - **duplicate**: one record at two offsets (acknowledged twice, or read twice);
+//! - **gap**: an offset between the final log start and high watermark that holds no record;
+//! - **phantom**: a record nobody sent, or whose key does not match its value (damage);
+//! - **failed-write-present**: a record whose every produce attempt failed definitely;
+//! - **inconsistent-read**: two reads saw different records at one offset;
+//! - **stale-read**: a strict ListOffsets (latest) that began after an acknowledgement at offset
+//!   `o` returned a high watermark `<= o`;
+//! - **offset-regression**: a strict ListOffsets returned less than one that ended before it
+//!   began (high watermarks and log starts never go back in real time);
+//! - **stale-log-start**: a strict earliest ListOffsets, or the final log start, below what an
+//!   acknowledged DeleteRecords set before it began;
+//! - **deleted-topic-present** / **created-topic-missing**: the final topic list against the
+//!   acknowledged topic creations and deletions;
+//! - **final-read-failed**: the final read of a partition could not be done.
+//!
+//! Unknown outcomes may be present or absent, but never twice nor at a wrong offset. The live
+//! checks (digests, objects, availability, crashes) are done on the running system by `settle`
+//! and reported as [`Anomaly`]s too. It must not talk to the system.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::history::{Body, Event, Op, ProducerSeq, Res, FINAL};
+
+/// One finding.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Anomaly {
+    pub kind: String,
+    pub detail: String,
+}
+
+impl Anomaly {
+    pub fn new(kind: &str, detail: impl Into<String>) -> Anomaly {
+        Anomaly { kind: kind.into(), detail: detail.into() }
+    }
+}
+
+/// An operation with how it ended.
+#[derive(Debug, Clone)]
+pub struct OpRecord {
+    pub id: u64,
+    pub process: u32,
+    pub op: Op,
+    pub invoked: u64,
+    /// `(time, outcome)`; `None`: never completed (the run ended first: unknown).
+    pub end: Option<(u64, End)>,
+}
+
+#[derive(Debug, Clone)]
+pub enum End {
+    Ok(Res),
+    Fail(String),
+    Unknown(String),
+}
+
+impl OpRecord {
+    pub fn ok(&self) -> Option<&Res> {
+        match &self.end {
+            Some((_, End::Ok(r))) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+/// Pairs every invoke with its completion.
+pub fn operations(events: &[Event]) -> Vec<OpRecord> {
+    let mut ops: Vec<OpRecord> = vec![];
+    let mut at: HashMap<u64, usize> = HashMap::new();
+    for e in events {
+        match &e.body {
+            Body::Invoke { id, op } => {
+                at.insert(*id, ops.len());
+                ops.push(OpRecord { id: *id, process: e.p, op: op.clone(), invoked: e.t, end: None });
+            }
+            Body::Ok { id, res } => {
+                if let Some(&i) = at.get(id) {
+                    ops[i].end = Some((e.t, End::Ok(res.clone())));
+                }
+            }
+            Body::Fail { id, error } => {
+                if let Some(&i) = at.get(id) {
+                    ops[i].end = Some((e.t, End::Fail(error.clone())));
+                }
+            }
+            Body::Info { id, error } => {
+                if let Some(&i) = at.get(id) {
+                    ops[i].end = Some((e.t, End::Unknown(error.clone())));
+                }
+            }
+            _ => {}
+        }
+    }
+    ops
+}
+
+type Tp = (String, i32);
+
+/// What was sent of one value: where, and how its attempts ended.
+#[derive(Debug, Default)]
+struct Sent {
+    tp: Tp,
+    producer: Option<ProducerSeq>,
+    acked: Vec<(i64, u64)>,
+    any_unknown: bool,
+}
+
+/// Judges the history. Returns every anomaly found (empty: the history is consistent).
+pub fn check(events: &[Event]) -> Vec<Anomaly> {
+    let ops = operations(events);
+    let mut out = vec![];
+
+    // ---- what was sent and acknowledged
+    let mut sent: HashMap<String, Sent> = HashMap::new();
+    // Per partition: acknowledged (last offset, completion time).
+    let mut acks: HashMap<Tp, Vec<(u64, i64)>> = HashMap::new();
+    for o in &ops {
+        let Op::Produce { topic, partition, values, producer, .. } = &o.op else { continue };
+        let tp = (topic.clone(), *partition);
+        for (i, v) in values.iter().enumerate() {
+            let s = sent.entry(v.clone()).or_default();
+            s.tp = tp.clone();
+            s.producer = *producer;
+            match &o.end {
+                Some((t, End::Ok(Res::Offset { offset }))) => s.acked.push((offset + i as i64, *t)),
+                Some((_, End::Fail(_))) => {}
+                _ => s.any_unknown = true,
+            }
+        }
+        if let Some((t, End::Ok(Res::Offset { offset }))) = &o.end {
+            acks.entry(tp).or_default().push((*t, offset + values.len() as i64 - 1));
+        }
+    }
+    for (v, s) in &sent {
+        let offsets: BTreeSet<i64> = s.acked.iter().map(|(o, _)| *o).collect();
+        if offsets.len() > 1 {
+            out.push(Anomaly::new(
+                "duplicate",
+                format!("{}/{}: value {v} acknowledged at offsets {offsets:?}{}", s.tp.0, s.tp.1, idem(s.producer)),
+            ));
+        }
+    }
+
+    // ---- what was read
+    // Per partition: offset → (key, value, read op id), the first record read at each offset.
+    let mut observed: HashMap<Tp, BTreeMap<i64, (String, String, u64)>> = HashMap::new();
+    // Every distinct (partition, offset, key, value) any read returned.
+    let mut every: BTreeSet<(Tp, i64, String, String)> = BTreeSet::new();
+    for o in &ops {
+        let (Op::Read { topic, partition, .. }, Some(Res::Records { records, .. })) = (&o.op, o.ok()) else {
+            continue;
+        };
+        let tp = (topic.clone(), *partition);
+        let seen = observed.entry(tp.clone()).or_default();
+        for (off, key, value) in records {
+            every.insert((tp.clone(), *off, key.clone(), value.clone()));
+            match seen.get(off) {
+                Some((k, v, first)) if (k, v) != (key, value) => out.push(Anomaly::new(
+                    "inconsistent-read",
+                    format!("{}/{} offset {off}: read {v:?} (op {first}) and {value:?} (op {})", tp.0, tp.1, o.id),
+                )),
+                Some(_) => {}
+                None => {
+                    seen.insert(*off, (key.clone(), value.clone(), o.id));
+                }
+            }
+        }
+    }
+    let mut at: HashMap<(&Tp, &str), i64> = HashMap::new();
+    for (tp, off, key, value) in &every {
+        if *key != format!("k{value}") {
+            out.push(Anomaly::new(
+                "phantom",
+                format!("{}/{} offset {off}: key {key:?} does not match value {value:?}", tp.0, tp.1),
+            ));
+            continue;
+        }
+        match sent.get(value) {
+            None => {
+                out.push(Anomaly::new("phantom", format!("{}/{} offset {off}: {value:?} was never sent", tp.0, tp.1)))
+            }
+            Some(s) if s.tp != *tp => out.push(Anomaly::new(
+                "phantom",
+                format!("{}/{} offset {off}: {value:?} was sent to {}/{}", tp.0, tp.1, s.tp.0, s.tp.1),
+            )),
+            Some(s) if s.acked.is_empty() && !s.any_unknown => out.push(Anomaly::new(
+                "failed-write-present",
+                format!("{}/{} offset {off}: {value:?} was refused to its producer{}", tp.0, tp.1, idem(s.producer)),
+            )),
+            Some(_) => {}
+        }
+        match at.insert((tp, value.as_str()), *off) {
+            Some(first) if first != *off => {
+                let p = sent.get(value).and_then(|s| s.producer);
+                out.push(Anomaly::new(
+                    "duplicate",
+                    format!("{}/{}: {value:?} read at offsets {first} and {off}{}", tp.0, tp.1, idem(p)),
+                ));
+            }
+            _ => {}
+        }
+    }
+
+    // ---- the final state of each partition
+    // (log start, high watermark) from the final strict reads, and whether its final read failed.
+    let mut final_bounds: HashMap<Tp, (Option<i64>, Option<i64>)> = HashMap::new();
+    let mut final_read: HashMap<Tp, BTreeMap<i64, String>> = HashMap::new();
+    // Whether the last final read or ListOffsets of each partition succeeded (attempts that
+    // failed and were retried do not count).
+    let mut final_last_ok: BTreeMap<Tp, bool> = BTreeMap::new();
+    for o in ops.iter().filter(|o| o.process == FINAL) {
+        match (&o.op, &o.end) {
+            (Op::ListOffsets { topic, partition, timestamp, .. }, Some((_, End::Ok(Res::Offset { offset })))) => {
+                let b = final_bounds.entry((topic.clone(), *partition)).or_default();
+                if *timestamp == -2 {
+                    b.0 = Some(*offset);
+                } else {
+                    b.1 = Some(*offset);
+                }
+            }
+            (Op::Read { topic, partition, .. }, Some((_, End::Ok(Res::Records { records, .. })))) => {
+                let m = final_read.entry((topic.clone(), *partition)).or_default();
+                for (off, _, v) in records {
+                    m.insert(*off, v.clone());
+                }
+            }
+            _ => {}
+        }
+        if let Op::Read { topic, partition, .. } | Op::ListOffsets { topic, partition, .. } = &o.op {
+            final_last_ok.insert((topic.clone(), *partition), matches!(o.end, Some((_, End::Ok(_)))));
+        }
+    }
+    let final_failed: BTreeSet<Tp> = final_last_ok.into_iter().filter(|(_, ok)| !ok).map(|(tp, _)| tp).collect();
+    for tp in &final_failed {
+        out.push(Anomaly::new("final-read-failed", format!("{}/{}: the final read did not complete", tp.0, tp.1)));
+    }
+    for (tp, (start, hw)) in &final_bounds {
+        let (Some(start), Some(hw)) = (*start, *hw) else { continue };
+        if final_failed.contains(tp) {
+            continue;
+        }
+        let got = final_read.get(tp).cloned().unwrap_or_default();
+        let missing: Vec<i64> = (start..hw).filter(|o| !got.contains_key(o)).collect();
+        if !missing.is_empty() {
+            out.push(Anomaly::new(
+                "gap",
+                format!(
+                    "{}/{}: {} offsets in [{start}, {hw}) hold no record, first {:?}",
+                    tp.0,
+                    tp.1,
+                    missing.len(),
+                    &missing[..missing.len().min(5)]
+                ),
+            ));
+        }
+    }
+
+    // ---- lost: every acknowledged record at its offset
+    for (v, s) in &sent {
+        let Some(&(offset, _)) = s.acked.first() else { continue };
+        let tp = &s.tp;
+        if let Some((_, val, op)) = observed.get(tp).and_then(|m| m.get(&offset)) {
+            if val != v {
+                out.push(Anomaly::new(
+                    "lost",
+                    format!(
+                        "{}/{}: {v:?} acknowledged at offset {offset}, read op {op} found {val:?} there{}",
+                        tp.0,
+                        tp.1,
+                        idem(s.producer)
+                    ),
+                ));
+                continue;
+            }
+        }
+        let Some((Some(start), Some(hw))) = final_bounds.get(tp).copied() else { continue };
+        if final_failed.contains(tp) || offset < start {
+            continue;
+        }
+        let at = final_read.get(tp).and_then(|m| m.get(&offset));
+        if at != Some(v) {
+            let elsewhere = observed.get(tp).and_then(|m| m.iter().find(|(_, (_, val, _))| val == v).map(|(o, _)| *o));
+            out.push(Anomaly::new(
+                "lost",
+                format!(
+                    "{}/{}: {v:?} acknowledged at offset {offset} (final log [{start}, {hw})): found {:?} there{}{}",
+                    tp.0,
+                    tp.1,
+                    at,
+                    elsewhere.map(|o| format!(", and the value at offset {o}")).unwrap_or_default(),
+                    idem(s.producer)
+                ),
+            ));
+        }
+    }
+
+    // ---- strict reads: linearizable against acknowledgements, never going back
+    let mut delete_acks: HashMap<Tp, Vec<(u64, i64)>> = HashMap::new();
+    for o in &ops {
+        if let (Op::DeleteRecords { topic, partition, .. }, Some((t, End::Ok(Res::Offset { offset })))) =
+            (&o.op, &o.end)
+        {
+            delete_acks.entry((topic.clone(), *partition)).or_default().push((*t, *offset));
+        }
+    }
+    let mut reads: HashMap<(Tp, i64), Vec<(u64, u64, i64, u64)>> = HashMap::new();
+    for o in &ops {
+        if let (Op::ListOffsets { topic, partition, timestamp, .. }, Some((t, End::Ok(Res::Offset { offset })))) =
+            (&o.op, &o.end)
+        {
+            reads.entry(((topic.clone(), *partition), *timestamp)).or_default().push((o.invoked, *t, *offset, o.id));
+        }
+    }
+    for ((tp, timestamp), rs) in &reads {
+        // Acknowledged writes (or log starts) each read must reflect: those done before it began.
+        let mut floor: Vec<(u64, i64)> = match timestamp {
+            -1 => acks.get(tp).cloned().unwrap_or_default().into_iter().map(|(t, last)| (t, last + 1)).collect(),
+            -2 => delete_acks.get(tp).cloned().unwrap_or_default(),
+            _ => continue,
+        };
+        floor.sort();
+        let mut best = i64::MIN;
+        let mut prefix: Vec<(u64, i64)> = vec![];
+        for (t, v) in floor {
+            best = best.max(v);
+            prefix.push((t, best));
+        }
+        let (kind, what) =
+            if *timestamp == -1 { ("stale-read", "high watermark") } else { ("stale-log-start", "log start") };
+        let mut reported = 0;
+        for (invoked, _, got, id) in rs {
+            let i = prefix.partition_point(|(t, _)| t < invoked);
+            if i == 0 {
+                continue;
+            }
+            let need = prefix[i - 1].1;
+            if *got < need && reported < 3 {
+                reported += 1;
+                out.push(Anomaly::new(
+                    kind,
+                    format!(
+                        "{}/{}: ListOffsets op {id} returned {what} {got}, but {need} was acknowledged before it began",
+                        tp.0, tp.1
+                    ),
+                ));
+            }
+        }
+        // Real-time order: a read that began after another ended returns at least as much.
+        let mut by_end: Vec<(u64, i64, u64)> = rs.iter().map(|(_, e, v, id)| (*e, *v, *id)).collect();
+        by_end.sort();
+        let mut best_end: Vec<(u64, i64, u64)> = vec![];
+        let mut best = (i64::MIN, 0);
+        for (e, v, id) in by_end {
+            if v > best.0 {
+                best = (v, id);
+            }
+            best_end.push((e, best.0, best.1));
+        }
+        let mut reported = 0;
+        for (invoked, _, got, id) in rs {
+            let i = best_end.partition_point(|(e, _, _)| e < invoked);
+            if i == 0 {
+                continue;
+            }
+            let (_, before, before_id) = best_end[i - 1];
+            if *got < before && reported < 3 {
+                reported += 1;
+                out.push(Anomaly::new(
+                    "offset-regression",
+                    format!("{}/{}: ListOffsets({timestamp}) op {id} returned {got} after op {before_id} had returned {before}", tp.0, tp.1),
+                ));
+            }
+        }
+    }
+    for (tp, ds) in &delete_acks {
+        let Some((Some(start), _)) = final_bounds.get(tp) else { continue };
+        if let Some(max) = ds.iter().map(|(_, o)| *o).max() {
+            if *start < max {
+                out.push(Anomaly::new(
+                    "stale-log-start",
+                    format!("{}/{}: final log start {start} below an acknowledged DeleteRecords to {max}", tp.0, tp.1),
+                ));
+            }
+        }
+    }
+
+    // ---- topics: acknowledged creations and deletions against the final list
+    let mut created: BTreeSet<String> = BTreeSet::new();
+    let mut delete_tried: BTreeSet<String> = BTreeSet::new();
+    let mut deleted: BTreeSet<String> = BTreeSet::new();
+    let mut final_topics: Option<BTreeSet<String>> = None;
+    for o in &ops {
+        match (&o.op, o.ok()) {
+            (Op::CreateTopic { topic, .. }, Some(_)) if o.process != FINAL => {
+                created.insert(topic.clone());
+            }
+            (Op::DeleteTopic { topic, .. }, ok) => {
+                delete_tried.insert(topic.clone());
+                if ok.is_some() {
+                    deleted.insert(topic.clone());
+                }
+            }
+            (Op::ListTopics { .. }, Some(Res::Topics { names, .. })) if o.process == FINAL => {
+                final_topics = Some(names.iter().cloned().collect());
+            }
+            _ => {}
+        }
+    }
+    if let Some(names) = final_topics {
+        for t in &deleted {
+            if names.contains(t) {
+                out.push(Anomaly::new(
+                    "deleted-topic-present",
+                    format!("topic {t}: deletion acknowledged, still listed"),
+                ));
+            }
+        }
+        for t in created.difference(&delete_tried) {
+            if !names.contains(t) {
+                out.push(Anomaly::new(
+                    "created-topic-missing",
+                    format!("topic {t}: creation acknowledged, not listed"),
+                ));
+            }
+        }
+    }
+
+    out.sort();
+    out
+}
+
+fn idem(p: Option<ProducerSeq>) -> String {
+    p.map(|p| format!(" (idempotent producer {} epoch {} seq {})", p.id, p.epoch, p.seq)).unwrap_or_default()
+}

@@ -1,0 +1,162 @@
+//! The checker finds each anomaly it claims to, in small hand-made histories, and stays quiet on
+//! a consistent one (unknown outcomes present or absent included).
+
+use super::checker::check;
+use super::history::{History, Op, Outcome, ProducerSeq, Res, Via, FINAL};
+
+/// Lets the clock move, so consecutive operations are ordered in real time.
+fn tick() {
+    std::thread::sleep(std::time::Duration::from_micros(50));
+}
+
+fn produce(h: &History, p: u32, tp: (&str, i32), values: &[&str], producer: Option<ProducerSeq>, out: Outcome) {
+    let op = Op::Produce {
+        via: Via::Grpc,
+        target: 0,
+        topic: tp.0.into(),
+        partition: tp.1,
+        values: values.iter().map(|v| v.to_string()).collect(),
+        producer,
+    };
+    tick();
+    let id = h.invoke(p, op);
+    tick();
+    h.complete(p, id, out);
+}
+
+fn read(h: &History, p: u32, tp: (&str, i32), from: i64, records: &[(i64, &str)], hw: i64) {
+    let op = Op::Read { via: Via::Grpc, target: 0, topic: tp.0.into(), partition: tp.1, offset: from };
+    tick();
+    let id = h.invoke(p, op);
+    tick();
+    let records = records.iter().map(|(o, v)| (*o, format!("k{v}"), v.to_string())).collect();
+    h.complete(p, id, Outcome::Ok(Res::Records { records, high_watermark: hw, log_start: 0 }));
+}
+
+fn list(h: &History, p: u32, tp: (&str, i32), timestamp: i64, offset: i64) {
+    let op = Op::ListOffsets { via: Via::Coordinator, target: 1, topic: tp.0.into(), partition: tp.1, timestamp };
+    tick();
+    let id = h.invoke(p, op);
+    tick();
+    h.complete(p, id, Outcome::Ok(Res::Offset { offset }));
+}
+
+/// The final phase: strict bounds, then the records.
+fn final_state(h: &History, tp: (&str, i32), start: i64, records: &[(i64, &str)], hw: i64) {
+    list(h, FINAL, tp, -2, start);
+    list(h, FINAL, tp, -1, hw);
+    read(h, FINAL, tp, start, records, hw);
+}
+
+fn kinds(h: &History) -> Vec<String> {
+    check(&h.events()).into_iter().map(|a| a.kind).collect()
+}
+
+const T: (&str, i32) = ("t", 0);
+
+#[test]
+fn a_consistent_history_has_no_anomaly_and_unknown_writes_may_be_absent() {
+    let h = History::in_memory();
+    produce(&h, 1, T, &["a", "b"], None, Outcome::Ok(Res::Offset { offset: 0 }));
+    produce(&h, 1, T, &["c"], None, Outcome::Unknown("timeout".into()));
+    produce(&h, 1, T, &["d"], None, Outcome::Unknown("timeout".into()));
+    produce(&h, 2, T, &["e"], None, Outcome::Fail("6 not leader".into()));
+    list(&h, 3, T, -1, 3);
+    final_state(&h, T, 0, &[(0, "a"), (1, "b"), (2, "c")], 3);
+    assert_eq!(kinds(&h), Vec::<String>::new());
+}
+
+#[test]
+fn an_acknowledged_record_missing_or_elsewhere_is_lost() {
+    let h = History::in_memory();
+    produce(&h, 1, T, &["a"], None, Outcome::Ok(Res::Offset { offset: 0 }));
+    produce(&h, 1, T, &["b"], None, Outcome::Ok(Res::Offset { offset: 1 }));
+    final_state(&h, T, 0, &[(0, "a")], 1);
+    // The final strict read missed the acknowledged offset 1 too.
+    assert_eq!(kinds(&h), vec!["lost", "stale-read"]);
+
+    let h = History::in_memory();
+    produce(&h, 1, T, &["a"], None, Outcome::Ok(Res::Offset { offset: 0 }));
+    produce(&h, 1, T, &["b"], None, Outcome::Ok(Res::Offset { offset: 1 }));
+    final_state(&h, T, 0, &[(0, "b"), (1, "a")], 2);
+    assert_eq!(kinds(&h), vec!["lost", "lost"]);
+}
+
+#[test]
+fn records_below_the_final_log_start_are_not_required() {
+    let h = History::in_memory();
+    produce(&h, 1, T, &["a"], None, Outcome::Ok(Res::Offset { offset: 0 }));
+    produce(&h, 1, T, &["b"], None, Outcome::Ok(Res::Offset { offset: 1 }));
+    final_state(&h, T, 1, &[(1, "b")], 2);
+    assert_eq!(kinds(&h), Vec::<String>::new());
+}
+
+#[test]
+fn a_record_twice_or_an_idempotent_batch_acknowledged_twice_is_a_duplicate() {
+    let h = History::in_memory();
+    produce(&h, 1, T, &["a"], None, Outcome::Unknown("timeout".into()));
+    final_state(&h, T, 0, &[(0, "a"), (1, "a")], 2);
+    assert_eq!(kinds(&h), vec!["duplicate"]);
+
+    let h = History::in_memory();
+    let p = Some(ProducerSeq { id: 9, epoch: 0, seq: 0 });
+    produce(&h, 1, T, &["a"], p, Outcome::Ok(Res::Offset { offset: 0 }));
+    produce(&h, 1, T, &["a"], p, Outcome::Ok(Res::Offset { offset: 1 }));
+    final_state(&h, T, 0, &[(0, "a"), (1, "a")], 2);
+    assert!(kinds(&h).iter().all(|k| k == "duplicate") && kinds(&h).len() == 2, "{:?}", kinds(&h));
+}
+
+#[test]
+fn gaps_phantoms_refused_writes_and_disagreeing_reads_are_found() {
+    let h = History::in_memory();
+    produce(&h, 1, T, &["a"], None, Outcome::Ok(Res::Offset { offset: 0 }));
+    produce(&h, 1, T, &["x"], None, Outcome::Fail("6 not leader".into()));
+    read(&h, 2, T, 0, &[(0, "a"), (1, "zz")], 2);
+    read(&h, 2, T, 0, &[(0, "a"), (1, "x")], 2);
+    final_state(&h, T, 0, &[(0, "a"), (1, "x")], 3);
+    let mut k = kinds(&h);
+    k.dedup();
+    assert_eq!(k, vec!["failed-write-present", "gap", "inconsistent-read", "phantom"]);
+}
+
+#[test]
+fn a_strict_read_after_an_acknowledgement_must_see_it_and_never_go_back() {
+    let h = History::in_memory();
+    produce(&h, 1, T, &["a", "b"], None, Outcome::Ok(Res::Offset { offset: 0 }));
+    list(&h, 2, T, -1, 2);
+    list(&h, 2, T, -1, 1);
+    final_state(&h, T, 0, &[(0, "a"), (1, "b")], 2);
+    assert_eq!(kinds(&h), vec!["offset-regression", "stale-read"]);
+}
+
+#[test]
+fn acknowledged_deletions_hold_and_failed_final_reads_are_reported() {
+    let h = History::in_memory();
+    produce(&h, 1, T, &["a", "b"], None, Outcome::Ok(Res::Offset { offset: 0 }));
+    let id = h.invoke(1, Op::DeleteRecords { via: Via::Grpc, target: 0, topic: "t".into(), partition: 0, offset: 1 });
+    h.complete(1, id, Outcome::Ok(Res::Offset { offset: 1 }));
+    list(&h, 2, T, -2, 0);
+    final_state(&h, T, 0, &[(0, "a"), (1, "b")], 2);
+    let id = h.invoke(FINAL, Op::Read { via: Via::Grpc, target: 0, topic: "u".into(), partition: 0, offset: 0 });
+    h.complete(FINAL, id, Outcome::Fail("storage error".into()));
+    // The reader, the final strict read and the final log start all missed the deletion.
+    assert_eq!(kinds(&h), vec!["final-read-failed", "stale-log-start", "stale-log-start", "stale-log-start"]);
+}
+
+#[test]
+fn topic_creations_and_deletions_are_checked_against_the_final_list() {
+    let h = History::in_memory();
+    for (op, ok) in [
+        (Op::CreateTopic { via: Via::Kafka, target: 0, topic: "kept".into(), partitions: 1 }, true),
+        (Op::CreateTopic { via: Via::Kafka, target: 0, topic: "gone".into(), partitions: 1 }, true),
+        (Op::DeleteTopic { via: Via::Kafka, target: 0, topic: "gone".into() }, true),
+        (Op::CreateTopic { via: Via::Kafka, target: 0, topic: "back".into(), partitions: 1 }, true),
+        (Op::DeleteTopic { via: Via::Kafka, target: 0, topic: "back".into() }, true),
+    ] {
+        let id = h.invoke(1, op);
+        h.complete(1, id, if ok { Outcome::Ok(Res::Done) } else { Outcome::Fail("x".into()) });
+    }
+    let id = h.invoke(FINAL, Op::ListTopics { via: Via::Coordinator, target: 1 });
+    h.complete(FINAL, id, Outcome::Ok(Res::Topics { names: vec!["back".into()], ids: vec![], partitions: vec![] }));
+    assert_eq!(kinds(&h), vec!["created-topic-missing", "deleted-topic-present"]);
+}

@@ -1,0 +1,175 @@
+//! A small Kafka client for the fault suite, on the `kafka-protocol` crate the broker uses: one
+//! connection, one request at a time (so a timeout leaves nothing half-read behind: the caller
+//! drops the client and connects again). ApiVersions (on connect, checking the versions we use),
+//! Metadata, InitProducerId, Produce (acks=-1, the caller's record batch bytes as they are, so an
+//! idempotent retry re-sends the same bytes), Fetch and ListOffsets.
+//!
+//! It must not retry or interpret errors: callers (the workload) do what real clients do.
+
+use anyhow::Context;
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The versions this client speaks (flexible versions, within what the broker accepts).
+const API_VERSIONS_V: i16 = 3;
+const METADATA_V: i16 = 12;
+const INIT_PRODUCER_ID_V: i16 = 4;
+const PRODUCE_V: i16 = 9;
+const FETCH_V: i16 = 12;
+const LIST_OFFSETS_V: i16 = 7;
+
+pub struct KafkaClient {
+    stream: TcpStream,
+    correlation: i32,
+}
+
+/// One partition's fetch answer.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    pub error_code: i16,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub records: Bytes,
+}
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+impl KafkaClient {
+    /// Connects and checks with ApiVersions that the broker speaks every version used here.
+    pub async fn connect(addr: &str) -> anyhow::Result<KafkaClient> {
+        let stream = TcpStream::connect(addr).await.with_context(|| format!("connect to {addr}"))?;
+        stream.set_nodelay(true)?;
+        let mut c = KafkaClient { stream, correlation: 0 };
+        let req = ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str("diskless-nemesis"))
+            .with_client_software_version(StrBytes::from_static_str("1"));
+        let r = c.call(&req, API_VERSIONS_V).await?;
+        anyhow::ensure!(r.error_code == 0, "ApiVersions error {}", r.error_code);
+        for (key, v) in [
+            (ApiKey::Metadata, METADATA_V),
+            (ApiKey::InitProducerId, INIT_PRODUCER_ID_V),
+            (ApiKey::Produce, PRODUCE_V),
+            (ApiKey::Fetch, FETCH_V),
+            (ApiKey::ListOffsets, LIST_OFFSETS_V),
+        ] {
+            let ok = r.api_keys.iter().any(|a| a.api_key == key as i16 && a.min_version <= v && v <= a.max_version);
+            anyhow::ensure!(ok, "the broker does not speak {key:?} v{v}");
+        }
+        Ok(c)
+    }
+
+    /// Sends one request and reads its answer.
+    async fn call<R: Request>(&mut self, req: &R, version: i16) -> anyhow::Result<R::Response> {
+        self.correlation = self.correlation.wrapping_add(1);
+        let key = ApiKey::try_from(R::KEY).map_err(|_| anyhow::anyhow!("unknown API key {}", R::KEY))?;
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation)
+            .with_client_id(Some(StrBytes::from_static_str("nemesis")));
+        let mut body = BytesMut::new();
+        header.encode(&mut body, key.request_header_version(version))?;
+        req.encode(&mut body, version)?;
+        let mut frame = BytesMut::with_capacity(4 + body.len());
+        frame.put_i32(body.len() as i32);
+        frame.extend_from_slice(&body);
+        self.stream.write_all(&frame).await.context("send request")?;
+        let size = self.stream.read_i32().await.context("read response size")?;
+        anyhow::ensure!((0..=256 << 20).contains(&size), "response frame of {size} bytes");
+        let mut buf = BytesMut::zeroed(size as usize);
+        self.stream.read_exact(&mut buf).await.context("read response")?;
+        let mut buf = buf.freeze();
+        let rh = ResponseHeader::decode(&mut buf, R::Response::header_version(version))?;
+        anyhow::ensure!(
+            rh.correlation_id == self.correlation,
+            "answer to request {} while waiting for {}",
+            rh.correlation_id,
+            self.correlation
+        );
+        let r = R::Response::decode(&mut buf, version)?;
+        anyhow::ensure!(!buf.has_remaining(), "{} bytes after the response", buf.remaining());
+        Ok(r)
+    }
+
+    /// The partition count of `topic` (`None`: the broker does not know it).
+    pub async fn partitions(&mut self, topic: &str) -> anyhow::Result<Option<usize>> {
+        let req = MetadataRequest::default()
+            .with_topics(Some(vec![metadata_request::MetadataRequestTopic::default().with_name(Some(name(topic)))]));
+        let r = self.call(&req, METADATA_V).await?;
+        Ok(r.topics.first().filter(|t| t.error_code == 0).map(|t| t.partitions.len()))
+    }
+
+    /// InitProducerId without a transactional id: `(error code, producer id, epoch)`.
+    pub async fn init_producer_id(&mut self) -> anyhow::Result<(i16, i64, i16)> {
+        let req = InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
+        let r = self.call(&req, INIT_PRODUCER_ID_V).await?;
+        Ok((r.error_code, r.producer_id.0, r.producer_epoch))
+    }
+
+    /// Produces one record batch (acks = all): `(error code, base offset)`.
+    pub async fn produce(&mut self, topic: &str, partition: i32, batch: Bytes) -> anyhow::Result<(i16, i64)> {
+        let req = ProduceRequest::default().with_acks(-1).with_timeout_ms(30_000).with_topic_data(vec![
+            produce_request::TopicProduceData::default().with_name(name(topic)).with_partition_data(vec![
+                produce_request::PartitionProduceData::default().with_index(partition).with_records(Some(batch)),
+            ]),
+        ]);
+        let r = self.call(&req, PRODUCE_V).await?;
+        let p = r
+            .responses
+            .first()
+            .and_then(|t| t.partition_responses.first())
+            .context("the produce answer names no partition")?;
+        Ok((p.error_code, p.base_offset))
+    }
+
+    /// Fetches one partition from `offset` (up to 256 KiB, no waiting).
+    pub async fn fetch(&mut self, topic: &str, partition: i32, offset: i64) -> anyhow::Result<Fetched> {
+        let req = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(0)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_isolation_level(0)
+            .with_session_epoch(-1)
+            .with_topics(vec![fetch_request::FetchTopic::default().with_topic(name(topic)).with_partitions(vec![
+                fetch_request::FetchPartition::default()
+                    .with_partition(partition)
+                    .with_fetch_offset(offset)
+                    .with_log_start_offset(-1)
+                    .with_partition_max_bytes(256 << 10),
+            ])]);
+        let r = self.call(&req, FETCH_V).await?;
+        anyhow::ensure!(r.error_code == 0, "fetch error {}", r.error_code);
+        let p =
+            r.responses.first().and_then(|t| t.partitions.first()).context("the fetch answer names no partition")?;
+        Ok(Fetched {
+            error_code: p.error_code,
+            high_watermark: p.high_watermark,
+            log_start_offset: p.log_start_offset,
+            records: p.records.clone().unwrap_or_default(),
+        })
+    }
+
+    /// ListOffsets of one partition at `timestamp` (-1 latest, -2 earliest): `(error code, offset)`.
+    pub async fn list_offsets(&mut self, topic: &str, partition: i32, timestamp: i64) -> anyhow::Result<(i16, i64)> {
+        let req = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+            list_offsets_request::ListOffsetsTopic::default().with_name(name(topic)).with_partitions(vec![
+                list_offsets_request::ListOffsetsPartition::default()
+                    .with_partition_index(partition)
+                    .with_timestamp(timestamp),
+            ]),
+        ]);
+        let r = self.call(&req, LIST_OFFSETS_V).await?;
+        let p = r.topics.first().and_then(|t| t.partitions.first()).context("the answer names no partition")?;
+        Ok((p.error_code, p.offset))
+    }
+}

@@ -1,0 +1,236 @@
+//! A Jepsen-style fault suite: a nemesis injects faults into a real cluster (coordinator nodes,
+//! brokers, object store) while a workload produces, consumes and reads strictly; everything is
+//! recorded in a history, which a checker judges after every fault is healed.
+//!
+//! ```text
+//!  rng(seed) ─┬─▶ faults (nemesis) ──kill/stop/cut/failpoints──▶ system (nodes, brokers, proxies, store)
+//!             └─▶ workload (producers, consumers, strict readers, admin) ──ops──▶ system
+//!                      │ invoke / ok / fail / info          faults: start / heal │
+//!                      └────────────────────────▶ history (JSON lines) ◀────────┘
+//!  heal all ─▶ settle (availability, final reads, digests, objects) ─▶ checker ─▶ report
+//! ```
+//!
+//! Used by the short seeded run in `cargo test` (`tests/tests/t90_nemesis.rs`) and by the
+//! `nemesis` binary for long runs (`tests/nemesis.sh`). This module owns the run's sequence; each
+//! concept lives in its own file: `rng`, `history`, `system` (processes), `proxy`, `faults`,
+//! `workload`, `kafka_client`, `settle`, `checker`, `report`.
+
+pub mod checker;
+#[cfg(test)]
+mod checker_test;
+pub mod faults;
+pub mod history;
+pub mod kafka_client;
+pub mod proxy;
+pub mod report;
+pub mod rng;
+pub mod settle;
+pub mod system;
+pub mod workload;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use diskless_proto::broker::CreateTopicRequest;
+
+use checker::Anomaly;
+use faults::{Kind, Nemesis};
+use history::{History, Op, Outcome, Res, Via};
+use rng::Rng;
+use system::{Shape, System};
+use workload::{Ctx, Mix, Topic};
+
+/// The process number topic creation at setup is recorded under.
+pub const SETUP: u32 = u32::MAX - 1;
+
+/// What a run does.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub seed: u64,
+    /// The fault phase lasts at least this long...
+    pub duration: Duration,
+    /// ... and until this many faults were injected (at most twice `duration`).
+    pub min_faults: usize,
+    pub shape: Shape,
+    pub faults: Vec<Kind>,
+    pub mix: Mix,
+    /// Long-lived topics and their partitions.
+    pub topics: usize,
+    pub partitions: i32,
+    /// Keep every file (history, logs, data) even when the run passes.
+    pub keep: bool,
+    /// The command that replays this run (for the summary).
+    pub replay: String,
+}
+
+impl Config {
+    /// A run of `duration` with every fault kind on a 3-node cluster with 2 brokers.
+    pub fn new(seed: u64, duration: Duration) -> Config {
+        Config {
+            seed,
+            duration,
+            min_faults: 0,
+            shape: Shape { nodes: 3, brokers: 2, metadata_partitions: 4, s3: false },
+            faults: Kind::ALL.to_vec(),
+            mix: Mix::default(),
+            topics: 2,
+            partitions: 4,
+            keep: false,
+            replay: format!("DISKLESS_NEMESIS_SEED={seed} cargo test --workspace --test t90_nemesis"),
+        }
+    }
+}
+
+/// What a run found.
+pub struct RunResult {
+    pub summary: report::Summary,
+    pub anomalies: Vec<Anomaly>,
+    pub faults: usize,
+    /// Where the history and every process's log and data are, if kept.
+    pub kept: Option<std::path::PathBuf>,
+}
+
+/// Runs the suite once: start, faults with the workload, heal, settle, check, report.
+pub async fn run(config: Config) -> anyhow::Result<RunResult> {
+    eprintln!("nemesis: seed {} ({:?})", config.seed, config.shape);
+    let root_rng = Rng::new(config.seed);
+    let options = crate::Options {
+        groups: config.shape.metadata_partitions,
+        // Small, so snapshots are built, sent and installed often.
+        snapshot_after_entries: 500,
+        entries_kept_after_snapshot: 50,
+        leader_balance_ms: 2_000,
+        ..crate::Options::default()
+    };
+    let system = Arc::new(System::start(config.shape.clone(), options).await?);
+    let history_path = system.root.join("history.jsonl");
+    let history = Arc::new(History::create(&history_path)?);
+    history.note(format!("seed {} shape {:?} faults {:?}", config.seed, config.shape, config.faults));
+
+    let topics = create_topics(&system, &history, config.topics, config.partitions).await?;
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let ctx = Arc::new(Ctx { history: history.clone(), system: system.clone(), topics, stop });
+    let workers = spawn_workers(&ctx, &config.mix, &root_rng);
+
+    history.note("fault phase");
+    let started = Instant::now();
+    let mut nemesis = Nemesis::new(system.clone(), history.clone(), root_rng.fork(0), config.faults.clone());
+    nemesis.run(started + config.duration, config.min_faults, started + config.duration * 2).await;
+    let fault_phase = started.elapsed();
+
+    history.note("stopping the workload");
+    let _ = stop_tx.send(true);
+    for w in workers {
+        // A worker ends after its current request (bounded by the request timeout).
+        if tokio::time::timeout(Duration::from_secs(60), w).await.is_err() {
+            history.note("a worker did not stop within 60 s");
+        }
+    }
+    let settled = settle::settle(&ctx).await;
+    history.flush();
+
+    let events = history.events();
+    let mut anomalies = checker::check(&events);
+    anomalies.extend(nemesis.anomalies.iter().cloned());
+    anomalies.extend(settled.anomalies);
+    anomalies.sort();
+    let summary = report::summarize(&report::Facts {
+        seed: config.seed,
+        shape: format!(
+            "{} nodes, {} brokers, {} metadata partitions, {} store",
+            config.shape.nodes,
+            config.shape.brokers,
+            config.shape.metadata_partitions,
+            if config.shape.s3 { "S3 (moto)" } else { "local directory" }
+        ),
+        fault_phase,
+        faults: &nemesis.counts,
+        events: &events,
+        anomalies: &anomalies,
+        recovered_in: settled.recovered_in,
+        history: history_path.display().to_string(),
+        replay: config.replay.clone(),
+    });
+    let _ = std::fs::write(system.root.join("summary.txt"), &summary.text);
+    let kept = if config.keep || !anomalies.is_empty() {
+        system.cluster.lock().await.keep_files();
+        Some(system.root.clone())
+    } else {
+        None
+    };
+    let faults = nemesis.total();
+    drop(nemesis);
+    drop(ctx);
+    // Stops every process (the cluster's folder goes unless kept).
+    drop(Arc::try_unwrap(system).ok());
+    Ok(RunResult { summary, anomalies, faults, kept })
+}
+
+/// Creates the long-lived topics through broker 0 (retrying while the cluster settles).
+async fn create_topics(system: &System, history: &History, n: usize, partitions: i32) -> anyhow::Result<Vec<Topic>> {
+    let mut out = vec![];
+    for i in 0..n {
+        let name = format!("nemesis-{i}");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let op = Op::CreateTopic { via: Via::Grpc, target: 0, topic: name.clone(), partitions };
+            let id = history.invoke(SETUP, op);
+            let req = CreateTopicRequest { name: name.clone(), partitions, retention_ms: None, retention_bytes: None };
+            match tokio::time::timeout(Duration::from_secs(30), system.broker(0).create_topic(req)).await {
+                Ok(Ok(r)) if r.get_ref().error_code == 0 => {
+                    let id_bytes: [u8; 16] = r.get_ref().topic_id.as_slice().try_into()?;
+                    history.complete(SETUP, id, Outcome::Ok(Res::Done));
+                    out.push(Topic { name: name.clone(), id: id_bytes, partitions });
+                    break;
+                }
+                other => {
+                    let e = match other {
+                        Ok(Ok(r)) => format!("{} {:?}", r.get_ref().error_code, r.get_ref().error_message),
+                        Ok(Err(s)) => s.to_string(),
+                        Err(_) => "no answer".into(),
+                    };
+                    history.complete(SETUP, id, Outcome::Unknown(e.clone()));
+                    anyhow::ensure!(Instant::now() < deadline, "creating topic {name}: {e}");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn spawn_workers(ctx: &Arc<Ctx>, mix: &Mix, rng: &Rng) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut handles = vec![];
+    let mut process = 0u32;
+    let mut next = || {
+        process += 1;
+        (process, rng.fork(process as u64))
+    };
+    let producers = [
+        (mix.grpc_producers, Via::Grpc, false),
+        (mix.grpc_idempotent_producers, Via::Grpc, true),
+        (mix.kafka_producers, Via::Kafka, false),
+        (mix.kafka_idempotent_producers, Via::Kafka, true),
+    ];
+    for (count, via, idempotent) in producers {
+        for _ in 0..count {
+            let (p, r) = next();
+            handles.push(tokio::spawn(workload::producer(ctx.clone(), p, r, via, idempotent)));
+        }
+    }
+    for (count, via) in [(mix.consumers, Via::Grpc), (mix.kafka_consumers, Via::Kafka)] {
+        for _ in 0..count {
+            let (p, r) = next();
+            handles.push(tokio::spawn(workload::consumer(ctx.clone(), p, r, via)));
+        }
+    }
+    for _ in 0..mix.strict_readers {
+        let (p, r) = next();
+        handles.push(tokio::spawn(workload::strict_reader(ctx.clone(), p, r)));
+    }
+    if mix.admin {
+        let (p, r) = next();
+        handles.push(tokio::spawn(workload::admin(ctx.clone(), p, r)));
+    }
+    handles
+}
