@@ -9,31 +9,64 @@
 //! Run: `cargo run --release -p diskless-coordinator --example state_machine_bench [-- --deep N]`.
 //! Writes are not fsynced here (`--sync` to fsync each commit): this measures the state machine,
 //! the Raft layer's benchmark measures durability.
+//!
+//! Commands are applied as a node applies log entries: through the hot-key cache, with the
+//! applied-index key written in the same transaction; `--per-write K` applies K commits per
+//! transaction (a node applies the entries of one apply call in one); `--cold` reads every key from
+//! RocksDB (no cache).
+//!
+//! `--apply-only` runs part 1 alone (with `--commits N` commits of `--batches B` batches each,
+//! `--idempotent` to give every batch a producer), short enough to run under
+//! `valgrind --tool=callgrind`: instructions per batch are the difference between two runs with
+//! different `--commits`, divided by the extra batches (setup cancels out).
 
 use std::time::Instant;
 
+use diskless_coordinator::state_machine::keys::Keys;
 use diskless_coordinator::state_machine::*;
-use diskless_coordinator::storage::{Db, Txn};
+use diskless_coordinator::storage::{Db, HotKeys, Txn};
 use hdrhistogram::Histogram;
 use uuid::Uuid;
 
 struct Args {
     deep: i64,
     commits: usize,
+    batches: usize,
+    per_write: usize,
+    cold: bool,
+    idempotent: bool,
+    apply_only: bool,
     sync: bool,
     dir: Option<String>,
 }
 
 fn args() -> Args {
-    let mut a = Args { deep: 10_000_000, commits: 20_000, sync: false, dir: None };
+    let mut a = Args {
+        deep: 10_000_000,
+        commits: 20_000,
+        batches: 64,
+        per_write: 1,
+        cold: false,
+        idempotent: false,
+        apply_only: false,
+        sync: false,
+        dir: None,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         match flag.as_str() {
             "--deep" => a.deep = it.next().and_then(|v| v.parse().ok()).expect("--deep N"),
             "--commits" => a.commits = it.next().and_then(|v| v.parse().ok()).expect("--commits N"),
+            "--batches" => a.batches = it.next().and_then(|v| v.parse().ok()).expect("--batches N"),
+            "--per-write" => a.per_write = it.next().and_then(|v| v.parse::<usize>().ok()).expect("--per-write K").max(1),
+            "--cold" => a.cold = true,
+            "--idempotent" => a.idempotent = true,
+            "--apply-only" => a.apply_only = true,
             "--sync" => a.sync = true,
             "--dir" => a.dir = it.next(),
-            other => panic!("unknown flag {other}; flags: --deep N --commits N --sync --dir PATH"),
+            other => panic!(
+                "unknown flag {other}; flags: --deep N --commits N --batches N --per-write K --cold --idempotent --apply-only --sync --dir PATH"
+            ),
         }
     }
     a
@@ -60,38 +93,68 @@ fn batch(tp: TopicPartition, ts: i64) -> CommitBatch {
 struct Bench {
     db: Db,
     sm: StateMachine,
+    /// `None` (`--cold`): every read goes to RocksDB.
+    hot: Option<HotKeys>,
     now: i64,
     key: u64,
     sync: bool,
 }
 
+/// The size of the applied-index value a node writes with each apply call (log id + membership).
+const APPLIED_VALUE_BYTES: usize = 60;
+
 impl Bench {
     fn apply(&mut self, op: Op) -> Outcome {
-        self.now += 1;
-        let mut txn = Txn::new(&self.db);
-        let out = self.sm.apply(&mut txn, &Command { now_ms: self.now, op }).expect("apply");
-        self.db.write(txn.into_write_batch(), self.sync).expect("write");
+        self.apply_all(vec![op]).remove(0)
+    }
+
+    /// Applies `ops` in one transaction, as a node applies the entries of one apply call.
+    fn apply_all(&mut self, ops: Vec<Op>) -> Vec<Outcome> {
+        let mut txn = match &mut self.hot {
+            Some(hot) => Txn::with_hot(&self.db, hot),
+            None => Txn::new(&self.db),
+        };
+        let mut out = Vec::with_capacity(ops.len());
+        for op in ops {
+            self.now += 1;
+            out.push(self.sm.apply(&mut txn, &Command { now_ms: self.now, op }).expect("apply"));
+        }
+        txn.put(Keys::new(self.sm.group()).applied(), vec![7; APPLIED_VALUE_BYTES]);
+        txn.commit(self.sync).expect("write");
         out
     }
 
-    fn commit(&mut self, mut batches: Vec<CommitBatch>) {
+    fn commit(&mut self, batches: Vec<CommitBatch>) {
+        let c = self.file(batches);
+        let Outcome::CommitFile(r) = self.apply(Op::CommitFile(c)) else { unreachable!() };
+        assert!(r.iter().all(|r| r.is_ok()), "{r:?}");
+    }
+
+    /// Commits the files in one transaction.
+    fn commit_all(&mut self, files: Vec<CommitFile>) {
+        for out in self.apply_all(files.into_iter().map(Op::CommitFile).collect()) {
+            let Outcome::CommitFile(r) = out else { unreachable!() };
+            assert!(r.iter().all(|r| r.is_ok()), "{r:?}");
+        }
+    }
+
+    fn file(&mut self, mut batches: Vec<CommitBatch>) -> CommitFile {
         let mut at = 0;
         for b in &mut batches {
             b.byte_offset = at;
             at += b.size;
         }
         self.key += 1;
-        let c = CommitFile {
+        CommitFile {
             deadline_ms: None,
-            object_key: format!("wal/{:016}", self.key),
+            // Shaped like the broker's keys: a prefix and a UUID.
+            object_key: format!("wal/{}", Uuid::from_u128(u128::from(self.key))),
             object_format: 1,
             file_size: i64::from(at),
             uploader_broker_id: 1,
             owner_ids: vec![0],
             batches,
-        };
-        let Outcome::CommitFile(r) = self.apply(Op::CommitFile(c)) else { unreachable!() };
-        assert!(r.iter().all(|r| r.is_ok()), "{r:?}");
+        }
     }
 }
 
@@ -122,7 +185,14 @@ fn main() {
     let tmp = tempfile::tempdir().expect("temp dir");
     let path = a.dir.clone().map(std::path::PathBuf::from).unwrap_or_else(|| tmp.path().to_path_buf());
     let db = Db::open(&path).expect("open db");
-    let mut b = Bench { db, sm: StateMachine::new(0, 1), now: 1_700_000_000_000, key: 0, sync: a.sync };
+    let mut b = Bench {
+        db,
+        sm: StateMachine::new(0, 1),
+        hot: (!a.cold).then(StateMachine::hot_keys),
+        now: 1_700_000_000_000,
+        key: 0,
+        sync: a.sync,
+    };
     let topic = Uuid::from_bytes([1; 16]);
     let deep_topic = Uuid::from_bytes([2; 16]);
     let shallow_topic = Uuid::from_bytes([3; 16]);
@@ -140,29 +210,61 @@ fn main() {
     b.apply(create(shallow_topic, "shallow", 1));
     let mut rng = Rng(0x9e3779b97f4a7c15);
 
-    // 1. CommitFile of 64 batches over 1,000 partitions.
+    // 1. CommitFile of 64 batches over 1,000 partitions; with --idempotent, partition p's batches
+    // come from producer p, in sequence.
     let mut h = Histogram::<u64>::new(3).unwrap();
+    let mut sequences = vec![0i32; 1_000];
     let start = Instant::now();
-    for _ in 0..a.commits {
-        let batches = (0..64)
-            .map(|_| batch(TopicPartition { topic_id: topic, partition: (rng.next() % 1_000) as i32 }, 0))
+    let mut done = 0;
+    while done < a.commits {
+        let k = a.per_write.min(a.commits - done);
+        let files: Vec<CommitFile> = (0..k)
+            .map(|_| {
+                let batches = (0..a.batches)
+                    .map(|_| {
+                        let p = (rng.next() % 1_000) as usize;
+                        let mut bt = batch(TopicPartition { topic_id: topic, partition: p as i32 }, 0);
+                        if a.idempotent {
+                            bt.producer_id = p as i64;
+                            bt.producer_epoch = 0;
+                            bt.base_sequence = sequences[p];
+                            bt.last_sequence = sequences[p] + 9;
+                            sequences[p] += 10;
+                        }
+                        bt
+                    })
+                    .collect();
+                b.file(batches)
+            })
             .collect();
         let t = Instant::now();
-        b.commit(batches);
+        b.commit_all(files);
         h.record(t.elapsed().as_nanos() as u64).unwrap();
+        done += k;
     }
     let secs = start.elapsed().as_secs_f64();
     println!(
         "state machine micro-benchmark (single thread, RocksDB {} fsync)",
         if a.sync { "with" } else { "without" }
     );
-    report("apply CommitFile, 64 batches", &h);
+    let what = format!(
+        "apply {}CommitFile, {} batches{}{}",
+        if a.per_write > 1 { format!("{} × ", a.per_write) } else { String::new() },
+        a.batches,
+        if a.idempotent { ", idempotent" } else { "" },
+        if a.cold { ", no cache" } else { "" }
+    );
+    report(&what, &h);
     println!(
-        "{:<44} {:.0} commits/s = {:.0} batch coordinates/s",
+        "{:<44} {:.0} commits/s = {:.0} batch coordinates/s = {:.2} µs/batch",
         "",
         a.commits as f64 / secs,
-        a.commits as f64 * 64.0 / secs
+        (a.commits * a.batches) as f64 / secs,
+        secs * 1e6 / (a.commits * a.batches) as f64
     );
+    if a.apply_only {
+        return;
+    }
 
     // 2. Fill the shallow and deep partitions.
     let fill = |b: &mut Bench, id: Uuid, n: i64| {

@@ -1,9 +1,12 @@
 //! Model-based test of the metadata state machine: random sequences of every operation (idempotent
 //! producers with retries, epoch bumps and gaps, malformed batches, deletions, retention with
 //! small budgets, file confirmations, fencing object keys, commits that arrive after their key was
-//! fenced or deleted, repeats of earlier commits, commit parts sent to a non-owner) are applied to the RocksDB-backed state machine and to the
-//! naive model in `model/`; every answer, and the final state, must agree. A second, fresh state
-//! machine applies the same commands and must end with a byte-identical state (same digest).
+//! fenced or deleted, repeats of earlier commits, commit parts sent to a non-owner) are applied to
+//! the RocksDB-backed state machine (one transaction per command, through the hot-key cache, as a
+//! node does) and to the naive model in `model/`; every answer, and the final state, must agree.
+//! Two more fresh state machines apply the same commands and must end with a byte-identical state
+//! (same digest): one without the cache, one that applies runs of several commands in one
+//! transaction (as a node applies the entries of one apply call), whose answers must agree too.
 //!
 //! `DISKLESS_MODEL_CASES` sets the number of random sequences (default 30, of 340–480 operations
 //! each: over 10,000 operations per run).
@@ -14,7 +17,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use diskless_coordinator::state_machine::*;
-use diskless_coordinator::storage::{Db, Txn};
+use diskless_coordinator::storage::{Db, HotKeys, Txn};
 use model::Model;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -482,19 +485,30 @@ struct Real {
     _dir: tempfile::TempDir,
     db: Db,
     sm: StateMachine,
+    /// `None`: every read goes to RocksDB.
+    hot: Option<HotKeys>,
 }
 
 impl Real {
-    fn new(group: u32, groups: u32) -> Real {
+    fn new(group: u32, groups: u32, cached: bool) -> Real {
         let dir = tempfile::tempdir().unwrap();
         let db = Db::open(dir.path()).unwrap();
-        Real { _dir: dir, db, sm: StateMachine::new(group, groups) }
+        let hot = cached.then(StateMachine::hot_keys);
+        Real { _dir: dir, db, sm: StateMachine::new(group, groups), hot }
     }
 
-    fn apply(&self, cmd: &Command) -> Outcome {
-        let mut txn = Txn::new(&self.db);
-        let out = self.sm.apply(&mut txn, cmd).unwrap();
-        self.db.write(txn.into_write_batch(), false).unwrap();
+    fn apply(&mut self, cmd: &Command) -> Outcome {
+        self.apply_run(std::slice::from_ref(cmd)).remove(0)
+    }
+
+    /// Applies `cmds` in one transaction.
+    fn apply_run(&mut self, cmds: &[Command]) -> Vec<Outcome> {
+        let mut txn = match &mut self.hot {
+            Some(hot) => Txn::with_hot(&self.db, hot),
+            None => Txn::new(&self.db),
+        };
+        let out = cmds.iter().map(|cmd| self.sm.apply(&mut txn, cmd).unwrap()).collect();
+        txn.commit(false).unwrap();
         out
     }
 }
@@ -601,9 +615,20 @@ fn count(outcome: &Outcome) {
     }
 }
 
+/// Applies `run` in one transaction of `batched`; every answer must be the model's.
+fn apply_run(batched: &mut Real, run: &mut Vec<(Command, Outcome)>) {
+    let cmds: Vec<Command> = run.iter().map(|(c, _)| c.clone()).collect();
+    for (got, (cmd, want)) in batched.apply_run(&cmds).into_iter().zip(run.drain(..)) {
+        assert_eq!(blank(got), want, "applied in a run of {}: {cmd:?}", cmds.len());
+    }
+}
+
 fn run_case(ops: &[(TOp, u64)], group: u32, groups: u32) {
-    let real = Real::new(group, groups);
-    let twin = Real::new(group, groups);
+    let mut real = Real::new(group, groups, true);
+    let mut twin = Real::new(group, groups, false);
+    let mut batched = Real::new(group, groups, true);
+    // Commands not yet applied by `batched`, with the model's answers.
+    let mut run: Vec<(Command, Outcome)> = vec![];
     let mut model = Model::new(group, groups);
     let mut driver = Driver { now: 1_000_000, next_key: 0, epochs: [0; 3], group, groups, sent: vec![] };
     // Every sequence starts with two topics, so most operations find something to act on.
@@ -617,12 +642,19 @@ fn run_case(ops: &[(TOp, u64)], group: u32, groups: u32) {
         let got = blank(real.apply(&cmd));
         twin.apply(&cmd);
         assert_eq!(got, want, "operation {i}: {cmd:?}");
+        run.push((cmd, want));
+        // Runs of 6 commands on average (1 to dozens).
+        if seed % 6 == 0 {
+            apply_run(&mut batched, &mut run);
+        }
         compare_reads(&real, &model, *seed, false);
         OPERATIONS.fetch_add(1, Ordering::Relaxed);
     }
+    apply_run(&mut batched, &mut run);
     compare_reads(&real, &model, 1, true);
-    let (a, b) = (real.sm.digest(&real.db.read()).unwrap(), twin.sm.digest(&twin.db.read()).unwrap());
-    assert_eq!(a, b, "replicas that applied the same commands differ");
+    let digest = |r: &Real| r.sm.digest(&r.db.read()).unwrap();
+    assert_eq!(digest(&real), digest(&twin), "replicas that applied the same commands differ (cache)");
+    assert_eq!(digest(&real), digest(&batched), "replicas that applied the same commands differ (runs)");
 }
 
 #[test]

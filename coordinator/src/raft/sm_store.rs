@@ -1,10 +1,13 @@
 //! The openraft state machine of one group: applies log entries with
 //! [`StateMachine`](crate::state_machine::StateMachine), builds and installs snapshots.
 //!
-//! Each entry is applied in one transaction that also records the applied log id and the last
-//! membership (the `A` key of the group's state), so a crash can never separate the data from the
-//! index it reflects. Writes are not fsynced here: the WAL fsync of a later log append or of a log
-//! purge covers them, and a restart re-applies entries past the durable applied id.
+//! The entries of one `apply` call (a run of committed entries) are applied in one transaction,
+//! which also records the last one's log id and the last membership (the `A` key of the group's
+//! state), so a crash can never separate the data from the index it reflects; answers are sent
+//! once it is written. Writes are not fsynced here: the WAL fsync of a later log append or of a
+//! log purge covers them, and a restart re-applies entries past the durable applied id. The
+//! group's hot keys (`state_machine::keys::is_hot`) are cached across calls; installing a snapshot
+//! empties the cache.
 //!
 //! Installing a snapshot replaces the group's whole state. It first records, synced, that an
 //! install of a given file is under way; then deletes the group's keys, writes the file's pairs in
@@ -22,7 +25,7 @@ use openraft::{EntryPayload, OptionalSend};
 use super::snapshot::{self, SnapshotFile};
 use super::{io_err, keys, LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
 use crate::state_machine::{Outcome, StateMachine};
-use crate::storage::{codec, Db, Family, KvRead, Txn, WriteBatch};
+use crate::storage::{codec, Db, Family, HotKeys, KvRead, Txn, WriteBatch};
 
 type AppliedState = (Option<LogId>, StoredMembership);
 
@@ -40,7 +43,21 @@ pub struct SmStore {
     /// deleting the old state (zero outside fault tests).
     install_pause: std::time::Duration,
     stages: Arc<super::stages::Stages>,
+    /// The committed values of the group's hot keys, shared by the clones.
+    hot: Arc<std::sync::Mutex<HotSlot>>,
 }
+
+/// The hot-key cache between apply calls. An apply call takes it and gives it back; an install
+/// empties it and bumps the generation, so a cache taken before the install is not given back.
+#[derive(Default)]
+struct HotSlot {
+    generation: u64,
+    keys: Option<HotKeys>,
+}
+
+/// An apply call writes its transaction and answers its entries once this many keys are pending
+/// (a follower catching up applies many entries in one call; memory stays bounded).
+const MAX_PENDING_KEYS: usize = 16_384;
 
 /// Bytes of pairs per write batch while installing a snapshot.
 const INSTALL_BATCH_BYTES: usize = 4 << 20;
@@ -57,6 +74,7 @@ impl SmStore {
             snapshots: Arc::new(std::sync::Mutex::new(())),
             install_pause: std::time::Duration::ZERO,
             stages: Arc::default(),
+            hot: Arc::default(),
         };
         snapshot::remove_partial(&store.dir)?;
         if let Some(path) = store.db.get(Family::Raft, &keys::installing(group)).map_err(io_err)? {
@@ -109,6 +127,12 @@ impl SmStore {
     /// Replaces the group's state with the file's pairs (see the module docs for crash safety).
     fn install_file(&self, path: &std::path::Path, meta: &SnapshotMeta) -> io::Result<()> {
         let _one_at_a_time = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
+        // The group's keys are rewritten behind the cache's back: empty it first.
+        {
+            let mut slot = self.hot.lock().unwrap_or_else(|e| e.into_inner());
+            slot.generation += 1;
+            slot.keys = None;
+        }
         let db = &self.db;
         let mut b = WriteBatch::default();
         db.batch_put(&mut b, Family::Raft, &keys::installing(self.group), path.to_string_lossy().as_bytes());
@@ -139,6 +163,35 @@ impl SmStore {
         db.batch_delete(&mut batch, Family::Raft, &keys::installing(self.group));
         db.write(batch, true).map_err(io_err)?;
         snapshot::remove_older(&self.dir, path)?;
+        Ok(())
+    }
+
+    /// Writes `txn` with the applied state of the last entry of `done` (if any), then answers
+    /// them.
+    fn finish(
+        &self,
+        mut txn: Txn<'_>,
+        membership: &StoredMembership,
+        done: &mut Vec<(LogId, Option<openraft::storage::ApplyResponder<TypeConfig>>, Outcome)>,
+        started: std::time::Instant,
+    ) -> io::Result<()> {
+        let Some(&(last, _, _)) = done.last() else { return Ok(()) };
+        let applied: AppliedState = (Some(last), membership.clone());
+        txn.put(self.applied_key(), codec::encode(&applied).map_err(io_err)?);
+        txn.commit(false).map_err(io_err)?;
+        tracing::trace!(
+            group = self.group,
+            entries = done.len(),
+            last = last.index,
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "applied"
+        );
+        for (log_id, responder, outcome) in done.drain(..) {
+            self.stages.applied(self.group, log_id.index, started);
+            if let Some(r) = responder {
+                r.send(outcome);
+            }
+        }
         Ok(())
     }
 
@@ -177,12 +230,19 @@ impl RaftStateMachine<TypeConfig> for SmStore {
         Strm: futures_util::Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
     {
         let (_, mut membership) = self.read_applied(&self.db.read())?;
-        let applied_key = self.applied_key();
+        // The cache is taken for the call (its lock is not held across awaits) and given back
+        // only if no install emptied it meanwhile; after an error it is dropped (a cold start).
+        let (generation, mut hot) = {
+            let mut slot = self.hot.lock().unwrap_or_else(|e| e.into_inner());
+            (slot.generation, slot.keys.take().unwrap_or_else(StateMachine::hot_keys))
+        };
+        let mut txn = Txn::with_hot(&self.db, &mut hot);
+        let mut done = Vec::new();
+        let mut started = std::time::Instant::now();
+        // The stream holds the committed entries of this call, read from the log; it ends.
         while let Some(item) = entries.next().await {
             let (entry, responder) = item?;
             let log_id = entry.log_id;
-            let started = std::time::Instant::now();
-            let mut txn = Txn::new(&self.db);
             let outcome = match entry.payload {
                 EntryPayload::Blank => Outcome::Noop,
                 EntryPayload::Normal(cmd) => self.sm.apply(&mut txn, &cmd).map_err(io_err)?,
@@ -191,19 +251,17 @@ impl RaftStateMachine<TypeConfig> for SmStore {
                     Outcome::Noop
                 }
             };
-            let applied: AppliedState = (Some(log_id), membership.clone());
-            txn.put(applied_key.clone(), codec::encode(&applied).map_err(io_err)?);
-            self.db.write(txn.into_write_batch(), false).map_err(io_err)?;
-            tracing::trace!(
-                group = self.group,
-                index = log_id.index,
-                elapsed_us = started.elapsed().as_micros() as u64,
-                "applied"
-            );
-            self.stages.applied(self.group, log_id.index, started);
-            if let Some(r) = responder {
-                r.send(outcome);
+            done.push((log_id, responder, outcome));
+            if txn.len() >= MAX_PENDING_KEYS {
+                self.finish(txn, &membership, &mut done, started)?;
+                txn = Txn::with_hot(&self.db, &mut hot);
+                started = std::time::Instant::now();
             }
+        }
+        self.finish(txn, &membership, &mut done, started)?;
+        let mut slot = self.hot.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.generation == generation {
+            slot.keys = Some(hot);
         }
         Ok(())
     }
@@ -238,3 +296,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
         Ok(Some(Snapshot { meta, snapshot: file }))
     }
 }
+
+#[cfg(test)]
+#[path = "sm_store_test.rs"]
+mod tests;

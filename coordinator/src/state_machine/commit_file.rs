@@ -11,7 +11,7 @@
 //! (INVALID_REQUEST: the cleaner fences only the owners before deleting); an object key that was
 //! fenced or confirmed deleted (KAFKA_STORAGE_ERROR: the object is gone or going, the producer must
 //! produce again). An object key this metadata partition already knows is a repeat when the commit
-//! carries exactly what the first one did (same checksum): it gets the first commit's answers
+//! carries exactly what the first one did (same batch count and CRC, see `checksum`): it gets the first commit's answers
 //! again, changing nothing; any other commit of a known key is refused (INVALID_REQUEST).
 
 use super::command::{
@@ -22,8 +22,7 @@ use super::keys::META_NEXT_BATCH_ID;
 use super::producer_state::{self, Verdict};
 use super::records::{BatchRecord, CommitRecord, FileRecord, StoredResult, BATCH_ID_COUNTER_BITS};
 use super::{tables, time_index, StateMachine};
-use crate::storage::{codec, StorageError, Txn};
-use sha2::{Digest, Sha256};
+use crate::storage::{StorageError, Txn};
 
 /// The longest object key accepted.
 pub const MAX_OBJECT_KEY_LEN: usize = 1024;
@@ -57,7 +56,7 @@ pub fn apply(
         );
         return Ok(c.batches.iter().map(|_| Err(gone.clone())).collect());
     }
-    let checksum = checksum(c)?;
+    let checksum = checksum(c);
     if let Some(file) = tables::file(txn, keys, &c.object_key)? {
         let first: Option<CommitRecord> = tables::get(txn, &keys.commit_results(&c.object_key))?;
         return match first {
@@ -118,14 +117,45 @@ pub fn apply(
     Ok(results)
 }
 
-/// A digest of what a commit carries but its deadline (which a resend may change).
-fn checksum(c: &CommitFile) -> Result<[u8; 16], StorageError> {
-    let bytes =
-        codec::encode(&(&c.object_key, c.object_format, c.file_size, c.uploader_broker_id, &c.owner_ids, &c.batches))?;
-    let digest = Sha256::digest(&bytes);
-    let mut out = [0u8; 16];
-    out.copy_from_slice(&digest[..16]);
-    Ok(out)
+/// A CRC-32C of what a commit carries but its deadline (which a resend may change), over a fixed
+/// little-endian layout of its fields.
+///
+/// It only has to tell a repeat of a commit from a different commit of the same object key, and
+/// the second is a broker bug, not an attack: keys are unique per upload (a prefix and a random
+/// UUID) and only the uploading broker commits its key. A repeat carries the same fields, so it
+/// always matches. A different commit is refused unless it also has the same batch count (checked
+/// beside the checksum) and its CRC collides: CRC-32C sees every change of one field of up to 32
+/// bits (a burst that short) and any odd number of flipped bits, and lets through a random other
+/// content with probability 2^-32. SHA-256 cost more than the rest of a small commit.
+fn checksum(c: &CommitFile) -> u32 {
+    let mut bytes = Vec::with_capacity(32 + c.object_key.len() + 4 * c.owner_ids.len() + 76 * c.batches.len());
+    bytes.extend_from_slice(&(c.object_key.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(c.object_key.as_bytes());
+    bytes.push(c.object_format as u8);
+    bytes.extend_from_slice(&c.file_size.to_le_bytes());
+    bytes.extend_from_slice(&c.uploader_broker_id.to_le_bytes());
+    bytes.extend_from_slice(&(c.owner_ids.len() as u64).to_le_bytes());
+    for o in &c.owner_ids {
+        bytes.extend_from_slice(&o.to_le_bytes());
+    }
+    bytes.extend_from_slice(&(c.batches.len() as u64).to_le_bytes());
+    for b in &c.batches {
+        bytes.push(b.magic as u8);
+        bytes.extend_from_slice(&b.request_id.to_le_bytes());
+        bytes.extend_from_slice(b.tp.topic_id.as_bytes());
+        bytes.extend_from_slice(&b.tp.partition.to_le_bytes());
+        bytes.extend_from_slice(&b.byte_offset.to_le_bytes());
+        bytes.extend_from_slice(&b.size.to_le_bytes());
+        bytes.extend_from_slice(&b.base_offset.to_le_bytes());
+        bytes.extend_from_slice(&b.last_offset.to_le_bytes());
+        bytes.extend_from_slice(&b.batch_max_timestamp.to_le_bytes());
+        bytes.push(b.timestamp_type as u8);
+        bytes.extend_from_slice(&b.producer_id.to_le_bytes());
+        bytes.extend_from_slice(&b.producer_epoch.to_le_bytes());
+        bytes.extend_from_slice(&b.base_sequence.to_le_bytes());
+        bytes.extend_from_slice(&b.last_sequence.to_le_bytes());
+    }
+    crc32c::crc32c(&bytes)
 }
 
 /// The answers of the first commit of this file, for a repeat of it. Changes nothing.

@@ -1,4 +1,4 @@
-use super::command::{CommitBatch, ErrorCode, TIMESTAMP_LOG_APPEND_TIME};
+use super::command::{CommitBatch, ErrorCode, Op, Outcome, TIMESTAMP_LOG_APPEND_TIME};
 use super::fixture::*;
 use super::records::BATCH_ID_COUNTER_BITS;
 
@@ -378,6 +378,52 @@ fn a_commit_under_a_known_key_with_other_content_is_still_refused() {
     }
     assert_eq!(f.offsets(tp(1, 0)), (0, 1));
     assert_eq!(f.offsets(tp(1, 1)), (0, 0));
+}
+
+#[test]
+fn a_commit_under_a_known_key_differing_in_any_one_field_is_refused_but_a_new_deadline_is_a_repeat() {
+    // Two metadata partitions, so that the owner list can change and stay valid.
+    let mut f = Fixture::group(0, 2);
+    f.create(1, 16).unwrap();
+    let mine: Vec<i32> = (0..16).filter(|&p| f.sm.owns(&tp(1, p))).collect();
+    let (p, q) = (tp(1, mine[0]), tp(1, mine[1]));
+    let first = file_for("wal/x", vec![0], vec![idem(p, 7, 0, 0, 2), batch(q, 1)]);
+    let Outcome::CommitFile(r) = f.apply(Op::CommitFile(first.clone())) else { panic!() };
+    assert!(r.iter().all(|r| r.is_ok()), "{r:?}");
+    let state = (f.offsets(p), f.offsets(q), f.find(p, 0, i32::MAX).batches);
+    type Change = fn(&mut super::command::CommitFile);
+    let changes: [(&str, Change); 16] = [
+        ("file size", |c| c.file_size += 1),
+        ("uploader", |c| c.uploader_broker_id = 2),
+        ("owners", |c| c.owner_ids = vec![0, 1]),
+        ("magic", |c| c.batches[1].magic = 1),
+        ("request id", |c| c.batches[1].request_id = 5),
+        ("topic", |c| c.batches[1].tp.topic_id = topic_id(2)),
+        ("partition", |c| c.batches[1].tp.partition += 16),
+        ("byte offset", |c| c.batches[1].byte_offset -= 1),
+        ("size", |c| c.batches[1].size -= 1),
+        ("base offset", |c| c.batches[1].base_offset = 1 << 40),
+        ("last offset", |c| c.batches[1].last_offset += 1 << 33),
+        ("max timestamp", |c| c.batches[1].batch_max_timestamp = -(1 << 50)),
+        ("timestamp type", |c| c.batches[1].timestamp_type = 1),
+        ("producer", |c| c.batches[0].producer_id = 8),
+        ("epoch", |c| c.batches[0].producer_epoch = 1),
+        ("sequences", |c| {
+            c.batches[0].base_sequence += 1;
+            c.batches[0].last_sequence += 1
+        }),
+    ];
+    for (what, change) in changes {
+        let mut other = first.clone();
+        change(&mut other);
+        let Outcome::CommitFile(r) = f.apply(Op::CommitFile(other)) else { panic!() };
+        assert!(r.iter().all(|r| code(r) == ErrorCode::InvalidRequest), "{what}: {r:?}");
+    }
+    let mut repeat = first.clone();
+    repeat.deadline_ms = Some(f.now + 1);
+    let Outcome::CommitFile(again) = f.apply(Op::CommitFile(repeat)) else { panic!() };
+    assert_eq!(again, r);
+    assert_eq!((f.offsets(p), f.offsets(q), f.find(p, 0, i32::MAX).batches), state);
 }
 
 fn file_for(key: &str, owner_ids: Vec<i32>, batches: Vec<CommitBatch>) -> super::command::CommitFile {

@@ -7,12 +7,14 @@ use super::command::*;
 use super::keys::TopicPartition;
 use super::queries::{FetchBudget, OffsetAndTimestamp, PartitionBatches};
 use super::{FileState, FileToDelete, StateMachine};
-use crate::storage::{Db, Txn};
+use crate::storage::{Db, HotKeys, Txn};
 
 pub struct Fixture {
     _dir: TempDir,
     pub db: Db,
     pub sm: StateMachine,
+    /// Applies go through the hot-key cache, as on a node.
+    hot: HotKeys,
     pub now: i64,
     next_key: u32,
 }
@@ -63,13 +65,20 @@ impl Fixture {
     pub fn group(group: u32, num_groups: u32) -> Fixture {
         let dir = tempfile::tempdir().expect("temp dir");
         let db = Db::open(dir.path()).expect("open db");
-        Fixture { _dir: dir, db, sm: StateMachine::new(group, num_groups), now: 1_000_000, next_key: 0 }
+        Fixture {
+            _dir: dir,
+            db,
+            sm: StateMachine::new(group, num_groups),
+            hot: StateMachine::hot_keys(),
+            now: 1_000_000,
+            next_key: 0,
+        }
     }
 
     pub fn apply(&mut self, op: Op) -> Outcome {
-        let mut txn = Txn::new(&self.db);
+        let mut txn = Txn::with_hot(&self.db, &mut self.hot);
         let out = self.sm.apply(&mut txn, &Command { now_ms: self.now, op }).expect("apply");
-        self.db.write(txn.into_write_batch(), false).expect("write");
+        txn.commit(false).expect("write");
         out
     }
 

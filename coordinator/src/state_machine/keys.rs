@@ -23,6 +23,10 @@
 //! | `M` | metadata-partition values | name | per name |
 //! | `A` | applied log id and membership (written by the Raft layer with each entry) | — | openraft's |
 //!
+//! The `P`, `S` and `M` tables are *hot*: applying a commit reads their keys almost every time, so
+//! the applying side keeps their committed values in a [`HotKeys`](crate::storage::HotKeys)
+//! cache ([`is_hot`]).
+//!
 //! Batches are keyed by their last offset so that "the first batch holding offset `o` or later"
 //! is one seek to `o`: FindBatches costs O(batches returned) however deep the partition is.
 
@@ -50,6 +54,11 @@ pub const META_RETENTION_CURSOR: &[u8] = b"retention_cursor";
 pub const META_PRODUCER_CURSOR: &[u8] = b"producer_cursor";
 /// The next producer id to hand out (metadata partition 0 only).
 pub const META_NEXT_PRODUCER_ID: &[u8] = b"next_producer_id";
+
+/// Whether `key` is in a hot table (partitions, producer states, metadata-partition values).
+pub fn is_hot(key: &[u8]) -> bool {
+    matches!(key.get(4), Some(&(PARTITION | PRODUCER | META)))
+}
 
 /// A topic-partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]

@@ -40,7 +40,7 @@ mod delete_topics_test;
 #[cfg(test)]
 mod files_test;
 #[cfg(test)]
-mod fixture;
+pub(crate) mod fixture;
 #[cfg(test)]
 mod producer_ids_test;
 #[cfg(test)]
@@ -62,8 +62,11 @@ pub use time_index::FANOUT as TIME_INDEX_FANOUT;
 
 use sha2::{Digest, Sha256};
 
-use crate::storage::{KvRead, StorageError, Txn};
+use crate::storage::{HotKeys, KvRead, StorageError, Txn};
 use keys::Keys;
+
+/// The memory budget of one metadata partition's hot-key cache ([`StateMachine::hot_keys`]).
+pub const HOT_KEYS_MAX_BYTES: usize = 8 << 20;
 
 /// A topic as the catalog holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,8 +105,16 @@ impl StateMachine {
                 == self.group
     }
 
+    /// An empty cache of the hot keys (see `keys`), for the transactions that apply commands:
+    /// the applying side keeps one per metadata partition, across commands. It holds at most
+    /// [`HOT_KEYS_MAX_BYTES`] (about 50,000 partition or producer states).
+    pub fn hot_keys() -> HotKeys {
+        HotKeys::new(keys::is_hot, HOT_KEYS_MAX_BYTES)
+    }
+
     /// Applies one command in `txn`. The caller writes the transaction (with its own bookkeeping,
-    /// such as the last applied log index) as one atomic batch.
+    /// such as the last applied log index) as one atomic batch; it may apply several commands in
+    /// one transaction, which ends in the same state as one transaction per command.
     pub fn apply(&self, txn: &mut Txn<'_>, cmd: &Command) -> Result<Outcome, StorageError> {
         let now = cmd.now_ms;
         Ok(match &cmd.op {

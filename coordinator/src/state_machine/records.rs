@@ -120,8 +120,9 @@ pub struct FileRecord {
 /// the same commit (its reply was lost) is answered the same way instead of being refused.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommitRecord {
-    /// A digest of everything the commit carried but its deadline: a repeat must match it.
-    pub checksum: [u8; 16],
+    /// A CRC-32C of everything the commit carried but its deadline: a repeat must match it (see
+    /// `commit_file::checksum` for why 32 bits are enough).
+    pub checksum: u32,
     /// Per batch, in request order.
     pub results: Vec<StoredResult>,
 }

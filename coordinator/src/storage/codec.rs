@@ -13,8 +13,16 @@ fn config() -> bincode::config::Configuration {
 
 /// Encodes a value for storage or for the Raft log.
 pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, StorageError> {
-    bincode::serde::encode_to_vec(value, config()).map_err(|e| StorageError::Encode(e.to_string()))
+    // Sized for most stored values, so encoding one seldom grows the buffer (bincode's own
+    // `encode_to_vec` starts empty and grows it several times).
+    let mut out = Vec::with_capacity(ENCODE_CAPACITY);
+    bincode::serde::encode_into_std_write(value, &mut out, config())
+        .map_err(|e| StorageError::Encode(e.to_string()))?;
+    Ok(out)
 }
+
+/// The initial buffer of [`encode`], in bytes.
+const ENCODE_CAPACITY: usize = 128;
 
 /// Decodes a value read from `key`; trailing bytes are corruption.
 pub fn decode<T: DeserializeOwned>(key: &[u8], bytes: &[u8]) -> Result<T, StorageError> {

@@ -1,18 +1,21 @@
 //! The one place RocksDB is touched.
 //!
 //! Owns: opening a data directory's RocksDB with the column families this project uses, durable
-//! writes (every acknowledged write is WAL-fsynced), consistent read views, and the read/write
-//! transaction the state machine applies a command in. Nothing above this module names a RocksDB
-//! type except [`WriteBatch`], which the Raft layer extends (last-applied) before writing.
+//! writes (every acknowledged write is WAL-fsynced), consistent read views, the read/write
+//! transaction the state machine applies commands in, and its write-through cache of hot keys.
+//! Nothing above this module names a RocksDB type except [`WriteBatch`], which the Raft layer
+//! uses to write snapshot installs.
 //!
 //! It must not know what the keys mean: key layout belongs to the state machine (`keys`), value
 //! encoding is the generic [`codec`].
 
 pub mod codec;
 mod db;
+mod hot;
 mod txn;
 
 pub use db::{Db, Family, ReadView};
+pub use hot::HotKeys;
 pub use rocksdb::WriteBatch;
 pub use txn::Txn;
 

@@ -1,12 +1,15 @@
-//! A read/write transaction over the state keys: the state machine applies one command in one
-//! `Txn`, whose reads see its own pending writes, and whose writes become one atomic batch.
+//! A read/write transaction over the state keys: the state machine applies commands in a `Txn`,
+//! whose reads see its own pending writes, and whose writes become one atomic batch.
+//!
+//! With a [`HotKeys`] cache, point reads of hot keys are answered from it, and [`Txn::commit`]
+//! updates it once the batch is written.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use rocksdb::WriteBatch;
 
-use super::{Db, Family, KvRead, StorageError};
+use super::{Db, Family, HotKeys, KvRead, StorageError};
 
 /// Pending writes over the latest database state. Not shared between threads: one group applies
 /// one command at a time.
@@ -14,11 +17,18 @@ pub struct Txn<'a> {
     db: &'a Db,
     /// `None` is a delete.
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    hot: Option<&'a mut HotKeys>,
 }
 
 impl<'a> Txn<'a> {
     pub fn new(db: &'a Db) -> Txn<'a> {
-        Txn { db, writes: BTreeMap::new() }
+        Txn { db, writes: BTreeMap::new(), hot: None }
+    }
+
+    /// A transaction that reads hot keys from `hot` and, when committed, updates it. `hot` must
+    /// hold only values committed to `db`, for the keys of the state this transaction writes.
+    pub fn with_hot(db: &'a Db, hot: &'a mut HotKeys) -> Txn<'a> {
+        Txn { db, writes: BTreeMap::new(), hot: Some(hot) }
     }
 
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
@@ -38,15 +48,37 @@ impl<'a> Txn<'a> {
         self.writes.is_empty()
     }
 
-    /// The pending writes as one RocksDB batch, in key order.
-    pub fn into_write_batch(self) -> WriteBatch {
+    /// Writes the pending writes as one atomic batch (fsynced with `sync`), then records the hot
+    /// ones in the cache.
+    pub fn commit(self, sync: bool) -> Result<(), StorageError> {
         let mut batch = WriteBatch::default();
-        self.write_into(&mut batch);
+        self.add_to(&mut batch);
+        self.db.write(batch, sync)?;
+        if let Some(hot) = self.hot {
+            for (k, v) in self.writes {
+                if hot.is_hot(&k) {
+                    hot.committed(k, v);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The pending writes as one RocksDB batch, in key order, for a caller that writes it itself.
+    /// The hot keys it writes are dropped from the cache at once, as the cache cannot know
+    /// whether or when the batch is written.
+    pub fn into_write_batch(mut self) -> WriteBatch {
+        let mut batch = WriteBatch::default();
+        self.add_to(&mut batch);
+        if let Some(hot) = self.hot.take() {
+            for k in self.writes.keys() {
+                hot.forget(k);
+            }
+        }
         batch
     }
 
-    /// Adds the pending writes to `batch`.
-    pub fn write_into(self, batch: &mut WriteBatch) {
+    fn add_to(&self, batch: &mut WriteBatch) {
         for (k, v) in &self.writes {
             match v {
                 Some(v) => self.db.batch_put(batch, Family::State, k, v),
@@ -58,10 +90,13 @@ impl<'a> Txn<'a> {
 
 impl KvRead for Txn<'_> {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
-        match self.writes.get(key) {
-            Some(pending) => Ok(pending.clone()),
-            None => self.db.get(Family::State, key),
+        if let Some(pending) = self.writes.get(key) {
+            return Ok(pending.clone());
         }
+        if let Some(v) = self.hot.as_ref().and_then(|h| h.get(key)) {
+            return Ok(Some(v.to_vec()));
+        }
+        self.db.get(Family::State, key)
     }
 
     /// Merges the database's entries with the pending writes; a pending write wins over the
