@@ -96,6 +96,10 @@ pub struct Node {
 /// no reads (it may be cut off, removed, or frozen).
 const STALE_AFTER_ELECTION_TIMEOUTS: u64 = 3;
 
+/// The longest one step of a membership change (add a learner, let it catch up, promote, remove)
+/// may take before the change answers a retriable error and releases the group's membership lock.
+const MEMBERSHIP_STEP: Duration = Duration::from_secs(20);
+
 impl Node {
     /// Opens the data directory, starts every group and the background duties, and starts
     /// bootstrapping (see [`Node::bootstrap`]) if this node is a listed member.
@@ -611,25 +615,67 @@ impl Node {
                 if voters.is_empty() {
                     return Err(failed(&"cannot replace the last voter"));
                 }
-                match group.raft.change_membership(change, false).await {
-                    Ok(_) => note = format!("removed node {id}'s old replica {known}; "),
-                    Err(e) if e.forward_to_leader().is_some() => return Err(not_leader(self.leader(g))),
-                    Err(e) => return Err(failed(&e)),
+                match tokio::time::timeout(MEMBERSHIP_STEP, group.raft.change_membership(change, false)).await {
+                    Ok(Ok(_)) => note = format!("removed node {id}'s old replica {known}; "),
+                    Ok(Err(e)) if e.forward_to_leader().is_some() => return Err(not_leader(self.leader(g))),
+                    Ok(Err(e)) => return Err(failed(&e)),
+                    Err(_) => {
+                        return Err(failed(&format!("removing node {id}'s old replica took over {MEMBERSHIP_STEP:?}")))
+                    }
                 }
             } else if known.addr != addr {
                 return Err(failed(&format!("node {id} is a member at {}, not {addr}", known.addr)));
             }
         }
-        if let Err(e) = group.raft.add_learner(id, replica, true).await {
-            return Err(if e.forward_to_leader().is_some() { not_leader(self.leader(g)) } else { failed(&e) });
+        // Not openraft's blocking add: it waits for the learner without a bound, holding this
+        // group's membership lock, and a leader change at the wrong moment leaves it waiting for
+        // ever. Every step here is bounded; a step that runs out answers a retriable error.
+        let added = match tokio::time::timeout(MEMBERSHIP_STEP, group.raft.add_learner(id, replica, false)).await {
+            Ok(Ok(r)) => r.log_id,
+            Ok(Err(e)) if e.forward_to_leader().is_some() => return Err(not_leader(self.leader(g))),
+            Ok(Err(e)) => return Err(failed(&e)),
+            Err(_) => return Err(failed(&format!("adding node {id} as a learner took over {MEMBERSHIP_STEP:?}"))),
+        };
+        tracing::info!(group = g, node = id, index = added.index, "learner added; waiting for it to catch up");
+        let caught_up = group
+            .raft
+            .wait(Some(MEMBERSHIP_STEP))
+            .metrics(
+                |m| match &m.replication {
+                    // No longer the leader: the next step says so.
+                    None => true,
+                    Some(r) => r.get(&id).is_some_and(|matched| matched.is_some_and(|l| l.index >= added.index)),
+                },
+                "learner caught up",
+            )
+            .await;
+        match caught_up {
+            Ok(m) if m.replication.is_none() => return Err(not_leader(self.leader(g))),
+            Ok(_) => {}
+            Err(_) => {
+                let matched = self
+                    .metrics(g)?
+                    .replication
+                    .and_then(|r| r.get(&id).cloned().flatten())
+                    .map_or_else(|| "nothing".to_string(), |l| l.index.to_string());
+                return Err(failed(&format!(
+                    "node {id}'s replica has not caught up within {MEMBERSHIP_STEP:?} (it has {matched}, the learner \
+                     entry is {})",
+                    added.index
+                )));
+            }
         }
         if !voters.insert(id) {
             return Ok(format!("metadata partition {g}: {note}node {id} already a voter"));
         }
-        match group.raft.change_membership(voters.clone(), false).await {
-            Ok(_) => Ok(format!("metadata partition {g}: {note}voters now {voters:?}")),
-            Err(e) if e.forward_to_leader().is_some() => Err(not_leader(self.leader(g))),
-            Err(e) => Err(failed(&e)),
+        match tokio::time::timeout(MEMBERSHIP_STEP, group.raft.change_membership(voters.clone(), false)).await {
+            Ok(Ok(_)) => {
+                tracing::info!(group = g, node = id, ?voters, "node promoted to voter");
+                Ok(format!("metadata partition {g}: {note}voters now {voters:?}"))
+            }
+            Ok(Err(e)) if e.forward_to_leader().is_some() => Err(not_leader(self.leader(g))),
+            Ok(Err(e)) => Err(failed(&e)),
+            Err(_) => Err(failed(&format!("promoting node {id} to voter took over {MEMBERSHIP_STEP:?}"))),
         }
     }
 
@@ -645,12 +691,19 @@ impl Node {
         if voters.is_empty() {
             return Err(RouteError::Failed { group: g, message: "cannot remove the last voter".into() });
         }
-        match group.raft.change_membership(voters.clone(), false).await {
-            Ok(_) => Ok(format!("metadata partition {g}: voters now {voters:?}")),
-            Err(e) if e.forward_to_leader().is_some() => {
+        match tokio::time::timeout(MEMBERSHIP_STEP, group.raft.change_membership(voters.clone(), false)).await {
+            Ok(Ok(_)) => {
+                tracing::info!(group = g, node = id, ?voters, "node removed");
+                Ok(format!("metadata partition {g}: voters now {voters:?}"))
+            }
+            Ok(Err(e)) if e.forward_to_leader().is_some() => {
                 Err(RouteError::NotLeader { group: g, leader: self.leader(g) })
             }
-            Err(e) => Err(RouteError::Failed { group: g, message: e.to_string() }),
+            Ok(Err(e)) => Err(RouteError::Failed { group: g, message: e.to_string() }),
+            Err(_) => Err(RouteError::Failed {
+                group: g,
+                message: format!("removing node {id} took over {MEMBERSHIP_STEP:?}"),
+            }),
         }
     }
 
@@ -698,6 +751,8 @@ impl Node {
             if m.state != ServerState::Leader {
                 continue;
             }
+            // Not while a membership change runs here: moving the leader would make it start over.
+            let Ok(_no_change_under_way) = group.membership.try_lock() else { continue };
             let Some(preferred) = Self::preferred_leader(&m, g as u32) else { continue };
             if preferred == self.id {
                 continue;
