@@ -73,5 +73,7 @@ if [ "$tests" = 1 ]; then
     echo "prereqs: installing confluent-kafka and kafka-python (pip)"
     pip_install --only-binary :all: confluent-kafka kafka-python
   fi
+  # PyYAML: the metrics test checks deploy/prometheus/alerts.yml parses.
+  python3 -c 'import yaml' 2>/dev/null || pip_install pyyaml
 fi
 echo "prereqs: ok"

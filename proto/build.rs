@@ -11,7 +11,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/diskless/admin/v1/admin.proto",
         "proto/diskless/broker/v1/broker.proto",
     ];
-    tonic_prost_build::configure().compile_protos(&files, &["proto"])?;
+    // The file descriptor set serves gRPC server reflection (`grpcurl list`) and names the
+    // methods the servers' metrics count. Admin types serialize to JSON for `coordctl --json`.
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    tonic_prost_build::configure()
+        .file_descriptor_set_path(out.join("diskless_descriptor.bin"))
+        .type_attribute(".diskless.admin.v1", "#[derive(serde::Serialize)]")
+        .compile_protos(&files, &["proto"])?;
     for f in files {
         println!("cargo:rerun-if-changed={f}");
     }

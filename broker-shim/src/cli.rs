@@ -71,6 +71,9 @@ pub fn main() -> anyhow::Result<()> {
         if let Some(kafka) = shim.start_kafka().await? {
             println!("diskless-broker Kafka listener on {kafka}");
         }
+        if let Some(m) = shim.start_metrics().await? {
+            println!("diskless-broker metrics on http://{m}/metrics");
+        }
         let shutdown = async {
             let mut term =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");

@@ -27,6 +27,9 @@ pub struct ShimConfig {
     pub fetch: FetchConfig,
     #[serde(default)]
     pub cleanup: CleanupConfig,
+    /// Where to serve Prometheus metrics over HTTP (`GET /metrics`), `host:port`; none when unset.
+    #[serde(default)]
+    pub metrics_addr: Option<String>,
     /// The Kafka protocol listener (off when absent).
     #[serde(default)]
     pub kafka: Option<KafkaConfig>,

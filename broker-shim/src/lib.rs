@@ -5,6 +5,7 @@
 //! coordinator cluster in order (`produce`, through `coordinator`), and read back by byte ranges
 //! with offsets injected (`fetch`). `cleanup` deletes the objects the coordinator released and the
 //! orphans it never knew. `service` is the broker's own gRPC API; `Shim` wires it all together.
+//! `metrics` (Prometheus) is bumped along the way and served on `metrics_addr`.
 
 pub mod cleanup;
 pub mod cli;
@@ -13,6 +14,7 @@ pub mod coordinator;
 pub mod error;
 pub mod fetch;
 pub mod kafka;
+pub mod metrics;
 pub mod produce;
 pub mod producer_ids;
 pub mod records;
@@ -51,6 +53,8 @@ impl Shim {
             storage = wrapped;
             store_faults = Some(faults);
         }
+        // Outermost, so injected faults count as failed requests too.
+        let storage = storage.metered();
         let address_map = config.coordinator_address_map.clone().into_iter().collect();
         let coordinators = Arc::new(coordinator::Coordinators::connect_via(&config.coordinators, address_map).await?);
         let commit_deadline =
@@ -98,6 +102,12 @@ impl Shim {
         tokio::spawn(l.serve(listener, self.stop.subscribe()));
         tracing::info!(%addr, "Kafka listener started");
         Ok(Some(addr))
+    }
+
+    /// Starts the Prometheus listener if the configuration has one; returns its address.
+    pub async fn start_metrics(&self) -> anyhow::Result<Option<std::net::SocketAddr>> {
+        let Some(addr) = &self.config.metrics_addr else { return Ok(None) };
+        Ok(Some(metrics::http::serve(addr, self.stop.subscribe()).await?))
     }
 
     /// Stops accepting work, commits what was accepted, stops the cleaner.

@@ -31,6 +31,9 @@ pub struct ServerArgs {
     /// Number of metadata partitions of a new cluster.
     #[arg(long, env = "DISKLESS_METADATA_PARTITIONS")]
     pub metadata_partitions: Option<u32>,
+    /// host:port to serve Prometheus metrics on (`GET /metrics`; off when unset).
+    #[arg(long, env = "DISKLESS_METRICS_ADDR")]
+    pub metrics_addr: Option<String>,
     /// Log filter (tracing's EnvFilter syntax), e.g. `info` or `diskless_coordinator=debug`.
     #[arg(long, env = "RUST_LOG", default_value = "info,openraft=warn,openraft::core::heartbeat=error")]
     pub log: String,
@@ -72,6 +75,9 @@ impl ServerArgs {
         if let Some(v) = &self.data_dir {
             set("data_dir", v.display().to_string().into());
         }
+        if let Some(v) = &self.metrics_addr {
+            set("metrics_addr", v.clone().into());
+        }
         if let Some(v) = self.metadata_partitions {
             set("num_metadata_partitions", toml::Value::Integer(i64::from(v)));
         }
@@ -92,6 +98,10 @@ pub async fn run_server(args: ServerArgs) -> anyhow::Result<()> {
     let node = Node::start(config).await?;
     tracing::info!(node = node.id, %addr, groups = node.num_groups(), "coordinator node serving");
     println!("diskless-coordinator node {} listening on {addr}", node.id);
+    if let Some(m) = node.config.metrics_addr.clone() {
+        let bound = crate::metrics::scrape::serve(&node, &m).await?;
+        println!("diskless-coordinator node {} metrics on http://{bound}/metrics", node.id);
+    }
     let shutdown = async {
         let mut term =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Starts a local 3-node coordinator quorum on 127.0.0.1:7001-7003 and a broker shim on
 # 127.0.0.1:9192 storing WAL segments in a local directory; everything under ./data/local.
+# Prometheus metrics: the nodes on http://127.0.0.1:9101-9103/metrics, the broker on :9109
+# (deploy/prometheus/prometheus.yml scrapes exactly these).
 #
 #   deploy/local/run.sh            # build (first time: RocksDB takes minutes), start, show status
 #   DATA=/tmp/q PROFILE=release deploy/local/run.sh
@@ -15,6 +17,7 @@ GROUPS_N=${METADATA_PARTITIONS:-8}
 BASE_PORT=${BASE_PORT:-7001}
 BROKER_PORT=${BROKER_PORT:-9192}
 KAFKA_PORT=${KAFKA_PORT:-9092}
+METRICS_PORT=${METRICS_PORT:-9101}   # nodes: METRICS_PORT..+2; broker: METRICS_PORT + 8
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/diskless-target}
 
 deploy/prereqs.sh   # cargo, a C++ compiler, libclang (installed with apt when missing)
@@ -43,6 +46,7 @@ node_id = $i
 listen = "127.0.0.1:$((BASE_PORT + i - 1))"
 data_dir = "$DATA/node-$i"
 num_metadata_partitions = $GROUPS_N
+metrics_addr = "127.0.0.1:$((METRICS_PORT + i - 1))"
 
 $members
 TOML
@@ -58,6 +62,7 @@ cat > "$DATA/broker.toml" <<TOML
 broker_id = 1
 listen = "127.0.0.1:$BROKER_PORT"
 coordinators = ["127.0.0.1:$BASE_PORT", "127.0.0.1:$((BASE_PORT + 1))", "127.0.0.1:$((BASE_PORT + 2))"]
+metrics_addr = "127.0.0.1:$((METRICS_PORT + 8))"
 
 [storage]
 kind = "local"
@@ -74,6 +79,7 @@ Coordinator quorum running: 127.0.0.1:$BASE_PORT, :$((BASE_PORT + 1)), :$((BASE_
 Broker shim running: Kafka protocol on 127.0.0.1:$KAFKA_PORT, its own gRPC API on 127.0.0.1:$BROKER_PORT
   (WAL segments in $DATA/objects).
   status:    $BIN/coordctl --addr 127.0.0.1:$BASE_PORT status
+  metrics:   curl -s 127.0.0.1:$METRICS_PORT/metrics (nodes :$METRICS_PORT-$((METRICS_PORT + 2)), broker :$((METRICS_PORT + 8)))
   kcat:      kcat -b 127.0.0.1:$KAFKA_PORT -L
   demo:      $BIN/diskless-demo create --topic demo --partitions 4
              $BIN/diskless-demo produce --topic demo --partitions 4 --messages 1000

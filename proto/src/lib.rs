@@ -2,7 +2,8 @@
 //!
 //! Owns: the generated gRPC types (`v1`), Kafka's error codes as this project uses them
 //! ([`ErrorCode`]), and the one function both sides must agree on: which metadata partition owns a
-//! topic-partition ([`metadata_partition_for`]). It must not hold behaviour beyond that: no I/O,
+//! topic-partition ([`metadata_partition_for`]), and the encoded descriptors of the services
+//! ([`FILE_DESCRIPTOR_SET`]). It must not hold behaviour beyond that: no I/O,
 //! no state.
 
 pub mod error_code;
@@ -10,6 +11,9 @@ pub mod partitioning;
 
 pub use error_code::ErrorCode;
 pub use partitioning::metadata_partition_for;
+
+/// The encoded `FileDescriptorSet` of every service above (server reflection; method names).
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/diskless_descriptor.bin"));
 
 /// Version 1 of the coordinator API (`package diskless.coordinator.v1`).
 pub mod v1 {

@@ -35,6 +35,8 @@ pub struct Options {
     pub snapshot_install_pause_ms: u64,
     /// How often group leaders run retention (`retention_check_ms`; an hour: practically never).
     pub retention_check_ms: u64,
+    /// Serve Prometheus metrics on a free port per node (`metrics_addr`; see [`Cluster::metrics_addr`]).
+    pub metrics: bool,
 }
 
 impl Default for Options {
@@ -46,6 +48,7 @@ impl Default for Options {
             leader_balance_ms: 2_000,
             snapshot_install_pause_ms: 0,
             retention_check_ms: 3_600_000,
+            metrics: false,
         }
     }
 }
@@ -54,6 +57,8 @@ struct NodeProc {
     addr: String,
     child: Option<Child>,
     bootstrap: bool,
+    /// Where the node serves metrics (kept across restarts), when `Options::metrics`.
+    metrics_addr: Option<String>,
 }
 
 pub struct Cluster {
@@ -77,7 +82,8 @@ fn node_binary() -> PathBuf {
     })
 }
 
-fn free_port() -> u16 {
+/// A loopback port free at the time of the call.
+pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
     l.local_addr().expect("local addr").port()
 }
@@ -85,14 +91,21 @@ fn free_port() -> u16 {
 impl Cluster {
     /// Starts `n` bootstrapping nodes (ids 1..=n) and waits until every group has a leader.
     pub async fn start(n: u64, options: Options) -> Cluster {
+        let c = Cluster::launch(n, options);
+        c.wait_for_leaders(Duration::from_secs(60)).await;
+        c
+    }
+
+    /// Starts `n` bootstrapping nodes (ids 1..=n) without waiting for anything.
+    pub fn launch(n: u64, options: Options) -> Cluster {
         let dir = tempfile::Builder::new().prefix("diskless-cluster-").tempdir().expect("temp dir");
         let members: Vec<(u64, String)> = (1..=n).map(|id| (id, format!("127.0.0.1:{}", free_port()))).collect();
         let mut c = Cluster { dir, nodes: BTreeMap::new(), members: members.clone(), options, keep: false };
         for (id, addr) in members {
-            c.nodes.insert(id, NodeProc { addr, child: None, bootstrap: true });
+            let metrics_addr = c.options.metrics.then(|| format!("127.0.0.1:{}", free_port()));
+            c.nodes.insert(id, NodeProc { addr, child: None, bootstrap: true, metrics_addr });
             c.spawn(id);
         }
-        c.wait_for_leaders(Duration::from_secs(60)).await;
         c
     }
 
@@ -102,7 +115,7 @@ impl Cluster {
         let mut s = format!(
             "node_id = {id}\nlisten = \"{}\"\ndata_dir = \"{}\"\nnum_metadata_partitions = {}\n\
              leader_balance_ms = {}\nretention_check_ms = {}\nallow_fault_injection = true\n\
-             test_snapshot_install_pause_ms = {}\n\n\
+             test_snapshot_install_pause_ms = {}\n{}\n\
              [raft]\nsnapshot_after_entries = {}\nentries_kept_after_snapshot = {}\n",
             node.addr,
             self.data_dir(id).display(),
@@ -110,6 +123,7 @@ impl Cluster {
             o.leader_balance_ms,
             o.retention_check_ms,
             o.snapshot_install_pause_ms,
+            node.metrics_addr.as_ref().map_or(String::new(), |m| format!("metrics_addr = \"{m}\"\n")),
             o.snapshot_after_entries,
             o.entries_kept_after_snapshot,
         );
@@ -166,13 +180,19 @@ impl Cluster {
     /// Adds a process for a new node `id` that does not bootstrap (it waits to be added).
     pub fn spawn_new_node(&mut self, id: u64) -> String {
         let addr = format!("127.0.0.1:{}", free_port());
-        self.nodes.insert(id, NodeProc { addr: addr.clone(), child: None, bootstrap: false });
+        let metrics_addr = self.options.metrics.then(|| format!("127.0.0.1:{}", free_port()));
+        self.nodes.insert(id, NodeProc { addr: addr.clone(), child: None, bootstrap: false, metrics_addr });
         self.spawn(id);
         addr
     }
 
     pub fn addr(&self, id: u64) -> &str {
         &self.nodes[&id].addr
+    }
+
+    /// Where node `id` serves Prometheus metrics (with `Options::metrics`).
+    pub fn metrics_addr(&self, id: u64) -> Option<&str> {
+        self.nodes[&id].metrics_addr.as_deref()
     }
 
     pub fn ids(&self) -> Vec<u64> {
@@ -330,6 +350,46 @@ impl Drop for Cluster {
             eprintln!("test cluster files kept in {}", path.display());
         }
     }
+}
+
+// ---------------------------------------------------------------- metrics
+
+/// `GET /metrics` from `addr` over plain HTTP/1.1: the content type and the body.
+pub async fn scrape(addr: &str) -> Result<(String, String), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.map_err(|e| format!("connect {addr}: {e}"))?;
+    s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.map_err(|e| e.to_string())?;
+    let text = String::from_utf8(raw).map_err(|e| e.to_string())?;
+    let (head, body) = text.split_once("\r\n\r\n").ok_or("no HTTP header end")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(format!("scrape of {addr}: {head}"));
+    }
+    let content_type = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-type: ").or_else(|| l.strip_prefix("Content-Type: ")))
+        .unwrap_or_default()
+        .to_string();
+    Ok((content_type, body.to_string()))
+}
+
+/// The sum of every series of metric `name` (any labels) in a scrape; `None` if it has none.
+pub fn metric_sum(text: &str, name: &str) -> Option<f64> {
+    let values: Vec<f64> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' ')))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
+/// The value of the series `series` (name and labels exactly as printed) in a scrape.
+pub fn metric_value(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
 // ---------------------------------------------------------------- request builders

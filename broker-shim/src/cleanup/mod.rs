@@ -171,6 +171,7 @@ impl Cleaner {
                 tracing::warn!(key, why, "deletion not confirmed");
             }
             swept.deleted = deleted.len();
+            crate::metrics::get().cleaner_files_deleted.inc_by(deleted.len() as u64);
             tracing::info!(deleted = deleted.len(), "deleted released WAL segments");
         }
         Ok(swept)
@@ -209,6 +210,7 @@ impl Cleaner {
                 Fence::Fenced => {
                     self.storage.delete(&key).await?;
                     swept.deleted += 1;
+                    crate::metrics::get().cleaner_orphans_deleted.inc();
                     tracing::info!(key, "deleted an orphan WAL segment");
                 }
                 // Committed: live, or released (then the released-file path deletes it).
@@ -232,14 +234,28 @@ impl Cleaner {
                 _ = tokio::time::sleep(every) => {}
                 _ = stop.changed() => return,
             }
-            if let Err(e) = self.delete_released().await {
-                tracing::warn!(error = %e, "deleting released files failed; retrying next round");
+            let m = crate::metrics::get();
+            let mut ok = true;
+            match self.delete_released().await {
+                Ok(swept) => {
+                    m.cleaner_backlog_files.set(swept.kept as i64);
+                }
+                Err(e) => {
+                    ok = false;
+                    m.cleaner_failures.inc();
+                    tracing::warn!(error = %e, "deleting released files failed; retrying next round");
+                }
             }
             if orphan_every > 0 && last_orphan_scan.elapsed() >= Duration::from_millis(orphan_every) {
                 last_orphan_scan = std::time::Instant::now();
                 if let Err(e) = self.delete_orphans().await {
+                    ok = false;
+                    m.cleaner_failures.inc();
                     tracing::warn!(error = %e, "orphan scan failed; retrying next round");
                 }
+            }
+            if ok {
+                m.cleaner_succeeded();
             }
         }
     }

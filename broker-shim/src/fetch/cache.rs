@@ -24,7 +24,14 @@ impl RangeCache {
 
     pub fn get(&self, key: &str, offset: u64) -> Option<Bytes> {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        g.lru.get(&(key.to_string(), offset)).cloned()
+        let hit = g.lru.get(&(key.to_string(), offset)).cloned();
+        let m = crate::metrics::get();
+        if hit.is_some() {
+            m.fetch_cache_hits.inc()
+        } else {
+            m.fetch_cache_misses.inc()
+        };
+        hit
     }
 
     pub fn put(&self, key: &str, offset: u64, bytes: Bytes) {

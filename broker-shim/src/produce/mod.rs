@@ -92,6 +92,8 @@ struct Sealed {
     size: usize,
     placed: Vec<Placed<Reply>>,
     uploaded: Result<(), String>,
+    /// In the commit backlog metric while uploaded and not committed or failed.
+    backlog: Option<crate::metrics::InBacklog>,
     /// The segment's upload slot, held until its commit resolves.
     slot: OwnedSemaphorePermit,
     /// No commit of the segment is sent after this (upload start + [`commit_deadline`]).
@@ -214,11 +216,17 @@ impl Producer {
             sub.bytes += batch.len();
             let (reply, rx) = oneshot::channel();
             sub.batches.push((batch, header, reply));
+            let submitted = Instant::now();
             waiting.push(
                 async move {
-                    rx.await.unwrap_or_else(|_| {
+                    let r = rx.await.unwrap_or_else(|_| {
                         Err(KafkaError::new(ErrorCode::KafkaStorageError, "the produce pipeline stopped"))
-                    })
+                    });
+                    let m = crate::metrics::get();
+                    m.produce_duration.observe(submitted.elapsed().as_secs_f64());
+                    let result = if r.is_ok() { "ok" } else { "error" };
+                    m.produced_batches.get_or_create(&crate::metrics::Outcome { result }).inc();
+                    r
                 }
                 .boxed(),
             );
@@ -318,16 +326,23 @@ async fn seal(
     let size = bytes.len();
     stats.segments.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     stats.bytes.fetch_add(size as u64, std::sync::atomic::Ordering::Relaxed);
+    let m = crate::metrics::get();
+    m.segment_bytes.observe(size as f64);
+    m.segment_batches.observe(placed.len() as f64);
     let storage = storage.clone();
     let sealed_tx = sealed_tx.clone();
     // The object's age, as the orphan scan sees it, starts no earlier than this.
     let deadline = Instant::now() + commit_deadline;
     tokio::spawn(async move {
+        let m = crate::metrics::get();
+        m.uploads_in_flight.inc();
         let uploaded = storage.put_new(&key, bytes).await.map_err(|e| e.to_string());
+        m.uploads_in_flight.dec();
+        let backlog = uploaded.is_ok().then(|| m.uploaded());
         if let Err(e) = &uploaded {
             tracing::warn!(key, error = %e, "WAL segment upload failed");
         }
-        let _ = sealed_tx.send(Sealed { seq, key, size, placed, uploaded, slot, deadline }).await;
+        let _ = sealed_tx.send(Sealed { seq, key, size, placed, uploaded, backlog, slot, deadline }).await;
     });
 }
 
@@ -352,7 +367,7 @@ async fn commit_loop(
 
 async fn commit(s: Sealed, broker_id: i32, storage: &Storage, committer: &dyn Committer, stats: &ProduceStats) {
     // The upload slot is released when this returns: the segment is then committed or failed.
-    let Sealed { seq, key, size, placed, uploaded, slot: _slot, deadline } = s;
+    let Sealed { seq, key, size, placed, uploaded, backlog: _backlog, slot: _slot, deadline } = s;
     if let Err(e) = &uploaded {
         let err = KafkaError::new(ErrorCode::KafkaStorageError, format!("upload of WAL segment failed: {e}"));
         for p in placed {
@@ -400,7 +415,9 @@ async fn commit(s: Sealed, broker_id: i32, storage: &Storage, committer: &dyn Co
         timeout_ms: left.as_millis().min(COMMIT_TIMEOUT_MS as u128) as i32,
         uploader_broker_id: broker_id,
     };
+    let started = Instant::now();
     let r = committer.commit(req, deadline).await;
+    crate::metrics::get().commit_duration.observe(started.elapsed().as_secs_f64());
     // Nothing committed anywhere, for sure (every batch refused by a node that was not the
     // leader)? Then the object is garbage: fence it in its owners and delete it now. An unknown
     // outcome (REQUEST_TIMED_OUT) is left to the orphan scan, which fences before deleting.
@@ -432,6 +449,7 @@ async fn commit(s: Sealed, broker_id: i32, storage: &Storage, committer: &dyn Co
 /// apply; if the delete fails the orphan scan fences and deletes it later).
 fn abandon(seq: u64, key: String, placed: Vec<Placed<Reply>>, storage: &Storage, stats: &ProduceStats) {
     stats.abandoned.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    crate::metrics::get().segments_abandoned.inc();
     tracing::warn!(
         key,
         seq,

@@ -102,6 +102,12 @@ impl Storage {
         (Storage { store, describe: format!("{} (fault injection on)", self.describe) }, faults)
     }
 
+    /// The same store, its requests counted and timed (see `metrics::object_store`).
+    pub fn metered(self) -> Storage {
+        let store: Arc<dyn ObjectStore> = Arc::new(crate::metrics::object_store::MeteredStore::new(self.store));
+        Storage { store, describe: self.describe }
+    }
+
     /// A fresh, unique object key under `prefix`.
     pub fn new_key(prefix: &str) -> String {
         format!("{prefix}{}", uuid::Uuid::new_v4())

@@ -55,6 +55,9 @@ pub struct NodeConfig {
     /// How often a node hands leaderships back to each group's preferred leader (0 = never).
     #[serde(default = "default_leader_balance_ms")]
     pub leader_balance_ms: u64,
+    /// Where to serve Prometheus metrics over HTTP (`GET /metrics`), `host:port`; none when unset.
+    #[serde(default)]
+    pub metrics_addr: Option<String>,
     /// The largest request a client may send, in bytes.
     #[serde(default = "default_max_request_bytes")]
     pub max_request_bytes: usize,

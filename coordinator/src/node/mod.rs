@@ -436,6 +436,19 @@ impl Node {
         now_ms: Option<i64>,
         timeout: Duration,
     ) -> Result<(Outcome, u64), RouteError> {
+        let _pending = crate::metrics::get().proposal_started(g);
+        let r = self.propose_unmetered(g, op, now_ms, timeout).await;
+        crate::metrics::get().proposal_done(g, r.is_ok());
+        r
+    }
+
+    async fn propose_unmetered(
+        &self,
+        g: u32,
+        op: Op,
+        now_ms: Option<i64>,
+        timeout: Duration,
+    ) -> Result<(Outcome, u64), RouteError> {
         let raft = self.raft(g)?;
         let deadline = Instant::now() + timeout;
         loop {
@@ -508,15 +521,27 @@ impl Node {
     /// followers refuse to vote for anyone else; this assumes clocks advance at about the same
     /// rate), else by a heartbeat round to a quorum (ReadIndex).
     pub async fn linearizable(&self, g: u32, timeout: Duration) -> Result<(), RouteError> {
+        let started = Instant::now();
+        let r = self.linearizable_unmetered(g, timeout).await;
+        let via = match &r {
+            Ok(via) => via,
+            Err(_) => "failed",
+        };
+        crate::metrics::get().strict_read(via, started.elapsed());
+        r.map(|_| ())
+    }
+
+    /// [`linearizable`](Self::linearizable); says how the read was confirmed.
+    async fn linearizable_unmetered(&self, g: u32, timeout: Duration) -> Result<&'static str, RouteError> {
         let raft = self.raft(g)?;
         if raft.ensure_linearizable(ReadPolicy::LeaseRead).await.is_ok() {
-            return Ok(());
+            return Ok("lease");
         }
         let r = tokio::time::timeout(timeout, raft.ensure_linearizable(ReadPolicy::ReadIndex))
             .await
             .map_err(|_| RouteError::NoQuorum { group: g })?;
         match r {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok("read_index"),
             Err(e) => match e.forward_to_leader() {
                 Some(_) => Err(RouteError::NotLeader { group: g, leader: self.leader(g) }),
                 // Not confirmed by a quorum in time (cut off, peers down), or the group stopped:

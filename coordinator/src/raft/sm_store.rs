@@ -179,6 +179,8 @@ impl SmStore {
         let applied: AppliedState = (Some(last), membership.clone());
         txn.put(self.applied_key(), codec::encode(&applied).map_err(io_err)?);
         txn.commit(false).map_err(io_err)?;
+        crate::metrics::get().apply_duration.observe(started.elapsed().as_secs_f64());
+        crate::metrics::get().applied_entries.inc_by(done.len() as u64);
         tracing::trace!(
             group = self.group,
             entries = done.len(),
@@ -202,7 +204,12 @@ impl SmStore {
         let meta = SnapshotMeta { last_log_id, last_membership };
         let (from, to) = crate::state_machine::keys::Keys::new(self.group).group_range();
         let applied = self.applied_key();
+        let started = std::time::Instant::now();
         let file = snapshot::write(&view, &from, &to, &|k| k == applied.as_slice(), &meta, &self.dir)?;
+        let m = crate::metrics::get();
+        m.snapshot_builds.inc();
+        m.snapshot_build_duration.observe(started.elapsed().as_secs_f64());
+        m.snapshot_build_bytes.inc_by(std::fs::metadata(&file.path).map_or(0, |f| f.len()));
         tracing::info!(group = self.group, index = ?meta.last_log_id.map(|l| l.index), "snapshot built");
         Ok(Snapshot { meta, snapshot: file })
     }
@@ -282,7 +289,12 @@ impl RaftStateMachine<TypeConfig> for SmStore {
             if file_meta.last_log_id != meta.last_log_id {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, "snapshot file does not match its metadata"));
             }
+            let started = std::time::Instant::now();
             me.install_file(&file.path, &meta)?;
+            let m = crate::metrics::get();
+            m.snapshot_installs.inc();
+            m.snapshot_install_duration.observe(started.elapsed().as_secs_f64());
+            m.snapshot_install_bytes.inc_by(std::fs::metadata(&file.path).map_or(0, |f| f.len()));
             tracing::info!(group = me.group, index = ?meta.last_log_id.map(|l| l.index), "snapshot installed");
             Ok(())
         })

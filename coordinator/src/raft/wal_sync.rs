@@ -46,10 +46,14 @@ impl WalSyncer {
                 while let Ok(first) = rx.recv() {
                     let mut waiting = vec![first];
                     waiting.extend(rx.try_iter());
+                    let started = std::time::Instant::now();
                     let result = faults
                         .before_fsync()
                         .map_err(crate::raft::io_err)
                         .and_then(|()| db.sync_wal().map_err(crate::raft::io_err));
+                    let m = crate::metrics::get();
+                    m.fsync_duration.observe(started.elapsed().as_secs_f64());
+                    m.appends_per_fsync.observe(waiting.len() as f64);
                     st.syncs.fetch_add(1, Ordering::Relaxed);
                     st.appends.fetch_add(waiting.len() as u64, Ordering::Relaxed);
                     if let Err(e) = &result {

@@ -118,7 +118,13 @@ impl CoordinatorApi {
         let client = CoordinatorServiceClient::new(channel).max_decoding_message_size(256 << 20);
         let mut request = Request::new(req);
         request.metadata_mut().insert(GROUP_HEADER, g.into());
-        match remote(client, request).await {
+        let r = remote(client, request).await;
+        let result = if r.is_ok() { "ok" } else { "failed" };
+        crate::metrics::get()
+            .forwarded
+            .get_or_create(&crate::metrics::PartitionResult { metadata_partition: g, result })
+            .inc();
+        match r {
             Ok(r) => Ok(r.into_inner()),
             // Delivered or not, we cannot tell (gRPC reports a reset or keep-alive failure after
             // delivery as UNAVAILABLE too): the outcome is unknown, as for a timeout.

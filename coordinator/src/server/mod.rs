@@ -1,7 +1,8 @@
 //! The gRPC server of a node: `CoordinatorService` (brokers), `AdminService` (operators) and
 //! `RaftService` (peers), all on one listener.
 //!
-//! Owns: serving, request size limits, graceful shutdown. Routing and forwarding live in
+//! Owns: serving, request size limits, graceful shutdown; every request passes the metrics layer
+//! (`metrics::grpc`). Routing and forwarding live in
 //! `coordinator_service`; wire-type checks in `convert`; the topic reconciler (which routes like
 //! a client) in `reconciler`.
 
@@ -36,6 +37,7 @@ pub async fn serve(
     let coordinator = CoordinatorServiceServer::new(coordinator_service::CoordinatorApi::new(node.clone()))
         .max_decoding_message_size(limit)
         .max_encoding_message_size(256 << 20);
+    crate::metrics::scrape::watch_leaders(&node);
     let admin = AdminServiceServer::new(admin_service::AdminApi::new(node.clone()));
     let raft = RaftServiceServer::new(raft_service::RaftApi::new(node.clone()))
         .max_decoding_message_size(256 << 20)
@@ -45,6 +47,7 @@ pub async fn serve(
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
+        .layer(crate::metrics::grpc::GrpcMetricsLayer)
         .add_service(coordinator)
         .add_service(admin)
         .add_service(raft)
