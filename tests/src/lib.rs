@@ -98,13 +98,21 @@ impl Cluster {
 
     /// Starts `n` bootstrapping nodes (ids 1..=n) without waiting for anything.
     pub fn launch(n: u64, options: Options) -> Cluster {
+        let mut c = Cluster::prepare(n, options);
+        for id in c.ids() {
+            c.spawn(id);
+        }
+        c
+    }
+
+    /// A cluster of `n` bootstrapping nodes (ids 1..=n), none started: `spawn` each when wanted.
+    pub fn prepare(n: u64, options: Options) -> Cluster {
         let dir = tempfile::Builder::new().prefix("diskless-cluster-").tempdir().expect("temp dir");
         let members: Vec<(u64, String)> = (1..=n).map(|id| (id, format!("127.0.0.1:{}", free_port()))).collect();
         let mut c = Cluster { dir, nodes: BTreeMap::new(), members: members.clone(), options, keep: false };
         for (id, addr) in members {
             let metrics_addr = c.options.metrics.then(|| format!("127.0.0.1:{}", free_port()));
             c.nodes.insert(id, NodeProc { addr, child: None, bootstrap: true, metrics_addr });
-            c.spawn(id);
         }
         c
     }
@@ -235,7 +243,8 @@ impl Cluster {
         self.keep = true;
     }
 
-    async fn channel(&self, id: u64) -> Channel {
+    /// A channel to node `id` (waits up to 30 s for it to accept connections).
+    pub async fn channel(&self, id: u64) -> Channel {
         let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr(id)))
             .expect("endpoint")
             .connect_timeout(Duration::from_secs(2));

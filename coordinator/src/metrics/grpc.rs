@@ -40,10 +40,11 @@ const CODES: [&str; 17] = [
 ];
 
 /// Methods served besides ours.
-const OTHER_METHODS: [&str; 3] = [
+const OTHER_METHODS: [&str; 4] = [
     "/grpc.health.v1.Health/Check",
     "/grpc.health.v1.Health/Watch",
     "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
 ];
 
 /// Every known method path, as a `'static` label (built once: the services are fixed).

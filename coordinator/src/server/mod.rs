@@ -1,5 +1,6 @@
 //! The gRPC server of a node: `CoordinatorService` (brokers), `AdminService` (operators) and
-//! `RaftService` (peers), all on one listener.
+//! `RaftService` (peers), all on one listener, with gRPC health checking (`health`) and server
+//! reflection (so `grpcurl -plaintext host:port list` works).
 //!
 //! Owns: serving, request size limits, graceful shutdown; every request passes the metrics layer
 //! (`metrics::grpc`). Routing and forwarding live in
@@ -9,6 +10,7 @@
 mod admin_service;
 mod convert;
 pub mod coordinator_service;
+pub mod health;
 mod raft_service;
 mod reconciler;
 
@@ -44,6 +46,24 @@ pub async fn serve(
         .max_encoding_message_size(256 << 20);
     // Responses are small and latency-bound: no Nagle on accepted connections (a server that is
     // handed its listener does not apply its own TCP settings to them).
+    let health = health::start(&node).await;
+    let reflection = |b: tonic_reflection::server::Builder<'static>| {
+        b.register_encoded_file_descriptor_set(diskless_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .with_service_name(health::COORDINATOR)
+            .with_service_name(health::ADMIN)
+            .with_service_name(health::RAFT)
+            .with_service_name("grpc.health.v1.Health")
+    };
+    let reflection_v1 = reflection(tonic_reflection::server::Builder::configure())
+        .with_service_name("grpc.reflection.v1.ServerReflection")
+        .build_v1()
+        .context("reflection service")?;
+    // grpcurl before 1.8.8 and other older clients ask the v1alpha service.
+    let reflection_v1alpha = reflection(tonic_reflection::server::Builder::configure())
+        .with_service_name("grpc.reflection.v1alpha.ServerReflection")
+        .build_v1alpha()
+        .context("reflection service")?;
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
@@ -51,6 +71,9 @@ pub async fn serve(
         .add_service(coordinator)
         .add_service(admin)
         .add_service(raft)
+        .add_service(health)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
         .context("gRPC server")
