@@ -6,6 +6,7 @@
 //! RocksDB. `metrics` (Prometheus) is bumped by every layer and reads the node when scraped. See `ARCHITECTURE.md` at the repository root for the whole map.
 
 pub mod cli;
+pub mod ctl;
 pub mod metrics;
 pub mod node;
 pub mod raft;

@@ -82,6 +82,13 @@ fn node_binary() -> PathBuf {
     })
 }
 
+/// `coordctl` (the same code, built in this package as `coordctl-test`) aimed at `addr`.
+pub fn coordctl(addr: &str) -> Command {
+    let mut c = Command::new(node_binary().with_file_name("coordctl-test"));
+    c.arg("--addr").arg(addr);
+    c
+}
+
 /// A loopback port free at the time of the call.
 pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");

@@ -12,20 +12,22 @@
 //!   server runs — operators and peers must reach a node that is not healthy, to see why and to
 //!   repair it.
 //!
-//! Everything is NOT_SERVING once the node starts shutting down. A task samples the groups' Raft
-//! metrics every [`CHECK_EVERY`] (being in touch with a leader is a matter of time, not only of
-//! metric changes) and updates the reporter when the answer changes. It must not act on the node.
+//! Everything is NOT_SERVING once the node starts shutting down. A task watches the groups' Raft
+//! server metrics (leader, state, membership) and re-evaluates at each change, and at least every
+//! [`CHECK_EVERY`] (being in touch with a leader is a matter of time, not only of metric changes);
+//! it updates the reporter when the answer changes. It must not act on the node.
 
 use std::sync::Weak;
 use std::time::Duration;
 
+use openraft::async_runtime::WatchReceiver;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 use crate::node::Node;
 
 /// How often the groups are looked at.
-pub const CHECK_EVERY: Duration = Duration::from_millis(250);
+pub const CHECK_EVERY: Duration = Duration::from_millis(100);
 
 pub const COORDINATOR: &str = "diskless.coordinator.v1.CoordinatorService";
 pub const ADMIN: &str = "diskless.admin.v1.AdminService";
@@ -63,6 +65,10 @@ pub async fn start(
 
 async fn keep(node: Weak<Node>, mut stopping: tokio::sync::watch::Receiver<bool>, reporter: HealthReporter) {
     let mut last: Option<bool> = None;
+    let mut watches: Vec<_> = match node.upgrade() {
+        Some(n) => (0..n.num_groups()).filter_map(|g| n.raft(g).ok().map(|r| r.server_metrics())).collect(),
+        None => vec![],
+    };
     loop {
         let Some(n) = node.upgrade() else { break };
         if *stopping.borrow() {
@@ -82,9 +88,21 @@ async fn keep(node: Weak<Node>, mut stopping: tokio::sync::watch::Receiver<bool>
             }
             last = Some(serving);
         }
-        tokio::select! {
-            _ = tokio::time::sleep(CHECK_EVERY) => {}
-            _ = stopping.changed() => {}
+        // A watch whose group stopped is dropped (it would report a change for ever).
+        let changed = async {
+            if watches.is_empty() {
+                std::future::pending::<()>().await;
+            }
+            let (r, i, _) = futures_util::future::select_all(watches.iter_mut().map(|w| Box::pin(w.changed()))).await;
+            r.err().map(|_| i)
+        };
+        let stopped_group = tokio::select! {
+            _ = tokio::time::sleep(CHECK_EVERY) => None,
+            gone = changed => gone,
+            _ = stopping.changed() => None,
+        };
+        if let Some(i) = stopped_group {
+            watches.remove(i);
         }
     }
     for name in ["", COORDINATOR, ADMIN, RAFT] {

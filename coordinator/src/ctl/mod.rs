@@ -1,0 +1,292 @@
+//! The operator CLI (`coordctl`): one node's status, cluster-wide status and health, membership,
+//! leadership moves, snapshots. In the library so test harnesses build the same binary.
+//!
+//! Every command prints tables for people, or with `--json` exactly one JSON document on stdout
+//! (an error too: `{"error": "..."}`). A command that finds the cluster unhealthy (`status
+//! --cluster`, `health`) or fails exits with status 1. It only calls the nodes' gRPC services;
+//! it must not hold cluster logic of its own beyond comparing what the nodes answer.
+
+mod cluster;
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use diskless_proto::admin::admin_service_client::AdminServiceClient;
+use diskless_proto::admin::*;
+use serde_json::json;
+use tonic::transport::Channel;
+
+#[derive(Debug, Parser)]
+#[command(name = "coordctl", version, about = "Operate a diskless coordinator cluster")]
+pub struct Args {
+    /// Any node of the cluster, host:port.
+    #[arg(long, env = "DISKLESS_ADDR", default_value = "127.0.0.1:7001", global = true)]
+    pub addr: String,
+    /// Print one JSON document instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Nodes, and per metadata partition: leader, term, log and applied indexes, followers' lag.
+    Status {
+        /// Print JSON-like raw output (the protobuf debug form) instead of tables.
+        #[arg(long)]
+        raw: bool,
+        /// Start the stage timings (where log entries' time goes) afresh after printing them.
+        #[arg(long)]
+        reset_stages: bool,
+        /// Ask every node of the membership; exit 1 if one does not answer or sees a metadata
+        /// partition without a leader.
+        #[arg(long)]
+        cluster: bool,
+    },
+    /// gRPC health of the node (`--cluster`: of every node); exit 1 unless all are SERVING.
+    Health {
+        #[arg(long)]
+        cluster: bool,
+    },
+    /// The cluster's members.
+    Members {
+        #[command(subcommand)]
+        cmd: MembersCmd,
+    },
+    /// Move a metadata partition's leadership.
+    TransferLeader {
+        #[arg(long)]
+        group: u32,
+        #[arg(long)]
+        to: u64,
+    },
+    /// Add a node to every metadata partition (learner, caught up, then voter). Also how a node
+    /// whose data directory was replaced rejoins: its old replicas are removed first.
+    AddNode {
+        #[arg(long)]
+        id: u64,
+        #[arg(long)]
+        address: String,
+    },
+    /// Remove a node from every metadata partition.
+    RemoveNode {
+        #[arg(long)]
+        id: u64,
+    },
+    /// Snapshot every metadata partition on the node now (purging the log behind).
+    Snapshot,
+    /// Wait until the node answers and every metadata partition has a leader.
+    WaitReady {
+        #[arg(long, default_value_t = 60)]
+        timeout_secs: u64,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MembersCmd {
+    /// Every node some metadata partition knows, with its address and role.
+    List,
+}
+
+/// What a command found: its JSON document, its table, and whether all is well (exit status).
+pub struct Report {
+    pub json: serde_json::Value,
+    pub text: String,
+    pub ok: bool,
+}
+
+impl Report {
+    fn ok(json: serde_json::Value, text: impl Into<String>) -> Report {
+        Report { json, text: text.into(), ok: true }
+    }
+}
+
+/// The binary's `main`: runs the command, prints, and returns the exit status.
+pub fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let json = args.json;
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return fail(json, &anyhow::anyhow!(e)),
+    };
+    match rt.block_on(run(args)) {
+        Ok(r) => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&r.json).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+                );
+            } else {
+                print!("{}", r.text);
+            }
+            if r.ok {
+                std::process::ExitCode::SUCCESS
+            } else {
+                std::process::ExitCode::FAILURE
+            }
+        }
+        Err(e) => fail(json, &e),
+    }
+}
+
+fn fail(json: bool, e: &anyhow::Error) -> std::process::ExitCode {
+    if json {
+        println!("{}", json!({ "error": format!("{e:#}") }));
+    } else {
+        eprintln!("Error: {e:#}");
+    }
+    std::process::ExitCode::FAILURE
+}
+
+/// A channel to `addr`, giving up after `timeout`.
+pub(crate) async fn connect(addr: &str, timeout: Duration) -> anyhow::Result<Channel> {
+    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .with_context(|| format!("address {addr}"))?
+        .connect_timeout(timeout)
+        .timeout(Duration::from_secs(30).max(timeout))
+        .connect()
+        .await
+        .with_context(|| format!("connect to {addr}"))
+}
+
+pub async fn run(args: Args) -> anyhow::Result<Report> {
+    if let Cmd::WaitReady { timeout_secs } = args.cmd {
+        let deadline = std::time::Instant::now() + Duration::from_secs(timeout_secs);
+        loop {
+            if let Ok(ch) = connect(&args.addr, Duration::from_secs(2)).await {
+                let mut c = AdminServiceClient::new(ch);
+                if let Ok(s) = c.status(StatusRequest { with_digest: false, ..Default::default() }).await {
+                    if s.get_ref().groups.iter().all(|g| g.leader != 0) {
+                        return Ok(Report::ok(
+                            json!({ "ready": true }),
+                            "ready: every metadata partition has a leader\n",
+                        ));
+                    }
+                }
+            }
+            anyhow::ensure!(std::time::Instant::now() < deadline, "not ready after {timeout_secs} s");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+    match args.cmd {
+        Cmd::Status { cluster: true, .. } => return cluster::status(&args.addr).await,
+        Cmd::Health { cluster } => return cluster::health(&args.addr, cluster).await,
+        _ => {}
+    }
+    let mut c = AdminServiceClient::new(connect(&args.addr, Duration::from_secs(5)).await?);
+    Ok(match args.cmd {
+        Cmd::WaitReady { .. } | Cmd::Health { .. } => unreachable!("handled above"),
+        Cmd::Status { raw, reset_stages, cluster: _ } => {
+            let s = c.status(StatusRequest { with_digest: false, reset_stages }).await?.into_inner();
+            let text = if raw { format!("{s:#?}\n") } else { status_text(&s) };
+            Report::ok(serde_json::to_value(&s)?, text)
+        }
+        Cmd::Members { cmd: MembersCmd::List } => {
+            let s = c.status(StatusRequest::default()).await?.into_inner();
+            let mut text = format!("{:>6}  {:<22} role\n", "node", "address");
+            for n in &s.nodes {
+                text += &format!("{:>6}  {:<22} {}\n", n.node_id, n.address, role(n));
+            }
+            let members: Vec<_> = s
+                .nodes
+                .iter()
+                .map(|n| json!({ "node_id": n.node_id, "address": n.address, "role": role(n) }))
+                .collect();
+            Report::ok(json!({ "cluster_id": s.cluster_id, "members": members }), text)
+        }
+        Cmd::TransferLeader { group, to } => {
+            c.transfer_leader(TransferLeaderRequest { metadata_partition: group, to_node_id: to }).await?;
+            Report::ok(
+                json!({ "metadata_partition": group, "leader": to }),
+                format!("metadata partition {group}: leadership moved to node {to}\n"),
+            )
+        }
+        Cmd::AddNode { id, address } => {
+            let r = c.add_node(AddNodeRequest { node_id: id, address, metadata_partition: None }).await?.into_inner();
+            Report::ok(serde_json::to_value(&r)?, lines(&r.progress))
+        }
+        Cmd::RemoveNode { id } => {
+            let r = c.remove_node(RemoveNodeRequest { node_id: id, metadata_partition: None }).await?.into_inner();
+            Report::ok(serde_json::to_value(&r)?, lines(&r.progress))
+        }
+        Cmd::Snapshot => {
+            let r = c.trigger_snapshot(TriggerSnapshotRequest {}).await?.into_inner();
+            let text = r
+                .snapshot_index
+                .iter()
+                .enumerate()
+                .map(|(g, i)| format!("metadata partition {g}: snapshot at index {i}\n"))
+                .collect::<String>();
+            Report::ok(serde_json::to_value(&r)?, text)
+        }
+    })
+}
+
+fn role(n: &NodeInfo) -> &'static str {
+    if n.voter {
+        "voter"
+    } else {
+        "learner"
+    }
+}
+
+fn lines(v: &[String]) -> String {
+    v.iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// One node's status as tables.
+pub(crate) fn status_text(s: &StatusResponse) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(o, "answered by node {} ({} metadata partitions)", s.node_id, s.num_metadata_partitions);
+    if s.cluster_id.is_empty() {
+        let _ = writeln!(o, "cluster: none yet (bootstrapping, or waiting to be added)");
+    } else {
+        let _ = writeln!(o, "cluster: {}", s.cluster_id);
+    }
+    let outside: Vec<u32> = s.groups.iter().filter(|g| !g.member).map(|g| g.metadata_partition).collect();
+    if !outside.is_empty() {
+        let _ = writeln!(
+            o,
+            "this node's replicas of metadata partitions {outside:?} are not members: it takes no part in them \
+             (new node, or a replaced data directory: `coordctl add-node --id {} --address <its address>`)",
+            s.node_id
+        );
+    }
+    let _ = writeln!(o, "WAL fsyncs: {} covering {} log appends", s.wal_syncs, s.wal_synced_appends);
+    let _ = writeln!(o, "\n{:>6}  {:<22} role", "node", "address");
+    for n in &s.nodes {
+        let _ = writeln!(o, "{:>6}  {:<22} {}", n.node_id, n.address, role(n));
+    }
+    if s.stages.iter().any(|st| st.count > 0) {
+        let _ = writeln!(o, "\nwhere log entries' time goes on this node (µs since the last reset):");
+        let _ = writeln!(o, "{:<18} {:>9} {:>9} {:>9} {:>9}", "stage", "count", "p50", "p99", "max");
+        for st in &s.stages {
+            let _ = writeln!(o, "{:<18} {:>9} {:>9} {:>9} {:>9}", st.name, st.count, st.p50_us, st.p99_us, st.max_us);
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\n{:>5} {:>7} {:>6} {:>10} {:>10} {:>10} {:<10} followers (node:matched/lag)",
+        "group", "leader", "term", "last log", "applied", "snapshot", "this node"
+    );
+    for g in &s.groups {
+        let followers: Vec<String> =
+            g.followers.iter().map(|f| format!("{}:{}/{}", f.node_id, f.matched_index, f.lag)).collect();
+        let _ = writeln!(
+            o,
+            "{:>5} {:>7} {:>6} {:>10} {:>10} {:>10} {:<10} {}",
+            g.metadata_partition,
+            if g.leader == 0 { "-".to_string() } else { g.leader.to_string() },
+            g.term,
+            g.last_log_index,
+            g.applied_index,
+            g.snapshot_index,
+            g.state,
+            if followers.is_empty() { "(ask the leader)".to_string() } else { followers.join(" ") }
+        );
+    }
+    o
+}

@@ -1,0 +1,85 @@
+//! `coordctl`: every command's `--json` output is one JSON document; `status --cluster` and
+//! `health --cluster` exit 0 on a healthy cluster and non-zero with a node down, naming it.
+
+use std::process::Output;
+
+use diskless_cluster_tests::*;
+use serde_json::Value;
+
+/// Runs coordctl against node `via` of `c`; returns the exit status and the parsed document.
+fn run_json(addr: &str, args: &[&str]) -> (bool, Value) {
+    let out: Output = coordctl(addr).arg("--json").args(args).output().expect("run coordctl");
+    let stdout = String::from_utf8(out.stdout).expect("UTF-8");
+    let doc: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("coordctl {args:?} --json printed no single JSON document ({e}):\n{stdout}"));
+    (out.status.success(), doc)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_output_parses_and_cluster_status_fails_with_a_node_down() {
+    let mut c = Cluster::start(3, Options::default()).await;
+    let addr = c.addr(1).to_string();
+
+    let (ok, doc) = run_json(&addr, &["wait-ready", "--timeout-secs", "30"]);
+    assert!(ok && doc["ready"] == true, "{doc}");
+
+    let (ok, doc) = run_json(&addr, &["status"]);
+    assert!(ok, "{doc}");
+    assert_eq!(doc["node_id"], 1);
+    assert_eq!(doc["groups"].as_array().map(Vec::len), Some(c.options.groups as usize), "{doc}");
+
+    let (ok, doc) = run_json(&addr, &["members", "list"]);
+    assert!(ok, "{doc}");
+    let members = doc["members"].as_array().expect("members");
+    assert_eq!(members.len(), 3, "{doc}");
+    assert!(members.iter().all(|m| m["role"] == "voter" && m["address"].is_string()), "{doc}");
+
+    let (ok, doc) = run_json(&addr, &["status", "--cluster"]);
+    assert!(ok, "a healthy cluster: {doc}");
+    assert_eq!(doc["healthy"], true);
+    assert_eq!(doc["nodes"].as_array().map(Vec::len), Some(3));
+    assert!(doc["nodes"].as_array().unwrap().iter().all(|n| n["reachable"] == true));
+
+    // Health follows the groups within a moment of the election (re-evaluated every 100 ms).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let (ok, doc) = loop {
+        let (ok, doc) = run_json(&addr, &["health", "--cluster"]);
+        if ok || std::time::Instant::now() > deadline {
+            break (ok, doc);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(ok, "{doc}");
+    assert!(doc["nodes"].as_array().unwrap().iter().all(|n| n["status"] == "SERVING"), "{doc}");
+    let (ok, doc) = run_json(&addr, &["health"]);
+    assert!(ok && doc["healthy"] == true, "{doc}");
+
+    let (ok, doc) = run_json(&addr, &["snapshot"]);
+    assert!(ok, "{doc}");
+    assert_eq!(doc["snapshot_index"].as_array().map(Vec::len), Some(c.options.groups as usize), "{doc}");
+
+    // The leader of group 0 hands it to another voter.
+    let leader = c.leaders(1).await[0];
+    let to = if leader == 1 { 2 } else { 1 };
+    let (ok, doc) = run_json(c.addr(leader), &["transfer-leader", "--group", "0", "--to", &to.to_string()]);
+    assert!(ok, "{doc}");
+    assert_eq!(doc["leader"], to);
+
+    // A node down: both cluster-wide commands fail, and say which node.
+    c.kill(3);
+    let (ok, doc) = run_json(&addr, &["status", "--cluster"]);
+    assert!(!ok, "status --cluster must exit non-zero with node 3 down: {doc}");
+    assert_eq!(doc["healthy"], false);
+    let node3 = doc["nodes"].as_array().unwrap().iter().find(|n| n["node_id"] == 3).expect("node 3 listed").clone();
+    assert_eq!(node3["reachable"], false, "{doc}");
+    assert!(doc["problems"].as_array().unwrap().iter().any(|p| p.as_str().is_some_and(|p| p.contains("node 3"))));
+    let (ok, doc) = run_json(&addr, &["health", "--cluster"]);
+    assert!(!ok, "{doc}");
+    let text = coordctl(&addr).args(["status", "--cluster"]).output().expect("run coordctl");
+    assert!(!text.status.success(), "the table form exits non-zero too");
+    assert!(String::from_utf8_lossy(&text.stdout).contains("UNREACHABLE"));
+
+    // An error is a JSON document too.
+    let (ok, doc) = run_json("127.0.0.1:1", &["status"]);
+    assert!(!ok && doc["error"].is_string(), "{doc}");
+}
