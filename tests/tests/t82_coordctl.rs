@@ -65,6 +65,17 @@ async fn json_output_parses_and_cluster_status_fails_with_a_node_down() {
     assert!(ok, "{doc}");
     assert_eq!(doc["leader"], to);
 
+    // Every group's replicas compared: equal (nothing is written meanwhile).
+    let mut client = c.client(1).await;
+    create_topic(&mut client, &topic_id(1), "checked", 4).await;
+    commit_all(&mut client, "obj-1", &topic_id(1), &[(0, 5), (1, 5), (2, 5), (3, 5)]).await;
+    let (ok, doc) = run_json(&addr, &["check"]);
+    assert!(ok, "{doc}");
+    assert_eq!(doc["consistent"], true);
+    let groups = doc["groups"].as_array().expect("groups");
+    assert_eq!(groups.len(), c.options.groups as usize, "{doc}");
+    assert!(groups.iter().all(|g| g["verdict"] == "equal" && g["replicas"].as_object().unwrap().len() == 3), "{doc}");
+
     // A node down: both cluster-wide commands fail, and say which node.
     c.kill(3);
     let (ok, doc) = run_json(&addr, &["status", "--cluster"]);

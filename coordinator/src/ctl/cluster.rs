@@ -1,7 +1,8 @@
-//! `coordctl status --cluster` and `coordctl health`: ask every node of the membership (as the
+//! `coordctl status --cluster`, `health` and `check`: ask every node of the membership (as the
 //! node at `--addr` knows it) and say whether the cluster is healthy. Unhealthy — exit status 1 —
 //! when a node does not answer, sees a metadata partition without a leader, or holds a replica
-//! its group does not count as a member; for `health`, when a node's gRPC health is not SERVING.
+//! its group does not count as a member; for `health`, when a node's gRPC health is not SERVING;
+//! for `check`, when two replicas of a group differ at the same applied index.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
@@ -19,8 +20,12 @@ use super::{connect, Report};
 const ANSWER_WITHIN: Duration = Duration::from_secs(3);
 
 async fn ask_status(addr: &str) -> anyhow::Result<StatusResponse> {
+    ask(addr, false).await
+}
+
+async fn ask(addr: &str, with_digest: bool) -> anyhow::Result<StatusResponse> {
     let mut c = AdminServiceClient::new(connect(addr, ANSWER_WITHIN).await?);
-    let r = tokio::time::timeout(ANSWER_WITHIN, c.status(StatusRequest::default()))
+    let r = tokio::time::timeout(ANSWER_WITHIN, c.status(StatusRequest { with_digest, reset_stages: false }))
         .await
         .map_err(|_| anyhow::anyhow!("no answer from {addr} within {ANSWER_WITHIN:?}"))??;
     Ok(r.into_inner())
@@ -187,4 +192,136 @@ pub async fn health(addr: &str, cluster: bool) -> anyhow::Result<Report> {
         }
     }
     Ok(Report { json: json!({ "healthy": ok, "nodes": nodes }), text, ok })
+}
+
+/// Rounds of digests `check` asks for before it gives up waiting for replicas to reach the same
+/// applied index, and the pause between them.
+const CHECK_ROUNDS: usize = 20;
+const CHECK_PAUSE: Duration = Duration::from_millis(250);
+
+/// One group's replicas compared.
+#[derive(Debug, serde::Serialize)]
+struct GroupCheck {
+    metadata_partition: u32,
+    /// `equal` (every replica, same applied index), `DIFFERENT` (two replicas at the same applied
+    /// index differ), or `unverified` (the replicas never stood at one applied index together).
+    verdict: &'static str,
+    /// Per node: (applied index, state digest).
+    replicas: BTreeMap<u64, (u64, String)>,
+}
+
+/// Compares the digests of `replicas` (node → (applied index, digest)): replicas at the same
+/// applied index must have the same digest.
+fn verdict(replicas: &BTreeMap<u64, (u64, String)>) -> &'static str {
+    let mut by_index: BTreeMap<u64, BTreeSet<&str>> = BTreeMap::new();
+    for (index, digest) in replicas.values() {
+        by_index.entry(*index).or_default().insert(digest);
+    }
+    if by_index.values().any(|d| d.len() > 1) {
+        "DIFFERENT"
+    } else if by_index.len() == 1 {
+        "equal"
+    } else {
+        "unverified"
+    }
+}
+
+/// `coordctl check`: every group's replica digests compared across the nodes. Replicas are
+/// comparable only at the same applied index, so it asks again (up to [`CHECK_ROUNDS`] times)
+/// until each group's replicas stand at one index; a group still moving is `unverified`.
+pub async fn check(addr: &str) -> anyhow::Result<Report> {
+    let (first, members) = members(addr).await?;
+    let groups = first.num_metadata_partitions;
+    let mut results: BTreeMap<u32, GroupCheck> = BTreeMap::new();
+    let mut unreachable: BTreeMap<u64, String> = BTreeMap::new();
+    for round in 0..CHECK_ROUNDS {
+        if round > 0 {
+            tokio::time::sleep(CHECK_PAUSE).await;
+        }
+        let todo: Vec<u32> = (0..groups).filter(|g| results.get(g).is_none_or(|c| c.verdict == "unverified")).collect();
+        if todo.is_empty() {
+            break;
+        }
+        let answers = futures_util::future::join_all(members.values().map(|a| ask(a, true))).await;
+        unreachable.clear();
+        let mut per_group: BTreeMap<u32, BTreeMap<u64, (u64, String)>> = BTreeMap::new();
+        for ((id, a), r) in members.iter().zip(answers) {
+            match r {
+                Ok(s) => {
+                    for g in s.groups.into_iter().filter(|g| g.member) {
+                        per_group
+                            .entry(g.metadata_partition)
+                            .or_default()
+                            .insert(*id, (g.digest_applied_index, g.digest));
+                    }
+                }
+                Err(e) => {
+                    unreachable.insert(*id, format!("{a}: {e:#}"));
+                }
+            }
+        }
+        for g in todo {
+            let replicas = per_group.remove(&g).unwrap_or_default();
+            results.insert(g, GroupCheck { metadata_partition: g, verdict: verdict(&replicas), replicas });
+        }
+    }
+    let different: Vec<u32> =
+        results.values().filter(|c| c.verdict == "DIFFERENT").map(|c| c.metadata_partition).collect();
+    let unverified: Vec<u32> =
+        results.values().filter(|c| c.verdict == "unverified").map(|c| c.metadata_partition).collect();
+    let ok = different.is_empty() && unreachable.is_empty();
+
+    let mut text = String::new();
+    let _ = writeln!(text, "{:>5}  {:<10}  replicas (node: applied index, digest)", "group", "verdict");
+    for c in results.values() {
+        let replicas: Vec<String> = c
+            .replicas
+            .iter()
+            .map(|(id, (index, digest))| format!("{id}: {index} {}", digest.get(..12).unwrap_or(digest)))
+            .collect();
+        let _ = writeln!(text, "{:>5}  {:<10}  {}", c.metadata_partition, c.verdict, replicas.join(", "));
+    }
+    for (id, e) in &unreachable {
+        let _ = writeln!(text, "node {id} does not answer: {e}");
+    }
+    if !unverified.is_empty() {
+        let _ = writeln!(
+            text,
+            "metadata partitions {unverified:?}: replicas never at one applied index together (under load?); run again"
+        );
+    }
+    let _ = writeln!(
+        text,
+        "{}",
+        if !different.is_empty() {
+            format!("REPLICAS DIFFER in metadata partitions {different:?}")
+        } else if ok {
+            "consistent: replicas at the same applied index have the same state".to_string()
+        } else {
+            "incomplete: not every node answered".to_string()
+        }
+    );
+    let json = json!({
+        "consistent": ok,
+        "different": different,
+        "unverified": unverified,
+        "unreachable": unreachable,
+        "groups": results.into_values().collect::<Vec<_>>(),
+    });
+    Ok(Report { json, text, ok })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replicas_are_compared_only_at_the_same_applied_index() {
+        let r = |v: &[(u64, u64, &str)]| -> BTreeMap<u64, (u64, String)> {
+            v.iter().map(|(n, i, d)| (*n, (*i, d.to_string()))).collect()
+        };
+        assert_eq!(verdict(&r(&[(1, 5, "a"), (2, 5, "a"), (3, 5, "a")])), "equal");
+        assert_eq!(verdict(&r(&[(1, 5, "a"), (2, 5, "b"), (3, 6, "c")])), "DIFFERENT");
+        assert_eq!(verdict(&r(&[(1, 5, "a"), (2, 6, "b"), (3, 6, "b")])), "unverified");
+    }
 }

@@ -50,6 +50,9 @@ pub enum Cmd {
         #[arg(long)]
         cluster: bool,
     },
+    /// Compare the replicas of every metadata partition across the nodes (state digests at the
+    /// same applied index); exit 1 if two differ or a node does not answer.
+    Check,
     /// The cluster's members.
     Members {
         #[command(subcommand)]
@@ -173,11 +176,12 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
     match args.cmd {
         Cmd::Status { cluster: true, .. } => return cluster::status(&args.addr).await,
         Cmd::Health { cluster } => return cluster::health(&args.addr, cluster).await,
+        Cmd::Check => return cluster::check(&args.addr).await,
         _ => {}
     }
     let mut c = AdminServiceClient::new(connect(&args.addr, Duration::from_secs(5)).await?);
     Ok(match args.cmd {
-        Cmd::WaitReady { .. } | Cmd::Health { .. } => unreachable!("handled above"),
+        Cmd::WaitReady { .. } | Cmd::Health { .. } | Cmd::Check => unreachable!("handled above"),
         Cmd::Status { raw, reset_stages, cluster: _ } => {
             let s = c.status(StatusRequest { with_digest: false, reset_stages }).await?.into_inner();
             let text = if raw { format!("{s:#?}\n") } else { status_text(&s) };
