@@ -1,4 +1,4 @@
-//! The command lines: the server (`diskless-coordinator`) and the operator CLI (`coordctl`). Kept
+//! The server's command line (`diskless-coordinator`; the operator CLI `coordctl` is `ctl`). Kept
 //! in the library so test harnesses can build the same server binary.
 
 use std::path::PathBuf;
