@@ -39,7 +39,7 @@ pub struct ServerArgs {
     pub log: String,
 }
 
-fn parse_members(s: &str) -> anyhow::Result<Vec<Member>> {
+pub fn parse_members(s: &str) -> anyhow::Result<Vec<Member>> {
     s.split(',')
         .filter(|p| !p.trim().is_empty())
         .map(|p| {

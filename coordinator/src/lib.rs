@@ -5,6 +5,7 @@
 //! each replica's state machine applies it to RocksDB, and `storage` is the only module that touches
 //! RocksDB. `metrics` (Prometheus) is bumped by every layer and reads the node when scraped. See `ARCHITECTURE.md` at the repository root for the whole map.
 
+pub mod backup;
 pub mod cli;
 pub mod ctl;
 pub mod metrics;

@@ -1,12 +1,15 @@
 //! The operator CLI (`coordctl`): one node's status, cluster-wide status and health, membership,
-//! leadership moves, snapshots. In the library so test harnesses build the same binary.
+//! leadership moves, snapshots, backups and restores, and the offline `inspect`. In the library so
+//! test harnesses build the same binary.
 //!
 //! Every command prints tables for people, or with `--json` exactly one JSON document on stdout
 //! (an error too: `{"error": "..."}`). A command that finds the cluster unhealthy (`status
 //! --cluster`, `health`) or fails exits with status 1. It only calls the nodes' gRPC services;
-//! it must not hold cluster logic of its own beyond comparing what the nodes answer.
+//! it must not hold cluster logic of its own beyond comparing what the nodes answer. `inspect`
+//! prints JSON lines (one object per line) with or without `--json`.
 
 mod cluster;
+mod snapshot;
 
 use std::time::Duration;
 
@@ -78,13 +81,51 @@ pub enum Cmd {
         #[arg(long)]
         id: u64,
     },
-    /// Snapshot every metadata partition on the node now (purging the log behind).
-    Snapshot,
+    /// Without a subcommand: snapshot every metadata partition on the node now (purging the log
+    /// behind). `save`, `restore`, `status`: backups.
+    Snapshot {
+        #[command(subcommand)]
+        cmd: Option<SnapshotCmd>,
+    },
+    /// Dump a stopped node's data directory as JSON lines (offline): identity, per metadata
+    /// partition its Raft state and a summary of its keys; `--keys`: every key, decoded.
+    Inspect {
+        data_dir: std::path::PathBuf,
+        #[arg(long)]
+        keys: bool,
+    },
     /// Wait until the node answers and every metadata partition has a leader.
     WaitReady {
         #[arg(long, default_value_t = 60)]
         timeout_secs: u64,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SnapshotCmd {
+    /// Back up every metadata partition, each streamed from its leader, into FILE (a header, each
+    /// partition's state at its applied log id with its digest, an end checksum).
+    Save { file: std::path::PathBuf },
+    /// Offline: build a node's data directory for a NEW cluster from a backup (run it for every
+    /// node of the new cluster, with the same file, members and token; then start the nodes).
+    Restore {
+        file: std::path::PathBuf,
+        /// The data directory to create (must not exist, or be empty).
+        #[arg(long)]
+        data_dir: std::path::PathBuf,
+        /// This node's id in the new cluster.
+        #[arg(long)]
+        node_id: u64,
+        /// Every node of the new cluster, `id=host:port,...` (as the nodes' `--members`).
+        #[arg(long)]
+        members: String,
+        /// Names this restore: the same on every node of the new cluster, a new one for every
+        /// restore (the new cluster id and replica incarnations derive from it).
+        #[arg(long)]
+        cluster_token: String,
+    },
+    /// Offline: check a backup file whole and show its header.
+    Status { file: std::path::PathBuf },
 }
 
 #[derive(Debug, Subcommand)]
@@ -110,6 +151,15 @@ impl Report {
 pub fn main() -> std::process::ExitCode {
     let args = Args::parse();
     let json = args.json;
+    if let Cmd::Inspect { data_dir, keys } = &args.cmd {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        let r = crate::backup::inspect::inspect(data_dir, *keys, &mut out);
+        let r = r.and_then(|()| Ok(std::io::Write::flush(&mut out)?));
+        return match r {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => fail(json, &e),
+        };
+    }
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return fail(json, &anyhow::anyhow!(e)),
@@ -173,6 +223,21 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
+    match &args.cmd {
+        Cmd::Snapshot { cmd: Some(SnapshotCmd::Save { file }) } => return snapshot::save(&args.addr, file).await,
+        Cmd::Snapshot { cmd: Some(SnapshotCmd::Status { file }) } => return snapshot::file_status(file),
+        Cmd::Snapshot { cmd: Some(SnapshotCmd::Restore { file, data_dir, node_id, members, cluster_token }) } => {
+            return snapshot::restore(&crate::backup::restore::RestoreRequest {
+                backup: file.clone(),
+                data_dir: data_dir.clone(),
+                node_id: *node_id,
+                members: crate::cli::parse_members(members)?,
+                cluster_token: cluster_token.clone(),
+            })
+        }
+        Cmd::Inspect { .. } => anyhow::bail!("inspect prints JSON lines itself"),
+        _ => {}
+    }
     match args.cmd {
         Cmd::Status { cluster: true, .. } => return cluster::status(&args.addr).await,
         Cmd::Health { cluster } => return cluster::health(&args.addr, cluster).await,
@@ -181,7 +246,11 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
     }
     let mut c = AdminServiceClient::new(connect(&args.addr, Duration::from_secs(5)).await?);
     Ok(match args.cmd {
-        Cmd::WaitReady { .. } | Cmd::Health { .. } | Cmd::Check => unreachable!("handled above"),
+        Cmd::WaitReady { .. }
+        | Cmd::Health { .. }
+        | Cmd::Check
+        | Cmd::Inspect { .. }
+        | Cmd::Snapshot { cmd: Some(_) } => unreachable!("handled above"),
         Cmd::Status { raw, reset_stages, cluster: _ } => {
             let s = c.status(StatusRequest { with_digest: false, reset_stages }).await?.into_inner();
             let text = if raw { format!("{s:#?}\n") } else { status_text(&s) };
@@ -215,7 +284,7 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
             let r = c.remove_node(RemoveNodeRequest { node_id: id, metadata_partition: None }).await?.into_inner();
             Report::ok(serde_json::to_value(&r)?, lines(&r.progress))
         }
-        Cmd::Snapshot => {
+        Cmd::Snapshot { cmd: None } => {
             let r = c.trigger_snapshot(TriggerSnapshotRequest {}).await?.into_inner();
             let text = r
                 .snapshot_index

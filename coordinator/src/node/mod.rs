@@ -6,6 +6,7 @@
 //! leadership moves, periodic retention and leader balancing. It must not speak gRPC to clients
 //! (that is `server`) nor interpret commands (that is `state_machine`).
 
+mod backup;
 pub mod config;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -18,6 +19,7 @@ use openraft::async_runtime::WatchReceiver;
 use openraft::errors::ForwardReason;
 use openraft::{ChangeMembers, RaftMetrics, ReadPolicy, ServerState};
 
+pub use backup::GroupCopy;
 pub use config::{Member, NodeConfig};
 
 use crate::raft::identity::{self, Identity, Refusal};

@@ -233,6 +233,46 @@ impl Identity {
     }
 }
 
+/// A data directory's identity record as it is stored (for inspection).
+#[derive(Debug, Clone, Serialize)]
+pub struct IdentityRecord {
+    pub format: u32,
+    pub node_id: NodeId,
+    pub num_metadata_partitions: u32,
+    pub incarnations: Vec<u64>,
+    pub cluster_id: Option<String>,
+}
+
+/// Reads the identity record of a data directory, if it has one (offline tools).
+pub fn read_record(db: &Db) -> anyhow::Result<Option<IdentityRecord>> {
+    let Some(v) = db.get(Family::Raft, IDENTITY_KEY)? else { return Ok(None) };
+    let r: Record = codec::decode(IDENTITY_KEY, &v)?;
+    Ok(Some(IdentityRecord {
+        format: r.format,
+        node_id: r.node_id,
+        num_metadata_partitions: r.num_metadata_partitions,
+        incarnations: r.incarnations,
+        cluster_id: r.cluster_id.as_ref().map(cluster_id_hex),
+    }))
+}
+
+/// Writes the identity of a data directory built offline for a new cluster (a restore from a
+/// backup): the incarnations and cluster id the restore derived, synced. Refuses a directory
+/// that already has an identity. The incarnations must be new (never those of another
+/// directory): see the module docs.
+pub fn create_restored(db: &Db, node_id: NodeId, incarnations: Vec<u64>, cluster_id: ClusterId) -> anyhow::Result<()> {
+    anyhow::ensure!(db.get(Family::Raft, IDENTITY_KEY)?.is_none(), "the data directory has an identity already");
+    anyhow::ensure!(incarnations.iter().all(|i| *i != 0), "a replica incarnation is never 0");
+    let r = Record {
+        format: FORMAT,
+        node_id,
+        num_metadata_partitions: incarnations.len() as u32,
+        incarnations,
+        cluster_id: Some(cluster_id),
+    };
+    write(db, &r)
+}
+
 fn write(db: &Db, r: &Record) -> anyhow::Result<()> {
     let mut b = WriteBatch::default();
     db.batch_put(&mut b, Family::Raft, IDENTITY_KEY, &codec::encode(r)?);

@@ -10,10 +10,12 @@
 
 pub mod faults;
 pub mod identity;
+pub mod inspect;
 mod keys;
 mod log_store;
 pub mod network;
 pub mod progress;
+pub mod restore;
 mod sm_store;
 pub mod snapshot;
 pub mod stages;

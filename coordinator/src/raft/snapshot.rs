@@ -60,7 +60,27 @@ pub fn write(
     let final_path = dir.join(file_name(meta));
     let tmp = dir.join(format!("{}.tmp", file_name(meta)));
     let f = File::create(&tmp)?;
-    let mut w = CrcWriter { inner: BufWriter::with_capacity(1 << 20, f), crc: 0 };
+    let inner = write_to(view, from, to, skip, meta, BufWriter::with_capacity(1 << 20, f))?;
+    let f = inner.into_inner().map_err(|e| e.into_error())?;
+    f.sync_all()?;
+    fs::rename(&tmp, &final_path)?;
+    sync_dir(dir)?;
+    remove_older(dir, &final_path)?;
+    Ok(SnapshotFile { path: final_path })
+}
+
+/// Writes a whole snapshot (format above: header, pairs, end mark, CRC) of the state keys in
+/// `[from, to)` of `view` (minus keys for which `skip` is true) to `out`, and gives `out` back.
+/// Streams: nothing is held in memory but the pair being written.
+pub fn write_to<W: Write>(
+    view: &dyn KvRead,
+    from: &[u8],
+    to: &[u8],
+    skip: &dyn Fn(&[u8]) -> bool,
+    meta: &SnapshotMeta,
+    out: W,
+) -> io::Result<W> {
+    let mut w = CrcWriter { inner: out, crc: 0 };
     let header = codec::encode(meta).map_err(io_err)?;
     w.put(MAGIC)?;
     w.put(&(header.len() as u32).to_be_bytes())?;
@@ -92,12 +112,8 @@ pub fn write(
     let crc = w.crc;
     let mut inner = w.inner;
     inner.write_all(&crc.to_be_bytes())?;
-    let f = inner.into_inner().map_err(|e| e.into_error())?;
-    f.sync_all()?;
-    fs::rename(&tmp, &final_path)?;
-    sync_dir(dir)?;
-    remove_older(dir, &final_path)?;
-    Ok(SnapshotFile { path: final_path })
+    inner.flush()?;
+    Ok(inner)
 }
 
 /// Moves a received snapshot file into `dir` under its final name (after checking it).
@@ -213,35 +229,48 @@ fn read_header(r: &mut impl Read, crc: &mut u32) -> io::Result<(SnapshotMeta, us
 /// is known: callers that must not act on a damaged file call [`verify`] first.
 pub fn for_each_pair(path: &Path, visit: &mut dyn FnMut(&[u8], &[u8]) -> io::Result<()>) -> io::Result<SnapshotMeta> {
     let mut r = BufReader::with_capacity(1 << 20, File::open(path)?);
+    let meta = read_from(&mut r, visit).map_err(|e| match e.kind() {
+        io::ErrorKind::UnexpectedEof => corrupt(path, "truncated"),
+        io::ErrorKind::InvalidData => corrupt(path, &e.to_string()),
+        _ => e,
+    })?;
+    let mut rest = [0u8; 1];
+    if r.read(&mut rest)? != 0 {
+        return Err(corrupt(path, "bytes after the checksum"));
+    }
+    Ok(meta)
+}
+
+/// Reads one whole snapshot (format above) from `r`, up to and including its CRC, which it
+/// checks; `visit` sees every pair on the way (before the CRC is known). Reads nothing past the
+/// CRC, so snapshots can be embedded in a larger stream (a backup file).
+pub fn read_from(r: &mut impl Read, visit: &mut dyn FnMut(&[u8], &[u8]) -> io::Result<()>) -> io::Result<SnapshotMeta> {
+    let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, format!("snapshot: {why}"));
     let mut crc = 0;
-    let (meta, _) = read_header(&mut r, &mut crc)?;
+    let (meta, _) = read_header(r, &mut crc)?;
     let (mut k, mut v) = (Vec::new(), Vec::new());
     loop {
-        let klen = read_u32(&mut r, &mut crc)?;
+        let klen = read_u32(r, &mut crc)?;
         if klen == 0 {
             break;
         }
         if klen > MAX_FIELD {
-            return Err(corrupt(path, "key length out of range"));
+            return Err(bad("key length out of range"));
         }
         k.resize(klen as usize, 0);
-        read_exact_crc(&mut r, &mut k, &mut crc)?;
-        let vlen = read_u32(&mut r, &mut crc)?;
+        read_exact_crc(r, &mut k, &mut crc)?;
+        let vlen = read_u32(r, &mut crc)?;
         if vlen > MAX_FIELD {
-            return Err(corrupt(path, "value length out of range"));
+            return Err(bad("value length out of range"));
         }
         v.resize(vlen as usize, 0);
-        read_exact_crc(&mut r, &mut v, &mut crc)?;
+        read_exact_crc(r, &mut v, &mut crc)?;
         visit(&k, &v)?;
     }
     let mut stored = [0u8; 4];
     r.read_exact(&mut stored)?;
     if u32::from_be_bytes(stored) != crc {
-        return Err(corrupt(path, "checksum mismatch"));
-    }
-    let mut rest = [0u8; 1];
-    if r.read(&mut rest)? != 0 {
-        return Err(corrupt(path, "bytes after the checksum"));
+        return Err(bad("checksum mismatch"));
     }
     Ok(meta)
 }

@@ -1,6 +1,7 @@
 //! `AdminService`: what operators and smart clients need: the topology and Raft progress of every
 //! metadata partition, leadership moves, membership changes (forwarded to each group's leader),
-//! snapshots on demand, and the fault-injection test hook.
+//! snapshots on demand, consistent copies of a group's state for backups (streamed by its leader),
+//! and the fault-injection test hook.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -81,8 +82,104 @@ fn state_name(s: ServerState) -> &'static str {
     }
 }
 
+/// The bytes of a snapshot file on their way to a `StreamSnapshot` caller: gathered into chunks of
+/// [`CHUNK_BYTES`], each sent (waiting while the caller is slow) as one message.
+struct ChunkSender {
+    tx: tokio::sync::mpsc::Sender<Result<SnapshotChunk, Status>>,
+    buf: Vec<u8>,
+    sent: u64,
+}
+
+const CHUNK_BYTES: usize = 1 << 20;
+
+impl ChunkSender {
+    fn send(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let data = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK_BYTES));
+        self.sent += data.len() as u64;
+        self.tx
+            .blocking_send(Ok(SnapshotChunk { data, summary: None }))
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the caller went away"))
+    }
+}
+
+impl std::io::Write for ChunkSender {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() >= CHUNK_BYTES {
+            self.send()?;
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.send()
+    }
+}
+
 #[tonic::async_trait]
 impl AdminService for AdminApi {
+    type StreamSnapshotStream =
+        std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<SnapshotChunk, Status>> + Send + 'static>>;
+
+    async fn stream_snapshot(
+        &self,
+        request: Request<StreamSnapshotRequest>,
+    ) -> Result<Response<Self::StreamSnapshotStream>, Status> {
+        let g = request.into_inner().metadata_partition;
+        let node = self.node.clone();
+        if !node.raft(g).map_err(|e| Status::not_found(e.to_string()))?.is_leader() {
+            let leader = node.leader(g).map_or("unknown".to_string(), |(id, addr)| format!("node {id} at {addr}"));
+            return Err(Status::failed_precondition(format!(
+                "this node is not the leader of metadata partition {g} (leader: {leader})"
+            )));
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::task::spawn_blocking(move || {
+            let out = ChunkSender { tx: tx.clone(), buf: Vec::with_capacity(CHUNK_BYTES), sent: 0 };
+            let started = std::time::Instant::now();
+            let last = match node.copy_group(g, out) {
+                Ok((out, copy)) => {
+                    let (index, term, leader) =
+                        copy.applied.map_or((0, 0, 0), |l| (l.index, l.leader_id.term, l.leader_id.node_id));
+                    tracing::info!(
+                        group = g,
+                        applied = index,
+                        bytes = out.sent,
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "state copy streamed for a backup"
+                    );
+                    Ok(SnapshotChunk {
+                        data: vec![],
+                        summary: Some(SnapshotSummary {
+                            metadata_partition: g,
+                            applied_index: index,
+                            applied_term: term,
+                            applied_leader: leader,
+                            digest: copy.digest.iter().map(|b| format!("{b:02x}")).collect(),
+                            bytes: out.sent,
+                            node_id: node.id,
+                            cluster_id: node
+                                .identity()
+                                .cluster_id()
+                                .map(|c| crate::raft::identity::cluster_id_hex(&c))
+                                .unwrap_or_default(),
+                            num_metadata_partitions: node.num_groups(),
+                        }),
+                    })
+                }
+                Err(e) => {
+                    tracing::warn!(group = g, error = %format!("{e:#}"), "state copy for a backup failed");
+                    Err(Status::internal(format!("copy of metadata partition {g}: {e:#}")))
+                }
+            };
+            let _ = tx.blocking_send(last);
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+
     async fn status(&self, request: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         let req = request.into_inner();
         let with_digest = req.with_digest;

@@ -1,0 +1,101 @@
+//! Building one group's stored state offline, for a new cluster restored from a backup.
+//!
+//! Owns: writing a snapshot's pairs into an empty data directory as the group's state, with the
+//! snapshot's applied log id and the *new* cluster's membership, a vote at the applied entry's
+//! term (so the new cluster's first leader is elected in a later term and its entries follow the
+//! restored log id in log order), and a snapshot file of that state — what a node that snapshotted
+//! and purged its log behind the applied entry would hold. openraft then starts the group from it
+//! like any restarted replica. It must not run next to a live node on the same directory, nor
+//! decide identities (the caller passes the membership, with new incarnations).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{self, Read};
+use std::path::Path;
+
+use super::{io_err, keys, snapshot, LogId, NodeId, Replica, SnapshotMeta, StoredMembership, Vote};
+use crate::state_machine::StateMachine;
+use crate::storage::{codec, Db, Family, WriteBatch};
+
+/// Bytes of pairs per write batch.
+const BATCH_BYTES: usize = 4 << 20;
+
+/// What a restored group holds.
+#[derive(Debug, Clone)]
+pub struct RestoredGroup {
+    pub applied: Option<LogId>,
+    /// The restored state's digest (`StateMachine::digest`), to compare with the backup's.
+    pub digest: [u8; 32],
+    pub keys: u64,
+}
+
+/// Reads one snapshot (the format of [`snapshot`]) from `r` and makes it group `sm.group()`'s state
+/// in `db` for node `node_id`, with `members` (all voters) as the membership; writes the group's
+/// snapshot file under `data_dir`. The group must have nothing in `db` yet. Synced.
+pub fn restore_group(
+    db: &Db,
+    data_dir: &Path,
+    sm: &StateMachine,
+    node_id: NodeId,
+    members: &BTreeMap<NodeId, Replica>,
+    r: &mut impl Read,
+) -> io::Result<RestoredGroup> {
+    let g = sm.group();
+    let k = crate::state_machine::keys::Keys::new(g);
+    let (from, to) = k.group_range();
+    let applied_key = k.applied();
+    let mut nothing_yet = true;
+    crate::storage::KvRead::scan(&db.read(), &from, &to, &mut |_, _| {
+        nothing_yet = false;
+        Ok(false)
+    })
+    .map_err(io_err)?;
+    if !nothing_yet {
+        return Err(io::Error::other(format!("metadata partition {g} has state in this data directory already")));
+    }
+
+    let mut batch = WriteBatch::default();
+    let (mut bytes, mut count) = (0, 0u64);
+    let meta = snapshot::read_from(r, &mut |key, value| {
+        if !(key >= from.as_slice() && key < to.as_slice()) || key == applied_key.as_slice() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a key of the copy of metadata partition {g} is not one of its state keys"),
+            ));
+        }
+        db.batch_put(&mut batch, Family::State, key, value);
+        bytes += key.len() + value.len();
+        count += 1;
+        if bytes >= BATCH_BYTES {
+            db.write(std::mem::take(&mut batch), false).map_err(io_err)?;
+            bytes = 0;
+        }
+        Ok(())
+    })?;
+    let applied = meta.last_log_id;
+    let voters: BTreeSet<NodeId> = members.keys().copied().collect();
+    let membership = openraft::Membership::new(vec![voters], members.clone()).map_err(io_err)?;
+    let stored = StoredMembership::new(applied, membership);
+    db.batch_put(&mut batch, Family::State, &applied_key, &codec::encode(&(applied, stored.clone())).map_err(io_err)?);
+    if let Some(l) = applied {
+        // Not a vote for anyone of the new cluster at a term it will use: its elections start at
+        // the next term, above every restored entry's.
+        let vote = Vote::new(l.leader_id.term, node_id);
+        db.batch_put(&mut batch, Family::Raft, &keys::vote(g), &codec::encode(&vote).map_err(io_err)?);
+    }
+    db.write(batch, true).map_err(io_err)?;
+
+    let view = db.read();
+    let digest = sm.digest(&view).map_err(io_err)?;
+    let new_meta = SnapshotMeta { last_log_id: applied, last_membership: stored };
+    if applied.is_some() {
+        snapshot::write(
+            &view,
+            &from,
+            &to,
+            &|key| key == applied_key.as_slice(),
+            &new_meta,
+            &snapshot::group_dir(data_dir, g),
+        )?;
+    }
+    Ok(RestoredGroup { applied, digest, keys: count })
+}
