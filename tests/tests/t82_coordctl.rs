@@ -1,5 +1,6 @@
 //! `coordctl`: every command's `--json` output is one JSON document; `status --cluster` and
-//! `health --cluster` exit 0 on a healthy cluster and non-zero with a node down, naming it.
+//! `health --cluster` exit 0 on a healthy cluster and non-zero with a node down, naming it;
+//! `topics list`, `topics describe` and `files describe` show what was committed.
 
 use std::process::Output;
 
@@ -75,6 +76,35 @@ async fn json_output_parses_and_cluster_status_fails_with_a_node_down() {
     let groups = doc["groups"].as_array().expect("groups");
     assert_eq!(groups.len(), c.options.groups as usize, "{doc}");
     assert!(groups.iter().all(|g| g["verdict"] == "equal" && g["replicas"].as_object().unwrap().len() == 3), "{doc}");
+
+    // The catalog and one topic's partitions, each from its metadata partition's leader.
+    let (ok, doc) = run_json(&addr, &["topics", "list"]);
+    assert!(ok, "{doc}");
+    let topics = doc["topics"].as_array().expect("topics");
+    assert!(topics.iter().any(|t| t["name"] == "checked" && t["partitions"] == 4), "{doc}");
+    let (ok, doc) = run_json(&addr, &["topics", "describe", "checked"]);
+    assert!(ok, "{doc}");
+    let rows = doc["partition_figures"].as_array().expect("partition figures");
+    assert_eq!(rows.len(), 4, "{doc}");
+    let topic: [u8; 16] = topic_id(1).try_into().unwrap();
+    for (p, r) in rows.iter().enumerate() {
+        let g = diskless_proto::metadata_partition_for(&topic, p as i32, c.options.groups);
+        assert_eq!(r["partition"], p, "{doc}");
+        assert_eq!(r["metadata_partition"], g, "{doc}");
+        assert_eq!(r["error_code"], 0, "{doc}");
+        assert_eq!((r["log_start_offset"].as_i64(), r["high_watermark"].as_i64()), (Some(0), Some(5)), "{doc}");
+        assert_eq!((r["batches"].as_u64(), r["bytes"].as_i64()), (Some(1), Some(100)), "{doc}");
+    }
+    assert_eq!((doc["batches"].as_u64(), doc["bytes"].as_i64()), (Some(4), Some(400)), "{doc}");
+    let (ok, doc) = run_json(&addr, &["topics", "describe", "no-such-topic"]);
+    assert!(!ok && doc["error"].as_str().is_some_and(|e| e.contains("no topic named")), "{doc}");
+    let (ok, doc) = run_json(&addr, &["files", "describe", "obj-1#1", "never-committed"]);
+    assert!(ok, "{doc}");
+    let files = doc["files"].as_array().expect("files");
+    assert_eq!((files[0]["known"].as_bool(), files[0]["has_live_batches"].as_bool()), (Some(true), Some(true)));
+    assert_eq!((files[1]["known"].as_bool(), files[1]["has_live_batches"].as_bool()), (Some(false), Some(false)));
+    let text = coordctl(&addr).args(["topics", "describe", "checked"]).output().expect("run coordctl");
+    assert!(text.status.success() && String::from_utf8_lossy(&text.stdout).contains("high watermark"));
 
     // A node down: both cluster-wide commands fail, and say which node.
     c.kill(3);

@@ -10,6 +10,7 @@
 
 mod cluster;
 mod snapshot;
+mod topics;
 
 use std::time::Duration;
 
@@ -87,6 +88,16 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: Option<SnapshotCmd>,
     },
+    /// The topics of the catalog, and one topic's partitions.
+    Topics {
+        #[command(subcommand)]
+        cmd: TopicsCmd,
+    },
+    /// Objects as the coordinators know them.
+    Files {
+        #[command(subcommand)]
+        cmd: FilesCmd,
+    },
     /// Dump a stopped node's data directory as JSON lines (offline): identity, per metadata
     /// partition its Raft state and a summary of its keys; `--keys`: every key, decoded.
     Inspect {
@@ -126,6 +137,24 @@ pub enum SnapshotCmd {
     },
     /// Offline: check a backup file whole and show its header.
     Status { file: std::path::PathBuf },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TopicsCmd {
+    /// Every topic: name, id, partitions, retention settings.
+    List,
+    /// One topic: per partition its log start, high watermark, batches, bytes and metadata
+    /// partition, each from the leader of its metadata partition (batches are counted).
+    Describe { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FilesCmd {
+    /// Whether objects are known to the coordinators and still hold live batches (DescribeFiles).
+    Describe {
+        #[arg(required = true)]
+        keys: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -236,6 +265,9 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
             })
         }
         Cmd::Inspect { .. } => anyhow::bail!("inspect prints JSON lines itself"),
+        Cmd::Topics { cmd: TopicsCmd::List } => return topics::list(&args.addr).await,
+        Cmd::Topics { cmd: TopicsCmd::Describe { name } } => return topics::describe(&args.addr, name).await,
+        Cmd::Files { cmd: FilesCmd::Describe { keys } } => return topics::describe_files(&args.addr, keys).await,
         _ => {}
     }
     match args.cmd {
@@ -250,6 +282,8 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
         | Cmd::Health { .. }
         | Cmd::Check
         | Cmd::Inspect { .. }
+        | Cmd::Topics { .. }
+        | Cmd::Files { .. }
         | Cmd::Snapshot { cmd: Some(_) } => unreachable!("handled above"),
         Cmd::Status { raw, reset_stages, cluster: _ } => {
             let s = c.status(StatusRequest { with_digest: false, reset_stages }).await?.into_inner();

@@ -82,6 +82,43 @@ fn state_name(s: ServerState) -> &'static str {
     }
 }
 
+/// Figures of `partitions` of `topic` from this node's replicas (blocking: counts batches).
+fn describe_partitions(node: &Node, topic: [u8; 16], partitions: &[i32]) -> Vec<PartitionFigures> {
+    let tp_topic = uuid::Uuid::from_bytes(topic);
+    partitions
+        .iter()
+        .map(|&p| {
+            let g = diskless_proto::metadata_partition_for(&topic, p, node.num_groups());
+            let mut out =
+                PartitionFigures { partition: p, metadata_partition: g, node_id: node.id, ..Default::default() };
+            let view = node.db().read();
+            let answer = node.check_readable(g, &view).map_err(|e| (9, e.to_string())).and_then(|()| {
+                let sm = node.state_machine(g).map_err(|e| (9, e.to_string()))?;
+                let tp = crate::state_machine::TopicPartition { topic_id: tp_topic, partition: p };
+                match sm.describe_partition(&view, &tp) {
+                    Ok(Ok(f)) => Ok(f),
+                    Ok(Err(failure)) => Err((failure.code as i32, failure.message)),
+                    Err(e) => Err((-1, e.to_string())),
+                }
+            });
+            match answer {
+                Ok(f) => {
+                    out.log_start_offset = f.log_start_offset;
+                    out.high_watermark = f.high_watermark;
+                    out.bytes = f.byte_size;
+                    out.batches = f.batches;
+                    out.applied_index = node.applied(g);
+                }
+                Err((code, message)) => {
+                    out.error_code = code;
+                    out.error_message = message;
+                }
+            }
+            out
+        })
+        .collect()
+}
+
 /// The bytes of a snapshot file on their way to a `StreamSnapshot` caller: gathered into chunks of
 /// [`CHUNK_BYTES`], each sent (waiting while the caller is slow) as one message.
 struct ChunkSender {
@@ -123,6 +160,20 @@ impl std::io::Write for ChunkSender {
 impl AdminService for AdminApi {
     type StreamSnapshotStream =
         std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<SnapshotChunk, Status>> + Send + 'static>>;
+
+    async fn describe_partitions(
+        &self,
+        request: Request<DescribePartitionsRequest>,
+    ) -> Result<Response<DescribePartitionsResponse>, Status> {
+        let r = request.into_inner();
+        let topic: [u8; 16] =
+            r.topic_id.as_slice().try_into().map_err(|_| Status::invalid_argument("a topic id is 16 bytes"))?;
+        let node = self.node.clone();
+        let partitions = tokio::task::spawn_blocking(move || describe_partitions(&node, topic, &r.partitions))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Response::new(DescribePartitionsResponse { partitions }))
+    }
 
     async fn stream_snapshot(
         &self,

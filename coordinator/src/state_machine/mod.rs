@@ -177,6 +177,15 @@ impl StateMachine {
         queries::find_batches(view, &self.keys, tp, offset, max_partition_fetch_bytes, budget)
     }
 
+    /// An operator's figures of one partition: log start, high watermark, bytes, batches.
+    pub fn describe_partition(
+        &self,
+        view: &dyn KvRead,
+        tp: &TopicPartition,
+    ) -> Result<Result<queries::PartitionFigures, Failure>, StorageError> {
+        queries::describe_partition(view, &self.keys, tp)
+    }
+
     /// DisklessDescribeFiles for one object key.
     pub fn describe_file(&self, view: &dyn KvRead, object_key: &str) -> Result<FileState, StorageError> {
         files::describe(view, &self.keys, object_key)

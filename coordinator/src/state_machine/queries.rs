@@ -158,3 +158,35 @@ pub fn find_batches(
     budget.returned_any |= !out.batches.is_empty();
     Ok(out)
 }
+
+/// An operator's view of one partition (`coordctl topics describe`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionFigures {
+    pub log_start_offset: i64,
+    pub high_watermark: i64,
+    /// Bytes of the batches still stored.
+    pub byte_size: i64,
+    /// Batches holding offsets at or above the log start (counted: O(batches)).
+    pub batches: u64,
+}
+
+/// The figures of `tp`; `Err` if the partition does not exist here (or its topic was deleted).
+pub fn describe_partition(
+    view: &dyn KvRead,
+    keys: &Keys,
+    tp: &TopicPartition,
+) -> Result<Result<PartitionFigures, Failure>, StorageError> {
+    let Some(part) = partition(view, keys, tp)? else { return Ok(Err(unknown(tp))) };
+    let (from, to) = keys.batches_from(tp, part.log_start_offset);
+    let mut batches = 0;
+    view.scan(&from, &to, &mut |_, _| {
+        batches += 1;
+        Ok(true)
+    })?;
+    Ok(Ok(PartitionFigures {
+        log_start_offset: part.log_start_offset,
+        high_watermark: part.high_watermark,
+        byte_size: part.byte_size,
+        batches,
+    }))
+}

@@ -185,3 +185,23 @@ fn find_batches_respects_byte_and_count_limits_with_min_one() {
     assert_eq!(find(&mut b, 1, 10_000), 2);
     assert_eq!(f.find(tp(1, 0), 0, -1).error.unwrap().code, ErrorCode::InvalidRequest);
 }
+
+#[test]
+fn describe_partition_counts_batches_and_bytes_from_the_log_start() {
+    let mut f = Fixture::new();
+    f.create(1, 1).unwrap();
+    let t = tp(1, 0);
+    for _ in 0..3 {
+        f.commit_one(batch(t, 2)).unwrap();
+    }
+    let d = |f: &Fixture, t| f.sm.describe_partition(&f.db.read(), &t).expect("read");
+    let figures = d(&f, t).unwrap();
+    assert_eq!((figures.log_start_offset, figures.high_watermark, figures.byte_size, figures.batches), (0, 6, 300, 3));
+    // Offset 3 cuts batch 0–1 off wholly and keeps batch 2–3 (it holds offset 3).
+    f.delete_records(t, 3, 0).unwrap();
+    let figures = d(&f, t).unwrap();
+    assert_eq!((figures.log_start_offset, figures.batches), (3, 2));
+    f.delete_records(t, 3, 100).unwrap();
+    assert_eq!(d(&f, t).unwrap().byte_size, 200);
+    assert_eq!(d(&f, tp(1, 1)).map_err(|e| e.code), Err(ErrorCode::UnknownTopicOrPartition));
+}
