@@ -184,8 +184,12 @@ pub fn main() -> std::process::ExitCode {
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         let r = crate::backup::inspect::inspect(data_dir, *keys, &mut out);
         let r = r.and_then(|()| Ok(std::io::Write::flush(&mut out)?));
+        let closed = |e: &anyhow::Error| {
+            e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+        };
         return match r {
             Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) if closed(&e) => std::process::ExitCode::SUCCESS,
             Err(e) => fail(json, &e),
         };
     }
@@ -196,12 +200,12 @@ pub fn main() -> std::process::ExitCode {
     match rt.block_on(run(args)) {
         Ok(r) => {
             if json {
-                println!(
-                    "{}",
+                out(&format!(
+                    "{}\n",
                     serde_json::to_string_pretty(&r.json).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
-                );
+                ));
             } else {
-                print!("{}", r.text);
+                out(&r.text);
             }
             if r.ok {
                 std::process::ExitCode::SUCCESS
@@ -213,9 +217,15 @@ pub fn main() -> std::process::ExitCode {
     }
 }
 
+/// Prints to stdout; a reader that went away (`coordctl ... | head`) is not an error.
+fn out(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
 fn fail(json: bool, e: &anyhow::Error) -> std::process::ExitCode {
     if json {
-        println!("{}", json!({ "error": format!("{e:#}") }));
+        out(&format!("{}\n", json!({ "error": format!("{e:#}") })));
     } else {
         eprintln!("Error: {e:#}");
     }
