@@ -4,7 +4,9 @@
 # is skipped when already done. Fails with a one-line explanation where it cannot help.
 #
 #   deploy/prereqs.sh           # build and run: cargo (Rust >= 1.88), a C++ compiler, libclang
-#   deploy/prereqs.sh --tests   # also what the tests use: kcat, PostgreSQL, moto, Kafka clients
+#   deploy/prereqs.sh --tests   # also what the tests use: kcat, PostgreSQL, moto, Kafka clients,
+#                               # the deployment files' validators (systemd-analyze,
+#                               # kubernetes-validate, check-jsonschema)
 #
 # deploy/local/run.sh and tests/run.sh (the README's two commands) call it first.
 set -euo pipefail
@@ -40,6 +42,7 @@ if [ "$tests" = 1 ]; then
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)       # the benchmark's baseline
   command -v python3 >/dev/null 2>&1 || need+=(python3)
   python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+  command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)                 # verifies deploy/systemd units
 fi
 if [ ${#need[@]} -gt 0 ]; then
   command -v apt-get >/dev/null 2>&1 ||
@@ -75,5 +78,14 @@ if [ "$tests" = 1 ]; then
   fi
   # PyYAML: the metrics test checks deploy/prometheus/alerts.yml parses.
   python3 -c 'import yaml' 2>/dev/null || pip_install pyyaml
+  # t84_deploy_files: Kubernetes manifests and the compose file against their schemas (both carry
+  # the schemas, so the check works offline).
+  if ! command -v kubernetes-validate >/dev/null 2>&1 || ! command -v check-jsonschema >/dev/null 2>&1; then
+    echo "prereqs: installing kubernetes-validate and check-jsonschema (pip)"
+    pip_install kubernetes-validate check-jsonschema
+    export PATH="$HOME/.local/bin:$PATH"
+  fi
+  command -v kubernetes-validate >/dev/null 2>&1 && command -v check-jsonschema >/dev/null 2>&1 ||
+    fail "kubernetes-validate or check-jsonschema is not on PATH after installing them (add ~/.local/bin to PATH)"
 fi
 echo "prereqs: ok"
