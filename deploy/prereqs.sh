@@ -3,7 +3,7 @@
 # installs what is missing from the package registries (apt, PyPI). Safe to run again: every step
 # is skipped when already done. Fails with a one-line explanation where it cannot help.
 #
-#   deploy/prereqs.sh           # build and run: cargo (Rust >= 1.88), a C++ compiler, libclang
+#   deploy/prereqs.sh           # build and run: cargo (Rust >= 1.89), a C++ compiler, libclang
 #   deploy/prereqs.sh --tests   # also what the tests use: kcat, PostgreSQL, moto, Kafka clients,
 #                               # the deployment files' validators (systemd-analyze,
 #                               # kubernetes-validate, check-jsonschema)
@@ -27,10 +27,10 @@ if ! command -v cargo >/dev/null 2>&1; then
   [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 fi
 command -v cargo >/dev/null 2>&1 ||
-  fail "cargo is missing: install Rust 1.88 or newer with rustup (https://rustup.rs), then run this again"
+  fail "cargo is missing: install Rust 1.89 or newer with rustup (https://rustup.rs), then run this again"
 rust_minor=$(rustc --version | sed -E 's/^rustc 1\.([0-9]+).*/\1/')
-[ "${rust_minor:-0}" -ge 88 ] 2>/dev/null ||
-  fail "$(rustc --version) is too old: Rust 1.88 or newer is needed (rustup update stable)"
+[ "${rust_minor:-0}" -ge 89 ] 2>/dev/null ||
+  fail "$(rustc --version) is too old: Rust 1.89 or newer is needed (uuid 1.29 and crc-fast 1.10 in Cargo.lock need it) (rustup update stable)"
 
 # System packages: a C++ compiler and libclang for RocksDB's build and bindings.
 need=()

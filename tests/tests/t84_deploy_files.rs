@@ -202,4 +202,33 @@ fn the_dockerfile_builds_the_three_binaries_into_a_slim_non_root_image() {
     assert!(!user.starts_with("0") && !user.starts_with("root"), "runs as {user}");
     let last_from = text.rfind("\nFROM ").unwrap();
     assert!(text[last_from..].contains("COPY --from=build"), "the binaries come from the build stage");
+
+    // The builder's Rust is new enough for every locked dependency (cargo refuses older ones).
+    let image: Vec<u64> = froms[0]["FROM rust:".len()..]
+        .split(['-', ' '])
+        .next()
+        .unwrap()
+        .split('.')
+        .map(|x| x.parse().expect("rust:MAJOR.MINOR"))
+        .collect();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .current_dir(root())
+        .output()
+        .expect("cargo metadata");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let meta: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let used: std::collections::HashSet<&str> =
+        meta["resolve"]["nodes"].as_array().unwrap().iter().map(|n| n["id"].as_str().unwrap()).collect();
+    for p in meta["packages"].as_array().unwrap().iter().filter(|p| used.contains(p["id"].as_str().unwrap())) {
+        let Some(needs) = p["rust_version"].as_str() else { continue };
+        let needs: Vec<u64> = needs.split('.').map(|x| x.parse().unwrap_or(0)).collect();
+        assert!(
+            image[..] >= needs[..needs.len().min(2)],
+            "{} {} needs Rust {needs:?}, the Dockerfile builds with {image:?}",
+            p["name"],
+            p["version"]
+        );
+    }
 }

@@ -21,7 +21,7 @@ use crate::backup::file::{Backup, Header, Partition, Writer};
 use crate::backup::restore::{restore as restore_dir, RestoreRequest};
 
 /// Attempts per metadata partition before `save` gives up.
-const ATTEMPTS: u32 = 10;
+const ATTEMPTS: u32 = 30;
 
 async fn status(addr: &str) -> anyhow::Result<StatusResponse> {
     let mut c = AdminServiceClient::new(connect(addr, Duration::from_secs(5)).await?);
