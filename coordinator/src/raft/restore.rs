@@ -99,3 +99,56 @@ pub fn restore_group(
     }
     Ok(RestoredGroup { applied, digest, keys: count })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::raft::LogId;
+    use crate::storage::{KvRead, Txn};
+
+    #[test]
+    fn a_restored_group_has_the_copy_s_state_the_new_members_and_a_vote_at_its_term() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = Db::open(&dir.path().join("source")).unwrap();
+        let sm = StateMachine::new(2, 4);
+        let (from, to) = crate::state_machine::keys::Keys::new(2).group_range();
+        let mut t = Txn::new(&source);
+        for i in 0..300u32 {
+            let mut k = from.clone();
+            k.push(b'T');
+            k.extend_from_slice(&i.to_be_bytes());
+            t.put(k, vec![7; 30]);
+        }
+        t.commit(false).unwrap();
+        let applied = LogId::new(openraft::vote::leader_id_adv::LeaderId { term: 5, node_id: 2 }, 77);
+        let meta = SnapshotMeta { last_log_id: Some(applied), last_membership: StoredMembership::default() };
+        let copy = snapshot::write_to(&source.read(), &from, &to, &|_| false, &meta, Vec::new()).unwrap();
+
+        let target_dir = dir.path().join("target");
+        let target = Db::open(&target_dir.join("rocksdb")).unwrap();
+        let members: BTreeMap<NodeId, Replica> =
+            (1..=3).map(|n| (n, Replica::new(format!("h{n}:1"), 100 + n))).collect();
+        let got = restore_group(&target, &target_dir, &sm, 3, &members, &mut copy.as_slice()).unwrap();
+        assert_eq!((got.applied, got.keys), (Some(applied), 300));
+        assert_eq!(got.digest, sm.digest(&source.read()).unwrap());
+
+        let applied_key = crate::state_machine::keys::Keys::new(2).applied();
+        let (l, m): (Option<LogId>, StoredMembership) =
+            codec::decode(&applied_key, &target.read().get(&applied_key).unwrap().unwrap()).unwrap();
+        assert_eq!(l, Some(applied));
+        assert_eq!(m.membership().voter_ids().collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(m.membership().get_node(&2), Some(&Replica::new("h2:1", 102)));
+        let vote: Vote = codec::decode(b"v", &target.get(Family::Raft, &keys::vote(2)).unwrap().unwrap()).unwrap();
+        assert_eq!(vote, Vote::new(5, 3));
+        let file = snapshot::newest(&snapshot::group_dir(&target_dir, 2)).unwrap().expect("a snapshot file");
+        assert_eq!(snapshot::verify(&file.path).unwrap().last_log_id, Some(applied));
+
+        // A group that has state is not restored over.
+        let e = restore_group(&target, &target_dir, &sm, 3, &members, &mut copy.as_slice()).unwrap_err();
+        assert!(e.to_string().contains("has state"), "{e}");
+        // Keys of another metadata partition are refused.
+        let other = StateMachine::new(1, 4);
+        let e = restore_group(&target, &target_dir, &other, 3, &members, &mut copy.as_slice()).unwrap_err();
+        assert!(e.to_string().contains("not one of its state keys"), "{e}");
+    }
+}
