@@ -321,7 +321,8 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
             )
         }
         Cmd::AddNode { id, address } => {
-            let r = c.add_node(AddNodeRequest { node_id: id, address, metadata_partition: None }).await?.into_inner();
+            let call = c.add_node(AddNodeRequest { node_id: id, address, metadata_partition: None });
+            let r = add_node_with_progress(&args.addr, id, call).await?;
             Report::ok(serde_json::to_value(&r)?, lines(&r.progress))
         }
         Cmd::RemoveNode { id } => {
@@ -339,6 +340,55 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
             Report::ok(serde_json::to_value(&r)?, text)
         }
     })
+}
+
+/// Runs an AddNode call, printing on stderr every two seconds how far the new node's replicas are
+/// behind their leaders (from every node's Status: a leader reports its followers' progress), so a
+/// long catch-up shows it is moving.
+async fn add_node_with_progress(
+    addr: &str,
+    id: u64,
+    call: impl std::future::Future<Output = Result<tonic::Response<MembershipResponse>, tonic::Status>>,
+) -> anyhow::Result<MembershipResponse> {
+    tokio::pin!(call);
+    let mut tick = tokio::time::interval(Duration::from_secs(2));
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            r = &mut call => return Ok(r?.into_inner()),
+            _ = tick.tick() => {
+                if let Some(line) = catch_up_progress(addr, id).await {
+                    eprintln!("{line}");
+                }
+            }
+        }
+    }
+}
+
+/// "node N: metadata partition g matched/last ..." from the leaders' view, or `None` if the
+/// cluster cannot be asked right now.
+async fn catch_up_progress(addr: &str, id: u64) -> Option<String> {
+    let ch = connect(addr, Duration::from_secs(2)).await.ok()?;
+    let first = AdminServiceClient::new(ch).status(StatusRequest::default()).await.ok()?.into_inner();
+    let mut parts = std::collections::BTreeMap::new();
+    for n in &first.nodes {
+        let Ok(ch) = connect(&n.address, Duration::from_secs(2)).await else { continue };
+        let Ok(s) = AdminServiceClient::new(ch).status(StatusRequest::default()).await else { continue };
+        for g in s.into_inner().groups.iter().filter(|g| g.state == "leader") {
+            if let Some(f) = g.followers.iter().find(|f| f.node_id == id) {
+                parts.insert(
+                    g.metadata_partition,
+                    format!("{}:{}/{}", g.metadata_partition, f.matched_index, g.last_log_index),
+                );
+            }
+        }
+    }
+    let total = first.groups.len();
+    Some(format!(
+        "node {id} catching up (metadata partition:matched/leader's last index): {} [{} of {total} partitions replicating]",
+        parts.values().cloned().collect::<Vec<_>>().join(" "),
+        parts.len()
+    ))
 }
 
 fn role(n: &NodeInfo) -> &'static str {

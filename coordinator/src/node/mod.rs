@@ -664,6 +664,10 @@ impl Node {
             Err(_) => return Err(failed(&format!("adding node {id} as a learner took over {MEMBERSHIP_STEP:?}"))),
         };
         tracing::info!(group = g, node = id, index = added.index, "learner added; waiting for it to catch up");
+        // Caught up: it holds the entry that added it, and is within openraft's lag threshold of
+        // the leader's log (what openraft's blocking add waits for), so that promoting it does not
+        // make a quorum wait for a voter far behind.
+        let threshold = group.raft.config().replication_lag_threshold;
         let caught_up = group
             .raft
             .wait(Some(MEMBERSHIP_STEP))
@@ -671,7 +675,11 @@ impl Node {
                 |m| match &m.replication {
                     // No longer the leader: the next step says so.
                     None => true,
-                    Some(r) => r.get(&id).is_some_and(|matched| matched.is_some_and(|l| l.index >= added.index)),
+                    Some(r) => r.get(&id).is_some_and(|matched| {
+                        matched.is_some_and(|l| {
+                            l.index >= added.index && l.index.saturating_add(threshold) >= m.last_log_index.unwrap_or(0)
+                        })
+                    }),
                 },
                 "learner caught up",
             )
@@ -687,8 +695,9 @@ impl Node {
                     .map_or_else(|| "nothing".to_string(), |l| l.index.to_string());
                 return Err(failed(&format!(
                     "node {id}'s replica has not caught up within {MEMBERSHIP_STEP:?} (it has {matched}, the learner \
-                     entry is {})",
-                    added.index
+                     entry is {}, the leader's log ends at {}; within {threshold} counts)",
+                    added.index,
+                    self.metrics(g)?.last_log_index.unwrap_or(0)
                 )));
             }
         }
