@@ -802,13 +802,10 @@ impl Nemesis {
     pub async fn heal_all(&mut self) {
         // Membership faults end on their own (each step bounded), without waiting out their time.
         self.hurry.send_replace(true);
-        for l in std::mem::take(&mut self.lifecycles) {
-            match l.task.await {
-                Ok(found) => self.anomalies.extend(found),
-                Err(e) => self.history.note(format!("a {} fault's task failed: {e}", l.kind.name())),
-            }
-        }
-        // Processes first (so the nodes answer the fault requests that follow).
+        // The other faults first (processes first of all, so the nodes answer the fault requests
+        // that follow): a node being added back must be able to reach its groups' leaders, as an
+        // operator adds a node once the network works. Healing membership under a partition that
+        // cuts the new learner off from a leader fails, rightly, with a retriable error.
         self.active.sort_by_key(|a| !matches!(a.heal, Heal::RestartNode(_) | Heal::ResumeNode(_)));
         while !self.active.is_empty() {
             let a = self.active.remove(0);
@@ -837,6 +834,14 @@ impl Nemesis {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
+        for l in std::mem::take(&mut self.lifecycles) {
+            match l.task.await {
+                Ok(found) => self.anomalies.extend(found),
+                Err(e) => self.history.note(format!("a {} fault's task failed: {e}", l.kind.name())),
+            }
+        }
+        // Again, now that no membership fault holds a node: one that exited meanwhile crashed.
+        self.reap().await;
         let mut cluster = self.system.cluster.lock().await;
         for n in self.system.node_ids() {
             match cluster.pid(n) {
