@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
+use crate::raft::snapshot::CrcWriter;
+
 const MAGIC: &[u8; 8] = b"DLBACKUP";
 const END: &[u8; 8] = b"DLBKEND1";
 const FORMAT: u32 = 1;
@@ -187,18 +189,6 @@ fn temp_name(path: &Path, what: &str) -> PathBuf {
     let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     name.push(format!(".{what}"));
     path.with_file_name(name)
-}
-
-struct CrcWriter<W: Write> {
-    inner: W,
-    crc: u32,
-}
-
-impl<W: Write> CrcWriter<W> {
-    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.crc = crc32c::crc32c_append(self.crc, bytes);
-        self.inner.write_all(bytes)
-    }
 }
 
 /// A backup file whose length, header and end checksum were checked.

@@ -34,13 +34,14 @@ fn file_name(meta: &SnapshotMeta) -> String {
     format!("{index:020}-{term:020}.{EXT}")
 }
 
-struct CrcWriter<W: Write> {
-    inner: W,
-    crc: u32,
+/// A writer that keeps the CRC-32C of everything written through it (snapshot and backup files).
+pub(crate) struct CrcWriter<W: Write> {
+    pub(crate) inner: W,
+    pub(crate) crc: u32,
 }
 
 impl<W: Write> CrcWriter<W> {
-    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+    pub(crate) fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.crc = crc32c::crc32c_append(self.crc, bytes);
         self.inner.write_all(bytes)
     }
