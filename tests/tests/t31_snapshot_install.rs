@@ -32,6 +32,10 @@ async fn commit_many(c: &Cluster, via: u64, prefix: &str, n: usize) {
 /// Stops `follower`, commits `n` more through `via`, and has the other nodes snapshot and purge
 /// their logs, so the follower can only catch up from a snapshot.
 async fn fall_behind_a_purged_log(c: &mut Cluster, follower: u64, via: u64, n: usize) {
+    // The follower first applies everything committed so far: a commit is acknowledged once a
+    // majority has it, so without this wait it could stop one entry short, and its (correct,
+    // consistent) state before the install would not be the one the second test expects.
+    c.converged_digests(Duration::from_secs(30)).await;
     c.kill(follower);
     commit_many(c, via, "behind", n).await;
     let others: Vec<u64> = c.running();
