@@ -410,3 +410,85 @@ async fn a_failed_directory_stops_only_its_replicas_and_they_come_back_through_m
     let batches = all_batches(&mut c.client(2).await, &topic, p0, vec![]).await.unwrap();
     assert_eq!(batches.len(), 20, "node 2 serves group 0 again, with everything");
 }
+
+/// Figures for the notes, not a pass/fail test: `DISKLESS_DIRS_FIGURE_FILES` files of 64 batches
+/// each fill one metadata partition, then node 2 moves it unthrottled and throttled while a
+/// committer measures commit latency. Run with `--ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn move_figures() {
+    let files: usize = std::env::var("DISKLESS_DIRS_FIGURE_FILES").ok().and_then(|v| v.parse().ok()).unwrap_or(3000);
+    let c = Arc::new(Cluster::start(3, options(1, "")).await);
+    create_topic(&mut c.client(1).await, &topic_id(1), "t", 64).await;
+    let parts: Vec<(i32, i64)> = (0..64).map(|p| (p, 1)).collect();
+    let filled = Instant::now();
+    let writers: Vec<_> = (0..8)
+        .map(|w| {
+            let (c, parts) = (c.clone(), parts.clone());
+            tokio::spawn(async move {
+                let mut client = c.client(1).await;
+                for i in (w..files).step_by(8) {
+                    commit_all(&mut client, &format!("fill/{i}"), &topic_id(1), &parts).await;
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.unwrap();
+    }
+    eprintln!("filled {files} files of 64 batches in {:.1} s", filled.elapsed().as_secs_f64());
+    let stop = Arc::new(AtomicBool::new(false));
+    let phase = Arc::new(AtomicU64::new(0));
+    let committer = {
+        let (c, stop, phase) = (c.clone(), stop.clone(), phase.clone());
+        tokio::spawn(async move {
+            let mut client = c.client(1).await;
+            let mut by_phase: Vec<Vec<u64>> = vec![vec![]; 4];
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let p = phase.load(Ordering::Relaxed) as usize;
+                let t = Instant::now();
+                commit_all(&mut client, &format!("lat/{i}"), &topic_id(1), &[(0, 1)]).await;
+                by_phase[p].push(t.elapsed().as_micros() as u64);
+                i += 1;
+            }
+            by_phase
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for (k, rate) in [(1u64, 0u64), (2, 4 << 20)] {
+        coordctl(c.addr(2)).args(["dirs", "throttle", "--rate", &rate.to_string()]).output().unwrap();
+        let (here, _) = where_is(&c, 2, 0).await;
+        let r = describe(&c, 2).await;
+        let size = r.dirs.iter().flat_map(|d| d.replicas.clone()).find(|x| !x.is_future).unwrap().size_bytes;
+        let there = other_dir(&c, 2, &here[0]);
+        phase.store(k, Ordering::Relaxed);
+        let t = Instant::now();
+        let out =
+            coordctl(c.addr(2)).args(["--json", "dirs", "move", "--group", "0", "--to", &there]).output().unwrap();
+        let secs = t.elapsed().as_secs_f64();
+        phase.store(3, Ordering::Relaxed);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mib = size as f64 / (1 << 20) as f64;
+        eprintln!(
+            "FIGURE move throttle={rate} B/s: {mib:.1} MiB in {secs:.2} s = {:.1} MiB/s; {}",
+            mib / secs,
+            v["outcome"]
+        );
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut by_phase = committer.await.unwrap();
+    for (k, name) in [(0, "before any move"), (1, "unthrottled move"), (2, "throttled move"), (3, "between/after")] {
+        let v = &mut by_phase[k];
+        v.sort();
+        eprintln!(
+            "FIGURE commit latency {name}: n={} p50={:.1} ms p99={:.1} ms",
+            v.len(),
+            percentile(v, 0.5) as f64 / 1000.0,
+            percentile(v, 0.99) as f64 / 1000.0
+        );
+    }
+    assert_same_state(&c.converged_digests(Duration::from_secs(120)).await, 3);
+}

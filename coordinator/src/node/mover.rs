@@ -34,7 +34,7 @@ use super::Node;
 use crate::raft::home::{dir_id_hex, DataDir, Home};
 use crate::raft::placement::{self, Placement, Role};
 use crate::raft::{snapshot, LogId, StoredMembership};
-use crate::storage::{codec, copy, KvRead, StorageError};
+use crate::storage::{codec, copy, Family, KvRead, StorageError};
 
 /// A catch-up pass that changes fewer keys than this ends the catching up.
 const CATCH_UP_KEYS: u64 = 2_000;
@@ -298,11 +298,18 @@ impl Node {
             let d = dst.clone();
             tokio::task::spawn_blocking(move || placement::delete_replica(&d.db, g)).await??;
             placement::write_placement(&dst.db, g, Some(&future))?;
+            // From here on the group's writers note what they change: each pass takes the notes
+            // first, so the switch needs to copy only what changed since the last pass began.
+            {
+                let _paused = home.pause().await;
+                home.record(true);
+            }
             self.copy_pass(mv, &src, &dst, true).await?;
             self.test_pause(mv).await;
             mv.set_phase(Phase::CatchingUp);
             self.test_pause(mv).await;
             for _ in 0..CATCH_UP_PASSES {
+                home.take_dirty();
                 let stats = self.copy_pass(mv, &src, &dst, true).await?;
                 if stats.changed() < CATCH_UP_KEYS {
                     break;
@@ -312,6 +319,7 @@ impl Node {
         }
         .await;
         if let Err(e) = copied {
+            home.record(false);
             let d = dst.clone();
             let cleaned = tokio::task::spawn_blocking(move || {
                 placement::delete_replica(&d.db, g)?;
@@ -329,8 +337,15 @@ impl Node {
         let started = Instant::now();
         let moved = Placement { role: Role::Current, ..future };
         let (s, d) = (src.clone(), dst.clone());
+        let dirty = home.take_dirty();
+        home.record(false);
         let switched = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-            copy::sync_ranges(&s.db, &d.db, &placement::group_ranges(g), &mut |_| true)?;
+            if dirty.overflow {
+                copy::sync_ranges(&s.db, &d.db, &placement::group_ranges(g), &mut |_| true)?;
+            } else {
+                copy::copy_keys(&s.db, &d.db, Family::Raft, &dirty.raft_ranges, &dirty.raft)?;
+                copy::copy_keys(&s.db, &d.db, Family::State, &[], &dirty.state)?;
+            }
             snapshot::copy_newest(&s.snapshot_dir(g), &d.snapshot_dir(g))?;
             // One synced write: everything copied is durable, and the replica is current here.
             placement::write_placement(&d.db, g, Some(&moved))

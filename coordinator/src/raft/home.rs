@@ -12,9 +12,10 @@
 //! It must not decide where a replica goes nor copy anything (that is `node::dirs` and
 //! `node::mover`).
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use super::WalSyncer;
@@ -105,7 +106,28 @@ pub struct Home {
     group: u32,
     slot: RwLock<Arc<Placed>>,
     gate: Arc<tokio::sync::RwLock<()>>,
+    /// While a move runs: the keys the group's writers changed (see [`Dirty`]).
+    recording: AtomicBool,
+    dirty: Mutex<Dirty>,
 }
+
+/// What a group's writers changed since it was last taken, so a move's switch copies only that
+/// (not a scan of the whole replica). Recording is switched on and off only while the writers are
+/// paused, so a writer sees one setting for its whole operation; it notes its keys after writing
+/// them. So a write either precedes a pass's RocksDB snapshot (its note may also be taken by that
+/// pass: harmless) or is in the notes the next pass or the switch takes.
+#[derive(Debug, Default)]
+pub struct Dirty {
+    pub state: BTreeSet<Vec<u8>>,
+    pub raft: BTreeSet<Vec<u8>>,
+    /// `[from, to)` ranges of the `raft` family deleted (a log truncation or purge).
+    pub raft_ranges: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Too much, or a change not recorded key by key (a snapshot install): copy everything.
+    pub overflow: bool,
+}
+
+/// Past this many keys a dirty set gives up (overflow).
+const MAX_DIRTY_KEYS: usize = 1 << 20;
 
 /// A writer's pass: the directory to write to, which cannot change until it is dropped.
 pub struct Entered {
@@ -131,7 +153,57 @@ impl Home {
             group,
             slot: RwLock::new(Arc::new(Placed { dir })),
             gate: Arc::new(tokio::sync::RwLock::new(())),
+            recording: AtomicBool::new(false),
+            dirty: Mutex::default(),
         })
+    }
+
+    fn dirty(&self) -> Option<std::sync::MutexGuard<'_, Dirty>> {
+        self.recording.load(Ordering::Relaxed).then(|| self.dirty.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Whether writers note their keys now.
+    pub fn is_recording(&self) -> bool {
+        self.recording.load(Ordering::Relaxed)
+    }
+
+    /// Starts (or with `false` stops) recording the changed keys, empty. Start only while
+    /// [`pause`](Self::pause)d (see [`Dirty`]).
+    pub fn record(&self, on: bool) {
+        *self.dirty.lock().unwrap_or_else(|e| e.into_inner()) = Dirty::default();
+        self.recording.store(on, Ordering::Relaxed);
+    }
+
+    /// The changes recorded since the last call (recording goes on).
+    pub fn take_dirty(&self) -> Dirty {
+        std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Notes keys a writer is about to change (`raft`: in the raft family, else state).
+    pub fn note_keys<'k>(&self, raft: bool, keys: impl IntoIterator<Item = &'k Vec<u8>>) {
+        if let Some(mut d) = self.dirty() {
+            let set = if raft { &mut d.raft } else { &mut d.state };
+            set.extend(keys.into_iter().cloned());
+            if d.state.len() + d.raft.len() > MAX_DIRTY_KEYS {
+                d.overflow = true;
+                d.state.clear();
+                d.raft.clear();
+            }
+        }
+    }
+
+    /// Notes a range of the raft family a writer is about to delete.
+    pub fn note_raft_range(&self, from: &[u8], to: &[u8]) {
+        if let Some(mut d) = self.dirty() {
+            d.raft_ranges.push((from.to_vec(), to.to_vec()));
+        }
+    }
+
+    /// Notes a change that is not recorded key by key.
+    pub fn note_everything(&self) {
+        if let Some(mut d) = self.dirty() {
+            d.overflow = true;
+        }
     }
 
     pub fn group(&self) -> u32 {

@@ -61,7 +61,9 @@ impl LogStore {
         let to = to.map_or(end, |i| keys::log(self.group, i));
         let mut b = WriteBatch::default();
         db.batch_delete_range(&mut b, Family::Raft, &keys::log(self.group, from), &to);
-        db.write(b, false).map_err(io_err)
+        db.write(b, false).map_err(io_err)?;
+        self.home.note_raft_range(&keys::log(self.group, from), &to);
+        Ok(())
     }
 }
 
@@ -118,7 +120,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
         let dir = self.home.enter().await;
         dir.check()?;
-        Self::put(&dir.db, &keys::vote(self.group), vote, true).map_err(|e| dir.failed(e))
+        Self::put(&dir.db, &keys::vote(self.group), vote, true).map_err(|e| dir.failed(e))?;
+        self.home.note_keys(true, [&keys::vote(self.group)]);
+        Ok(())
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
@@ -126,7 +130,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             Some(c) => {
                 let dir = self.home.enter().await;
                 dir.check()?;
-                Self::put(&dir.db, &keys::committed(self.group), &c, false).map_err(|e| dir.failed(e))
+                Self::put(&dir.db, &keys::committed(self.group), &c, false).map_err(|e| dir.failed(e))?;
+                self.home.note_keys(true, [&keys::committed(self.group)]);
+                Ok(())
             }
             None => Ok(()),
         }
@@ -151,6 +157,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             (first, last) = (first.min(e.index()), last.max(e.index()));
         }
         dir.db.write(b, false).map_err(|e| dir.failed(e))?;
+        if self.home.is_recording() && first <= last {
+            let written: Vec<Vec<u8>> = (first..=last).map(|i| keys::log(self.group, i)).collect();
+            self.home.note_keys(true, &written);
+        }
         self.stages.appended(self.group, first..=last);
         let (stages, group) = (self.stages.clone(), self.group);
         // A move that switches directories before this fsync copies these entries and fsyncs the
@@ -175,6 +185,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         dir.check()?;
         dir.db.sync_wal().map_err(|e| dir.failed(e))?;
         Self::put(&dir.db, &keys::purged(self.group), &log_id, false)?;
+        self.home.note_keys(true, [&keys::purged(self.group)]);
         self.delete_log_range(&dir.db, 0, Some(log_id.index() + 1))
     }
 }

@@ -166,6 +166,8 @@ impl SmStore {
         db.batch_put(&mut batch, Family::State, &self.applied_key(), &codec::encode(&applied).map_err(io_err)?);
         db.batch_delete(&mut batch, Family::Raft, &keys::installing(self.group));
         db.write(batch, true).map_err(io_err)?;
+        // The whole state was replaced: a move under way copies everything again at its switch.
+        self.home.note_everything();
         snapshot::remove_older(&dir.snapshot_dir(self.group), path)?;
         Ok(())
     }
@@ -182,7 +184,11 @@ impl SmStore {
         let Some(&(last, _, _)) = done.last() else { return Ok(()) };
         let applied: AppliedState = (Some(last), membership.clone());
         txn.put(self.applied_key(), codec::encode(&applied).map_err(io_err)?);
+        let noted: Option<Vec<Vec<u8>>> = self.home.is_recording().then(|| txn.keys().cloned().collect());
         txn.commit(false).map_err(io_err)?;
+        if let Some(keys) = &noted {
+            self.home.note_keys(false, keys);
+        }
         crate::metrics::get().apply_duration.observe(started.elapsed().as_secs_f64());
         crate::metrics::get().applied_entries.inc_by(done.len() as u64);
         tracing::trace!(
