@@ -403,7 +403,7 @@ async fn a_failed_directory_stops_only_its_replicas_and_they_come_back_through_m
     };
     assert!(!s.groups[0].member && s.groups[1].member, "{:?}", s.groups);
     assert_eq!(s.groups[0].last_log_index, 0, "the new replica took part before it was added: {:?}", s.groups[0]);
-    let out = coordctl(c.addr(1)).args(["add-node", "--id", "2", "--address", c.addr(2)]).output().unwrap();
+    let out = coordctl(c.addr(1)).args(["dirs", "recover", "--node", "2"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(c.status(2, false).await.groups.iter().all(|g| g.member));
     assert_same_state(&c.converged_digests(Duration::from_secs(60)).await, 3);

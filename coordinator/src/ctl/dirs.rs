@@ -1,6 +1,7 @@
 //! `coordctl dirs`: a node's data directories (KIP-113's DescribeLogDirs), moving a replica of a
 //! metadata partition between them (AlterReplicaLogDirs) with a progress bar on stderr, cancelling
-//! a move, and the copy throttle. It only calls the node's AdminService.
+//! a move, and the copy throttle (`recover` is `add-node` for the node, in `mod.rs`). It only calls
+//! the nodes' AdminService.
 
 use std::io::Write;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use tonic::transport::Channel;
 use super::{connect, Report};
 
 /// The address of node `node` (from the membership `addr` knows), or `addr` itself.
-async fn node_addr(addr: &str, node: Option<u64>) -> anyhow::Result<String> {
+pub(super) async fn node_addr(addr: &str, node: Option<u64>) -> anyhow::Result<String> {
     let Some(id) = node else { return Ok(addr.to_string()) };
     let mut c = AdminServiceClient::new(connect(addr, Duration::from_secs(5)).await?);
     let s = c.status(StatusRequest::default()).await?.into_inner();

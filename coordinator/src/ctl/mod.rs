@@ -189,6 +189,13 @@ pub enum DirsCmd {
         #[arg(long)]
         no_wait: bool,
     },
+    /// After a directory failure: once node N restarted with the failed directory replaced or
+    /// removed, add its new replicas back through membership (each lost group: the old replica
+    /// removed, the new one added as a learner, caught up, promoted; other groups unchanged).
+    Recover {
+        #[arg(long)]
+        node: u64,
+    },
     /// Set the node's copy rate for moves, bytes per second (0: unthrottled).
     Throttle {
         #[arg(long)]
@@ -324,6 +331,13 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
             return dirs::alter(&args.addr, *node, *group, to.as_deref(), *cancel, *no_wait).await
         }
         Cmd::Dirs { cmd: DirsCmd::Throttle { rate, node } } => return dirs::throttle(&args.addr, *node, *rate).await,
+        Cmd::Dirs { cmd: DirsCmd::Recover { node } } => {
+            let address = dirs::node_addr(&args.addr, Some(*node)).await?;
+            let mut c = AdminServiceClient::new(connect(&args.addr, Duration::from_secs(5)).await?);
+            let call = c.add_node(AddNodeRequest { node_id: *node, address, metadata_partition: None });
+            let r = add_node_with_progress(&args.addr, *node, call).await?;
+            return Ok(Report::ok(serde_json::to_value(&r)?, lines(&r.progress)));
+        }
         _ => {}
     }
     match args.cmd {
