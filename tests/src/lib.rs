@@ -37,6 +37,11 @@ pub struct Options {
     pub retention_check_ms: u64,
     /// Serve Prometheus metrics on a free port per node (`metrics_addr`; see [`Cluster::metrics_addr`]).
     pub metrics: bool,
+    /// Data directories per node: 1 is the `data_dir` form; more are `data_dirs` (see
+    /// [`Cluster::data_dirs`]).
+    pub data_dirs: u32,
+    /// More top-level settings for every node's configuration file (TOML lines).
+    pub extra_config: String,
 }
 
 impl Default for Options {
@@ -49,6 +54,8 @@ impl Default for Options {
             snapshot_install_pause_ms: 0,
             retention_check_ms: 3_600_000,
             metrics: false,
+            data_dirs: 1,
+            extra_config: String::new(),
         }
     }
 }
@@ -127,18 +134,24 @@ impl Cluster {
     fn config(&self, id: u64) -> String {
         let node = &self.nodes[&id];
         let o = &self.options;
+        let dirs = if o.data_dirs <= 1 {
+            format!("data_dir = \"{}\"", self.data_dir(id).display())
+        } else {
+            let list: Vec<String> = self.data_dirs(id).iter().map(|d| format!("\"{}\"", d.display())).collect();
+            format!("data_dirs = [{}]", list.join(", "))
+        };
         let mut s = format!(
-            "node_id = {id}\nlisten = \"{}\"\ndata_dir = \"{}\"\nnum_metadata_partitions = {}\n\
+            "node_id = {id}\nlisten = \"{}\"\n{dirs}\nnum_metadata_partitions = {}\n\
              leader_balance_ms = {}\nretention_check_ms = {}\nallow_fault_injection = true\n\
-             test_snapshot_install_pause_ms = {}\n{}\n\
+             test_snapshot_install_pause_ms = {}\n{}\n{}\n\
              [raft]\nsnapshot_after_entries = {}\nentries_kept_after_snapshot = {}\n",
             node.addr,
-            self.data_dir(id).display(),
             o.groups,
             o.leader_balance_ms,
             o.retention_check_ms,
             o.snapshot_install_pause_ms,
             node.metrics_addr.as_ref().map_or(String::new(), |m| format!("metrics_addr = \"{m}\"\n")),
+            o.extra_config,
             o.snapshot_after_entries,
             o.entries_kept_after_snapshot,
         );
@@ -152,6 +165,11 @@ impl Cluster {
 
     pub fn data_dir(&self, id: u64) -> PathBuf {
         self.dir.path().join(format!("node-{id}"))
+    }
+
+    /// Node `id`'s data directories when `Options::data_dirs` > 1: `node-<id>/dir-<k>`.
+    pub fn data_dirs(&self, id: u64) -> Vec<PathBuf> {
+        (0..self.options.data_dirs.max(1)).map(|k| self.data_dir(id).join(format!("dir-{k}"))).collect()
     }
 
     fn log_path(&self, id: u64) -> PathBuf {

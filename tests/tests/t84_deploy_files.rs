@@ -97,7 +97,7 @@ fn kubernetes_manifests_validate_and_agree_with_the_node_configuration() {
     assert_eq!(config.metrics_addr.as_deref(), Some("0.0.0.0:9101"));
     let start = cm["data"]["start.sh"].as_str().unwrap();
     assert!(start.contains(&format!(".{service}:7001")) && start.contains("--node-id"), "{start}");
-    assert!(config.data_dir.starts_with(c["volumeMounts"][0]["mountPath"].as_str().unwrap()));
+    assert!(config.first_dir().starts_with(c["volumeMounts"][0]["mountPath"].as_str().unwrap()));
 }
 
 #[test]
@@ -173,7 +173,9 @@ fn systemd_units_are_hardened_and_verify() {
     let mut node: toml::Table = std::fs::read_to_string(toml_dir).unwrap().parse().unwrap();
     node.insert("node_id".into(), toml::Value::Integer(1));
     let node: NodeConfig = node.try_into().expect("node.example.toml is a node configuration");
-    assert!(node.data_dir.starts_with("/var/lib/diskless"), "the unit lets the node write only there");
+    node.validate().expect("node.example.toml validates");
+    assert!(node.dirs().len() == 2, "the example shows two data directories");
+    assert!(node.dirs().iter().all(|d| d.starts_with("/var/lib/diskless")), "the unit lets the node write only there");
     if have("systemd-analyze") {
         let out = Command::new("systemd-analyze").args(["verify", "--man=no"]).args(&copies).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -9,6 +9,7 @@
 //! prints JSON lines (one object per line) with or without `--json`.
 
 mod cluster;
+mod dirs;
 mod snapshot;
 mod topics;
 
@@ -105,6 +106,11 @@ pub enum Cmd {
         #[arg(long)]
         keys: bool,
     },
+    /// A node's data directories (KIP-113): describe them, move a replica between them, throttle.
+    Dirs {
+        #[command(subcommand)]
+        cmd: DirsCmd,
+    },
     /// Wait until the node answers and every metadata partition has a leader.
     WaitReady {
         #[arg(long, default_value_t = 60)]
@@ -154,6 +160,48 @@ pub enum FilesCmd {
     Describe {
         #[arg(required = true)]
         keys: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DirsCmd {
+    /// Each data directory of the node: path, id, online or offline, total and usable bytes, and
+    /// its replicas (size, lag, future replicas of moves under way). Exit 1 if one is offline.
+    Describe {
+        /// Ask this node (by id, from the membership) instead of `--addr`.
+        #[arg(long)]
+        node: Option<u64>,
+    },
+    /// Move the node's replica of a metadata partition to another data directory, online; follows
+    /// it with a progress bar on stderr.
+    Move {
+        #[arg(long)]
+        group: u32,
+        /// The destination directory: its path or id.
+        #[arg(long, required_unless_present = "cancel")]
+        to: Option<String>,
+        #[arg(long)]
+        node: Option<u64>,
+        /// Cancel the group's move under way (before it switches).
+        #[arg(long)]
+        cancel: bool,
+        /// Start the move and return.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// After a directory failure: once node N restarted with the failed directory replaced or
+    /// removed, add its new replicas back through membership (each lost group: the old replica
+    /// removed, the new one added as a learner, caught up, promoted; other groups unchanged).
+    Recover {
+        #[arg(long)]
+        node: u64,
+    },
+    /// Set the node's copy rate for moves, bytes per second (0: unthrottled).
+    Throttle {
+        #[arg(long)]
+        rate: u64,
+        #[arg(long)]
+        node: Option<u64>,
     },
 }
 
@@ -278,6 +326,18 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
         Cmd::Topics { cmd: TopicsCmd::List } => return topics::list(&args.addr).await,
         Cmd::Topics { cmd: TopicsCmd::Describe { name } } => return topics::describe(&args.addr, name).await,
         Cmd::Files { cmd: FilesCmd::Describe { keys } } => return topics::describe_files(&args.addr, keys).await,
+        Cmd::Dirs { cmd: DirsCmd::Describe { node } } => return dirs::describe(&args.addr, *node).await,
+        Cmd::Dirs { cmd: DirsCmd::Move { group, to, node, cancel, no_wait } } => {
+            return dirs::alter(&args.addr, *node, *group, to.as_deref(), *cancel, *no_wait).await
+        }
+        Cmd::Dirs { cmd: DirsCmd::Throttle { rate, node } } => return dirs::throttle(&args.addr, *node, *rate).await,
+        Cmd::Dirs { cmd: DirsCmd::Recover { node } } => {
+            let address = dirs::node_addr(&args.addr, Some(*node)).await?;
+            let mut c = AdminServiceClient::new(connect(&args.addr, Duration::from_secs(5)).await?);
+            let call = c.add_node(AddNodeRequest { node_id: *node, address, metadata_partition: None });
+            let r = add_node_with_progress(&args.addr, *node, call).await?;
+            return Ok(Report::ok(serde_json::to_value(&r)?, lines(&r.progress)));
+        }
         _ => {}
     }
     match args.cmd {
@@ -294,6 +354,7 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
         | Cmd::Inspect { .. }
         | Cmd::Topics { .. }
         | Cmd::Files { .. }
+        | Cmd::Dirs { .. }
         | Cmd::Snapshot { cmd: Some(_) } => unreachable!("handled above"),
         Cmd::Status { raw, reset_stages, cluster: _ } => {
             let s = c.status(StatusRequest { with_digest: false, reset_stages }).await?.into_inner();

@@ -94,6 +94,8 @@ pub struct Metrics {
     pub snapshot_installs: Counter,
     pub snapshot_install_bytes: Counter,
     pub snapshot_install_duration: Histogram,
+    /// How long a replica move between data directories paused the group's writes.
+    pub replica_move_pause: Histogram,
     // Requests.
     pub grpc_requests: Family<MethodCode, Counter>,
     pub grpc_duration: HistogramFamily<Method>,
@@ -222,6 +224,11 @@ impl Metrics {
             snapshot_install_duration: reg!(
                 "diskless_snapshot_install_duration_seconds",
                 "Time to install one received snapshot",
+                latency()
+            ),
+            replica_move_pause: reg!(
+                "diskless_replica_move_pause_seconds",
+                "How long a replica move between data directories paused its group's writes at the switch",
                 latency()
             ),
             grpc_requests: reg!(

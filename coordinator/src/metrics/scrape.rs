@@ -48,9 +48,13 @@ pub async fn serve(node: &Arc<Node>, addr: &str) -> anyhow::Result<SocketAddr> {
 async fn render(node: Weak<Node>) -> String {
     if let Some(node) = node.upgrade() {
         sample(&node);
-        let dir = node.config.data_dir.clone();
+        let dirs = node.config.dirs();
         drop(node);
-        if let Ok((all, rocksdb)) = tokio::task::spawn_blocking(move || dir_sizes(&dir)).await {
+        // Summed over the data directories.
+        let sizes = tokio::task::spawn_blocking(move || {
+            dirs.iter().map(|d| dir_sizes(d)).fold((0, 0), |(a, r), (x, y)| (a + x, r + y))
+        });
+        if let Ok((all, rocksdb)) = sizes.await {
             get().data_dir_bytes.set(all as i64);
             get().rocksdb_bytes.set(rocksdb as i64);
         }

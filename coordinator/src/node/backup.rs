@@ -24,7 +24,8 @@ impl Node {
     /// and the digest of exactly those keys. Blocking (a full scan, twice): call it off the runtime.
     pub fn copy_group<W: Write>(&self, g: u32, out: W) -> anyhow::Result<(W, GroupCopy)> {
         let group = self.group(g)?;
-        let view = self.db.read();
+        let placed = self.placed(g)?;
+        let view = placed.db.read();
         anyhow::ensure!(
             !group.sm.installing_in(&view)?,
             "this node's replica of metadata partition {g} is installing a snapshot; try again"

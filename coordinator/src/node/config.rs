@@ -18,8 +18,23 @@ pub struct NodeConfig {
     /// The address other nodes and clients use to reach this node; defaults to `listen`.
     #[serde(default)]
     pub advertise: Option<String>,
-    /// The data directory (RocksDB and snapshots).
-    pub data_dir: PathBuf,
+    /// The data directory (RocksDB and snapshots): the one-directory form of `data_dirs`.
+    #[serde(default)]
+    pub data_dir: Option<PathBuf>,
+    /// The data directories (KIP-113's `log.dirs`): each has its own RocksDB, fsync thread and
+    /// identity record; each metadata partition's replica lives in one of them. Give either this
+    /// or `data_dir`.
+    #[serde(default)]
+    pub data_dirs: Vec<PathBuf>,
+    /// At most this many replica moves between directories run at once (KIP-113's
+    /// `num.replica.alter.log.dirs.threads`).
+    #[serde(default = "default_replica_move_threads")]
+    pub num_replica_move_threads: u32,
+    /// The copy rate of replica moves between directories, bytes per second, all moves together
+    /// (KIP-113's `intra.broker.throttled.rate`); 0 = unthrottled. Changeable at run time
+    /// (`coordctl dirs throttle`).
+    #[serde(default)]
+    pub intra_dir_throttled_rate: u64,
     /// The number of metadata partitions (Raft groups); fixed when the cluster is created.
     #[serde(default = "default_groups")]
     pub num_metadata_partitions: u32,
@@ -68,6 +83,10 @@ pub struct NodeConfig {
     /// adopting the received file and again halfway through replacing the state.
     #[serde(default)]
     pub test_snapshot_install_pause_ms: u64,
+    /// Tests only (needs `allow_fault_injection`): a replica move between directories pauses this
+    /// long in each phase (so that a test can kill the process there).
+    #[serde(default)]
+    pub test_replica_move_pause_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,6 +118,10 @@ impl Default for RaftTuning {
             entries_kept_after_snapshot: 1_000,
         }
     }
+}
+
+fn default_replica_move_threads() -> u32 {
+    1
 }
 
 fn default_groups() -> u32 {
@@ -134,6 +157,19 @@ fn default_max_request_bytes() -> usize {
 }
 
 impl NodeConfig {
+    /// The data directories, in the configured order (`data_dir` alone is a list of one).
+    pub fn dirs(&self) -> Vec<PathBuf> {
+        match &self.data_dir {
+            Some(d) if self.data_dirs.is_empty() => vec![d.clone()],
+            _ => self.data_dirs.clone(),
+        }
+    }
+
+    /// The first data directory (where tools and received files without a group go).
+    pub fn first_dir(&self) -> PathBuf {
+        self.dirs().into_iter().next().unwrap_or_default()
+    }
+
     /// The address this node is reached at.
     pub fn advertised(&self) -> &str {
         self.advertise.as_deref().unwrap_or(&self.listen)
@@ -142,6 +178,17 @@ impl NodeConfig {
     /// Checks the values that have rules, with messages an operator can act on.
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(self.node_id != 0, "node_id must not be 0");
+        anyhow::ensure!(
+            self.data_dir.is_none() || self.data_dirs.is_empty(),
+            "give either data_dir or data_dirs, not both"
+        );
+        let dirs = self.dirs();
+        anyhow::ensure!(!dirs.is_empty(), "data_dir or data_dirs is required");
+        let mut unique = dirs.clone();
+        unique.sort();
+        unique.dedup();
+        anyhow::ensure!(unique.len() == dirs.len(), "data_dirs lists a directory twice");
+        anyhow::ensure!(self.num_replica_move_threads >= 1, "num_replica_move_threads must be at least 1");
         anyhow::ensure!(
             (1..=1024).contains(&self.num_metadata_partitions),
             "num_metadata_partitions must be 1 to 1024, not {}",
@@ -169,6 +216,10 @@ impl NodeConfig {
         );
         anyhow::ensure!(self.max_request_bytes >= 1024, "max_request_bytes must be at least 1024");
         anyhow::ensure!(
+            self.test_replica_move_pause_ms == 0 || self.allow_fault_injection,
+            "test_replica_move_pause_ms is a test setting: it needs allow_fault_injection = true"
+        );
+        anyhow::ensure!(
             self.test_snapshot_install_pause_ms == 0 || self.allow_fault_injection,
             "test_snapshot_install_pause_ms is a test setting: it needs allow_fault_injection = true"
         );
@@ -194,6 +245,7 @@ mod tests {
         assert_eq!(c.num_metadata_partitions, 8);
         assert_eq!(c.advertised(), "127.0.0.1:7001");
         c.validate().unwrap();
+        assert_eq!(c.dirs(), vec![PathBuf::from("d")]);
         let bad = toml::from_str::<NodeConfig>("node_id = 1\nlisten = \"x\"\ndata_dir = \"d\"\nlisen = 3");
         assert!(bad.unwrap_err().to_string().contains("lisen"));
     }
@@ -205,5 +257,13 @@ mod tests {
         c.node_id = 1;
         c.members = vec![Member { id: 1, addr: "b:1".into() }];
         assert!(c.validate().unwrap_err().to_string().contains("advertises"));
+        c.members.clear();
+        c.data_dirs = vec!["e".into()];
+        assert!(c.validate().unwrap_err().to_string().contains("not both"));
+        c.data_dir = None;
+        c.data_dirs = vec!["e".into(), "e".into()];
+        assert!(c.validate().unwrap_err().to_string().contains("twice"));
+        c.data_dirs.clear();
+        assert!(c.validate().unwrap_err().to_string().contains("required"));
     }
 }

@@ -8,6 +8,8 @@
 
 mod backup;
 pub mod config;
+pub mod dirs;
+pub mod mover;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -22,11 +24,12 @@ use openraft::{ChangeMembers, RaftMetrics, ReadPolicy, ServerState};
 pub use backup::GroupCopy;
 pub use config::{Member, NodeConfig};
 
+use crate::raft::home::{DataDir, Home, Placed};
 use crate::raft::identity::{self, Identity, Refusal};
 use crate::raft::network::{NetworkFactory, Peers};
-use crate::raft::{LogStore, NodeId, Raft, Replica, SmStore, TypeConfig, WalSyncer};
+use crate::raft::{LogStore, NodeId, Raft, Replica, SmStore, TypeConfig};
 use crate::state_machine::{Command, CommitFile, CommittedBatch, Failure, Op, Outcome, StateMachine};
-use crate::storage::{codec, Db};
+use crate::storage::codec;
 
 /// Work units of one retention or deletion command (see `state_machine::purge`).
 pub const DELETE_BUDGET: u32 = 10_000;
@@ -56,6 +59,8 @@ pub enum RouteError {
 struct Group {
     raft: Raft,
     sm: SmStore,
+    /// The data directory the replica lives in (switched by a move, see `mover`).
+    home: Arc<Home>,
     /// Serializes membership changes of this group made through this node.
     membership: tokio::sync::Mutex<()>,
     /// Commits waiting to be proposed together (see [`Node::commit`]).
@@ -81,9 +86,11 @@ const PURGE_CHECK_MS: u64 = 5_000;
 pub struct Node {
     pub id: NodeId,
     pub config: NodeConfig,
-    db: Arc<Db>,
-    syncer: WalSyncer,
+    /// The data directories, in the configured order.
+    dirs: Vec<Arc<DataDir>>,
     groups: Vec<Group>,
+    /// Replica moves between directories (`mover`).
+    moves: Arc<mover::Moves>,
     pub peers: Arc<Peers>,
     identity: Arc<Identity>,
     /// Per group: when this replica last accepted a message of a leader (ms since `started`).
@@ -107,41 +114,37 @@ impl Node {
     /// bootstrapping (see [`Node::bootstrap`]) if this node is a listed member.
     pub async fn start(config: NodeConfig) -> anyhow::Result<Arc<Node>> {
         config.validate()?;
-        std::fs::create_dir_all(&config.data_dir)
-            .with_context(|| format!("create data directory {}", config.data_dir.display()))?;
-        let db = Arc::new(
-            Db::open(&config.data_dir.join("rocksdb"))
-                .with_context(|| format!("open RocksDB in {}", config.data_dir.display()))?,
-        );
         let n = config.num_metadata_partitions;
-        let identity = Arc::new(Identity::load_or_create(&db, &config.data_dir, config.node_id, n)?);
-        let peers = Arc::new(Peers::new(identity.clone()));
-        let syncer = WalSyncer::start(db.clone(), peers.faults.clone());
+        let faults = Arc::new(crate::raft::faults::Faults::default());
+        let opened = dirs::open(&config, faults.clone())?;
+        let identity = Arc::new(opened.identity);
+        let peers = Arc::new(Peers::with_faults(identity.clone(), faults));
         let raft_config = Arc::new(raft_config(&config)?);
         let stages = Arc::new(crate::raft::stages::Stages::default());
         let mut groups = Vec::with_capacity(n as usize);
         let mut queues = Vec::with_capacity(n as usize);
         for g in 0..n {
-            let sm = SmStore::open(db.clone(), StateMachine::new(g, n), &config.data_dir)
+            let home = Home::new(g, opened.dirs[opened.homes[g as usize]].clone());
+            let sm = SmStore::open(home.clone(), StateMachine::new(g, n))
                 .with_context(|| format!("open the state of metadata partition {g}"))?
                 .with_install_pause(Duration::from_millis(config.test_snapshot_install_pause_ms))
                 .with_stages(stages.clone());
-            let log = LogStore::new(db.clone(), g, syncer.clone()).with_stages(stages.clone());
+            let log = LogStore::new(home.clone()).with_stages(stages.clone());
             let net = NetworkFactory { group: g, peers: peers.clone() };
             let raft = Raft::new(config.node_id, raft_config.clone(), net, log, sm.clone())
                 .await
                 .with_context(|| format!("start Raft for metadata partition {g}"))?;
             let (commits, rx) = tokio::sync::mpsc::channel(4096);
             queues.push(rx);
-            groups.push(Group { raft, sm, membership: tokio::sync::Mutex::new(()), commits });
+            groups.push(Group { raft, sm, home, membership: tokio::sync::Mutex::new(()), commits });
         }
         let (stop, _) = tokio::sync::watch::channel(false);
         let heard_from_leader = (0..n).map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
         let node = Arc::new(Node {
             id: config.node_id,
+            moves: Arc::new(mover::Moves::new(config.intra_dir_throttled_rate, config.num_replica_move_threads)),
             config,
-            db,
-            syncer,
+            dirs: opened.dirs,
             groups,
             peers,
             identity,
@@ -259,7 +262,7 @@ impl Node {
                 })
                 .collect()
         };
-        self.identity.join_cluster(&self.db, identity::derive_cluster_id(&membership(0))?)?;
+        self.identity.join_cluster(identity::derive_cluster_id(&membership(0))?)?;
         for g in todo {
             let members = membership(g);
             match self.groups[g as usize].raft.initialize(members.clone()).await {
@@ -297,7 +300,7 @@ impl Node {
     /// Whether a Raft message for `g` addressed to `to` is for this node's replica (see
     /// `raft::identity`).
     pub fn admit(&self, g: u32, to: Option<&Addressee>) -> Result<(), Refusal> {
-        self.identity.admit(&self.db, g, to)
+        self.identity.admit(g, to)
     }
 
     pub fn identity(&self) -> &Identity {
@@ -320,6 +323,10 @@ impl Node {
     pub fn check_serving(&self, g: u32) -> Result<(), RouteError> {
         let m = self.metrics(g)?;
         let unavailable = |reason: String| Err(RouteError::ReplicaUnavailable { group: g, reason });
+        let placed = self.placed(g)?;
+        if placed.is_offline() {
+            return unavailable(format!("its data directory {} is offline", placed.path.display()));
+        }
         if m.running_state.is_err() || m.state == ServerState::Shutdown {
             return unavailable("the replica stopped".into());
         }
@@ -385,8 +392,20 @@ impl Node {
         Ok(self.group(g)?.sm.state_machine())
     }
 
-    pub fn db(&self) -> &Db {
-        &self.db
+    /// Where group `g`'s replica is now; hold it while reading (a move deletes the old copy only
+    /// once nobody holds its placement).
+    pub fn placed(&self, g: u32) -> Result<Arc<Placed>, RouteError> {
+        Ok(self.group(g)?.home.current())
+    }
+
+    /// The data directories, in the configured order.
+    pub fn dirs(&self) -> &[Arc<DataDir>] {
+        &self.dirs
+    }
+
+    /// Replica moves between this node's directories.
+    pub fn moves(&self) -> &mover::Moves {
+        &self.moves
     }
 
     /// Where entries' time goes on this node (see `raft::stages`).
@@ -394,8 +413,9 @@ impl Node {
         &self.stages
     }
 
+    /// The fsync counters of the first data directory.
     pub fn wal_stats(&self) -> &crate::raft::WalSyncStats {
-        self.syncer.stats()
+        self.dirs[0].syncer.stats()
     }
 
     /// The group's current metrics (cloned out: holding the watch blocks the group).
@@ -561,7 +581,8 @@ impl Node {
 
     /// The hex SHA-256 of `g`'s state and the applied index it reflects (one consistent view).
     pub fn digest(&self, g: u32) -> anyhow::Result<(String, u64)> {
-        let view = self.db.read();
+        let placed = self.placed(g)?;
+        let view = placed.db.read();
         let sm = self.state_machine(g)?;
         let applied_key = crate::state_machine::keys::Keys::new(g).applied();
         let applied: Option<(Option<crate::raft::LogId>, crate::raft::StoredMembership)> =
@@ -915,8 +936,10 @@ impl Node {
                 tracing::warn!(group = g, error = %e, "group did not shut down cleanly");
             }
         }
-        if let Err(e) = self.db.sync_wal() {
-            tracing::error!(error = %e, "final WAL fsync failed");
+        for d in &self.dirs {
+            if let Err(e) = d.db.sync_wal() {
+                tracing::error!(dir = %d.path.display(), error = %e, "final WAL fsync failed");
+            }
         }
     }
 }

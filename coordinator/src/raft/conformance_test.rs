@@ -1,20 +1,16 @@
 //! openraft's storage conformance suite against our RocksDB log store and state machine store.
 
-use std::sync::Arc;
-
-use super::{LogStore, SmStore, TypeConfig, WalSyncer};
+use super::{LogStore, SmStore, TypeConfig};
 use crate::state_machine::StateMachine;
-use crate::storage::Db;
 
 struct Builder;
 
 impl openraft::testing::log::StoreBuilder<TypeConfig, LogStore, SmStore, tempfile::TempDir> for Builder {
     async fn build(&self) -> Result<(tempfile::TempDir, LogStore, SmStore), openraft::StorageError<TypeConfig>> {
         let dir = tempfile::tempdir().expect("temp dir");
-        let db = Arc::new(Db::open(&dir.path().join("db")).expect("open db"));
-        let syncer = WalSyncer::start(db.clone(), Default::default());
-        let log = LogStore::new(db.clone(), 3, syncer);
-        let sm = SmStore::open(db, StateMachine::new(3, 8), dir.path()).expect("open state machine");
+        let home = super::home::test_home(dir.path(), 3);
+        let log = LogStore::new(home.clone());
+        let sm = SmStore::open(home, StateMachine::new(3, 8)).expect("open state machine");
         Ok((dir, log, sm))
     }
 }

@@ -1,8 +1,9 @@
 //! Who this node's replicas are, and which Raft messages they may accept.
 //!
-//! Owns: the identity record of the data directory (node id, number of metadata partitions, one
-//! random *incarnation* per replica, the cluster id once known), written synced when the
-//! directory is created, and the check every incoming Raft message passes ([`Identity::admit`]).
+//! Owns: this node's identity as its data directories record it (node id, one random
+//! *incarnation* per replica — kept in the replica's placement record, see `raft::placement` —
+//! and the cluster id once known, recorded in every directory), and the check every incoming Raft
+//! message passes ([`Identity::admit`]).
 //!
 //! Why: Raft's safety assumes a voter never forgets its log or its vote. A node whose data
 //! directory was replaced or wiped restarts with nothing; if it still voted and acknowledged
@@ -16,7 +17,7 @@
 //! It must not decide bootstrapping or membership (that is `node`); it only records and checks.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
@@ -26,11 +27,10 @@ use serde::{Deserialize, Serialize};
 use super::NodeId;
 use crate::storage::{codec, Db, Family, WriteBatch};
 
-/// Where the identity record lives (outside every group's key range).
-const IDENTITY_KEY: &[u8] = b"\xff\xff\xff\xffidentity";
-/// The record of the first pre-release format, which had no replica incarnations.
-const LEGACY_KEY: &[u8] = b"\xff\xff\xff\xffcluster";
-/// The data directory format this build writes and reads.
+/// Where the first format's identity record lives (outside every group's key range); the restore
+/// still writes it, and a node converts it at start (`raft::placement`).
+const IDENTITY_KEY: &[u8] = super::placement::LEGACY_IDENTITY_KEY;
+/// The first format (which a restore still writes; see [`IDENTITY_KEY`]).
 const FORMAT: u32 = 1;
 
 /// A cluster id: 16 bytes, derived from the bootstrap membership.
@@ -46,10 +46,12 @@ struct Record {
     cluster_id: Option<ClusterId>,
 }
 
-/// This node's identity, loaded from (or created in) its data directory.
+/// This node's identity, loaded from its data directories.
 pub struct Identity {
     node_id: NodeId,
     incarnations: Vec<u64>,
+    /// Every directory's database: the cluster id is recorded in each.
+    dbs: Vec<Arc<Db>>,
     cluster_id: RwLock<Option<ClusterId>>,
     /// When a refusal was last logged (ms since the epoch), so a stale peer does not flood the log.
     last_refusal_logged: AtomicU64,
@@ -79,65 +81,16 @@ pub fn cluster_id_hex(id: &ClusterId) -> String {
 }
 
 impl Identity {
-    /// Reads the directory's identity, or creates it (with new incarnations, synced) in a directory
-    /// that has none. Refuses a directory that belongs to another node or has another number of
-    /// metadata partitions.
-    pub fn load_or_create(db: &Db, dir: &std::path::Path, node_id: NodeId, groups: u32) -> anyhow::Result<Identity> {
-        if db.get(Family::Raft, LEGACY_KEY)?.is_some() && db.get(Family::Raft, IDENTITY_KEY)?.is_none() {
-            anyhow::bail!(
-                "data directory {} was written by an earlier pre-release format without replica identities; \
-                 it cannot be used by this release (move it away and add the node again)",
-                dir.display()
-            );
-        }
-        let record = match db.get(Family::Raft, IDENTITY_KEY)? {
-            Some(v) => {
-                let r: Record = codec::decode(IDENTITY_KEY, &v)
-                    .with_context(|| format!("read the identity of data directory {}", dir.display()))?;
-                anyhow::ensure!(
-                    r.format == FORMAT,
-                    "data directory {} has format {}, this release reads format {FORMAT}",
-                    dir.display(),
-                    r.format
-                );
-                anyhow::ensure!(
-                    r.node_id == node_id && r.num_metadata_partitions == groups,
-                    "data directory {} belongs to node {} with {} metadata partitions; the configuration says node \
-                     {} with {}",
-                    dir.display(),
-                    r.node_id,
-                    r.num_metadata_partitions,
-                    node_id,
-                    groups
-                );
-                anyhow::ensure!(
-                    r.incarnations.len() == groups as usize,
-                    "data directory {} records {} replica incarnations for {} metadata partitions",
-                    dir.display(),
-                    r.incarnations.len(),
-                    groups
-                );
-                r
-            }
-            None => {
-                let r = Record {
-                    format: FORMAT,
-                    node_id,
-                    num_metadata_partitions: groups,
-                    incarnations: (0..groups).map(|_| new_incarnation()).collect(),
-                    cluster_id: None,
-                };
-                write(db, &r)?;
-                tracing::info!(node_id, dir = %dir.display(), "new data directory: new replica incarnations");
-                r
-            }
-        };
-        Ok(Identity {
+    /// The identity of a node whose directories (`dbs`) hold replicas of these incarnations (one
+    /// per metadata partition) and belong to `cluster_id`, if known.
+    pub fn new(node_id: NodeId, incarnations: Vec<u64>, cluster_id: Option<ClusterId>, dbs: Vec<Arc<Db>>) -> Identity {
+        Identity {
             node_id,
-            incarnations: record.incarnations,
-            cluster_id: RwLock::new(record.cluster_id),
+            incarnations,
+            dbs,
+            cluster_id: RwLock::new(cluster_id),
             last_refusal_logged: AtomicU64::new(0),
-        })
+        }
     }
 
     pub fn node_id(&self) -> NodeId {
@@ -157,8 +110,9 @@ impl Identity {
         *self.cluster_id.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Records the cluster this node belongs to (synced). Joining another cluster is refused.
-    pub fn join_cluster(&self, db: &Db, id: ClusterId) -> anyhow::Result<()> {
+    /// Records the cluster this node belongs to (synced, in every directory). Joining another
+    /// cluster is refused.
+    pub fn join_cluster(&self, id: ClusterId) -> anyhow::Result<()> {
         let mut slot = self.cluster_id.write().unwrap_or_else(|e| e.into_inner());
         match *slot {
             Some(mine) if mine == id => return Ok(()),
@@ -167,14 +121,9 @@ impl Identity {
             }
             None => {}
         }
-        let record = Record {
-            format: FORMAT,
-            node_id: self.node_id,
-            num_metadata_partitions: self.incarnations.len() as u32,
-            incarnations: self.incarnations.clone(),
-            cluster_id: Some(id),
-        };
-        write(db, &record)?;
+        for db in &self.dbs {
+            super::placement::set_cluster(db, id)?;
+        }
         *slot = Some(id);
         tracing::info!(cluster = %cluster_id_hex(&id), "this node joined the cluster");
         Ok(())
@@ -188,11 +137,11 @@ impl Identity {
     /// Checks that a message for `group` addressed to `to` is for this node's replica and comes from
     /// this node's cluster; adopts the sender's cluster id when this node has none yet (a node being
     /// added: the sender addressed this very replica, so it was added under this incarnation).
-    pub fn admit(&self, db: &Db, group: u32, to: Option<&Addressee>) -> Result<(), Refusal> {
+    pub fn admit(&self, group: u32, to: Option<&Addressee>) -> Result<(), Refusal> {
         let r = self.check(group, to);
         match &r {
             Ok(Some(theirs)) => {
-                if let Err(e) = self.join_cluster(db, *theirs) {
+                if let Err(e) = self.join_cluster(*theirs) {
                     tracing::error!(error = %e, "could not record the cluster id");
                 }
             }
@@ -243,8 +192,25 @@ pub struct IdentityRecord {
     pub cluster_id: Option<String>,
 }
 
-/// Reads the identity record of a data directory, if it has one (offline tools).
+/// Reads the identity record of a data directory, if it has one (offline tools): the incarnations
+/// of the replicas it holds as current (0 for the others).
 pub fn read_record(db: &Db) -> anyhow::Result<Option<IdentityRecord>> {
+    if let Some(r) = super::placement::read_dir_record(db)? {
+        let mut incarnations = vec![];
+        for g in 0..r.num_metadata_partitions {
+            incarnations.push(match super::placement::read_placement(db, g)? {
+                Some(p) if p.role == super::placement::Role::Current => p.incarnation,
+                _ => 0,
+            });
+        }
+        return Ok(Some(IdentityRecord {
+            format: r.format,
+            node_id: r.node_id,
+            num_metadata_partitions: r.num_metadata_partitions,
+            incarnations,
+            cluster_id: r.cluster_id.as_ref().map(cluster_id_hex),
+        }));
+    }
     let Some(v) = db.get(Family::Raft, IDENTITY_KEY)? else { return Ok(None) };
     let r: Record = codec::decode(IDENTITY_KEY, &v)?;
     Ok(Some(IdentityRecord {
@@ -280,7 +246,8 @@ fn write(db: &Db, r: &Record) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn new_incarnation() -> u64 {
+/// A new replica incarnation: random, never 0.
+pub fn new_incarnation() -> u64 {
     // Never 0, so an unset field never matches a real replica.
     loop {
         let (hi, _) = uuid::Uuid::new_v4().as_u64_pair();
@@ -303,59 +270,41 @@ pub fn derive_cluster_id(members: &std::collections::BTreeMap<NodeId, super::Rep
 mod tests {
     use super::*;
 
-    fn open(dir: &std::path::Path) -> Db {
-        Db::open(&dir.join("rocksdb")).unwrap()
+    fn open(dir: &std::path::Path) -> Arc<Db> {
+        Arc::new(Db::open(&dir.join("rocksdb")).unwrap())
     }
 
     #[test]
-    fn a_new_directory_gets_incarnations_that_survive_a_restart() {
-        let dir = tempfile::tempdir().unwrap();
-        let first = Identity::load_or_create(&open(dir.path()), dir.path(), 1, 4).unwrap().incarnations;
-        assert_eq!(first.len(), 4);
-        assert!(first.iter().all(|i| *i != 0));
-        let again = Identity::load_or_create(&open(dir.path()), dir.path(), 1, 4).unwrap().incarnations;
-        assert_eq!(first, again);
-    }
-
-    #[test]
-    fn a_wiped_directory_gets_new_incarnations() {
-        let a = tempfile::tempdir().unwrap();
-        let b = tempfile::tempdir().unwrap();
-        let first = Identity::load_or_create(&open(a.path()), a.path(), 1, 4).unwrap().incarnations;
-        let second = Identity::load_or_create(&open(b.path()), b.path(), 1, 4).unwrap().incarnations;
-        assert!(first.iter().zip(&second).all(|(x, y)| x != y));
-    }
-
-    #[test]
-    fn a_directory_of_another_node_or_shape_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        drop(Identity::load_or_create(&open(dir.path()), dir.path(), 1, 4).unwrap());
-        let e = Identity::load_or_create(&open(dir.path()), dir.path(), 2, 4).err().unwrap();
-        assert!(e.to_string().contains("belongs to node 1"), "{e}");
-        let e = Identity::load_or_create(&open(dir.path()), dir.path(), 1, 8).err().unwrap();
-        assert!(e.to_string().contains("4 metadata partitions"), "{e}");
+    fn new_incarnations_are_never_zero_nor_repeated() {
+        let a: Vec<u64> = (0..64).map(|_| new_incarnation()).collect();
+        assert!(a.iter().all(|i| *i != 0));
+        let mut b = a.clone();
+        b.sort();
+        b.dedup();
+        assert_eq!(a.len(), b.len());
     }
 
     #[test]
     fn messages_for_another_node_or_incarnation_or_cluster_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let db = open(dir.path());
-        let id = Identity::load_or_create(&db, dir.path(), 1, 2).unwrap();
+        crate::raft::placement::open_dir(&db, dir.path(), 1, 2, None).unwrap();
+        let id = Identity::new(1, vec![new_incarnation(), new_incarnation()], None, vec![db.clone()]);
         let inc = id.incarnation(1).unwrap();
         let to =
             |node, incarnation, cluster: &[u8]| Addressee { node_id: node, incarnation, cluster_id: cluster.to_vec() };
-        assert_eq!(id.admit(&db, 1, None), Err(Refusal::NoAddressee));
-        assert!(matches!(id.admit(&db, 1, Some(&to(2, inc, &[]))), Err(Refusal::WrongNode { .. })));
-        assert!(matches!(id.admit(&db, 1, Some(&to(1, inc ^ 1, &[]))), Err(Refusal::OtherIncarnation { .. })));
-        assert!(matches!(id.admit(&db, 0, Some(&to(1, inc, &[]))), Err(Refusal::OtherIncarnation { .. })));
-        assert_eq!(id.admit(&db, 9, Some(&to(1, inc, &[]))), Err(Refusal::UnknownGroup(9)));
+        assert_eq!(id.admit(1, None), Err(Refusal::NoAddressee));
+        assert!(matches!(id.admit(1, Some(&to(2, inc, &[]))), Err(Refusal::WrongNode { .. })));
+        assert!(matches!(id.admit(1, Some(&to(1, inc ^ 1, &[]))), Err(Refusal::OtherIncarnation { .. })));
+        assert!(matches!(id.admit(0, Some(&to(1, inc, &[]))), Err(Refusal::OtherIncarnation { .. })));
+        assert_eq!(id.admit(9, Some(&to(1, inc, &[]))), Err(Refusal::UnknownGroup(9)));
         // A node with no cluster adopts the sender's, durably; then refuses other clusters.
-        assert_eq!(id.admit(&db, 1, Some(&to(1, inc, &[7; 16]))), Ok(()));
+        assert_eq!(id.admit(1, Some(&to(1, inc, &[7; 16]))), Ok(()));
         assert_eq!(id.cluster_id(), Some([7; 16]));
-        assert!(matches!(id.admit(&db, 1, Some(&to(1, inc, &[8; 16]))), Err(Refusal::OtherCluster { .. })));
-        assert_eq!(id.admit(&db, 1, Some(&to(1, inc, &[]))), Ok(()));
-        drop(db);
-        let again = Identity::load_or_create(&open(dir.path()), dir.path(), 1, 2).unwrap();
-        assert_eq!(again.cluster_id(), Some([7; 16]));
+        assert!(matches!(id.admit(1, Some(&to(1, inc, &[8; 16]))), Err(Refusal::OtherCluster { .. })));
+        assert_eq!(id.admit(1, Some(&to(1, inc, &[]))), Ok(()));
+        drop(id);
+        let again = crate::raft::placement::open_dir(&db, dir.path(), 1, 2, None).unwrap();
+        assert_eq!(again.record.cluster_id, Some([7; 16]));
     }
 }

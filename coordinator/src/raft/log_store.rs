@@ -15,22 +15,24 @@ use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
 
+use super::home::Home;
 use super::stages::Stages;
-use super::{io_err, keys, Entry, LogId, TypeConfig, Vote, WalSyncer};
+use super::{io_err, keys, Entry, LogId, TypeConfig, Vote};
 use crate::storage::{codec, Db, Family, WriteBatch};
 
 /// One group's log. Cheap to clone: clones share the database.
 #[derive(Clone)]
 pub struct LogStore {
-    db: Arc<Db>,
+    /// The group's directory: read from the current one, written through the home's gate (a
+    /// replica move switches it).
+    home: Arc<Home>,
     group: u32,
-    syncer: WalSyncer,
     stages: Arc<Stages>,
 }
 
 impl LogStore {
-    pub fn new(db: Arc<Db>, group: u32, syncer: WalSyncer) -> LogStore {
-        LogStore { db, group, syncer, stages: Arc::default() }
+    pub fn new(home: Arc<Home>) -> LogStore {
+        LogStore { group: home.group(), home, stages: Arc::default() }
     }
 
     /// Records the entries' timings in `stages` (see `raft::stages`).
@@ -40,24 +42,28 @@ impl LogStore {
     }
 
     fn get<T: serde::de::DeserializeOwned>(&self, key: &[u8]) -> io::Result<Option<T>> {
-        match self.db.get(Family::Raft, key).map_err(io_err)? {
+        let dir = self.home.current();
+        dir.check()?;
+        match dir.db.get(Family::Raft, key).map_err(|e| dir.failed(e))? {
             Some(v) => Ok(Some(codec::decode(key, &v).map_err(io_err)?)),
             None => Ok(None),
         }
     }
 
-    fn put<T: serde::Serialize>(&self, key: &[u8], value: &T, sync: bool) -> io::Result<()> {
+    fn put<T: serde::Serialize>(db: &Db, key: &[u8], value: &T, sync: bool) -> io::Result<()> {
         let mut b = WriteBatch::default();
-        self.db.batch_put(&mut b, Family::Raft, key, &codec::encode(value).map_err(io_err)?);
-        self.db.write(b, sync).map_err(io_err)
+        db.batch_put(&mut b, Family::Raft, key, &codec::encode(value).map_err(io_err)?);
+        db.write(b, sync).map_err(io_err)
     }
 
-    fn delete_log_range(&self, from: u64, to: Option<u64>) -> io::Result<()> {
+    fn delete_log_range(&self, db: &Db, from: u64, to: Option<u64>) -> io::Result<()> {
         let (_, end) = keys::log_range(self.group);
         let to = to.map_or(end, |i| keys::log(self.group, i));
         let mut b = WriteBatch::default();
-        self.db.batch_delete_range(&mut b, Family::Raft, &keys::log(self.group, from), &to);
-        self.db.write(b, false).map_err(io_err)
+        db.batch_delete_range(&mut b, Family::Raft, &keys::log(self.group, from), &to);
+        db.write(b, false).map_err(io_err)?;
+        self.home.note_raft_range(&keys::log(self.group, from), &to);
+        Ok(())
     }
 }
 
@@ -78,7 +84,9 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Unbounded => group_end,
         };
         let mut out = Vec::new();
-        let view = self.db.read_raft();
+        let placed = self.home.current();
+        placed.check()?;
+        let view = placed.db.read_raft();
         crate::storage::KvRead::scan(&view, &keys::log(self.group, start), &end, &mut |k, v| {
             out.push(codec::decode::<Entry>(k, v)?);
             Ok(true)
@@ -98,7 +106,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
         let last_purged: Option<LogId> = self.get(&keys::purged(self.group))?;
         let (from, to) = keys::log_range(self.group);
-        let last = match self.db.last_in(Family::Raft, &from, &to).map_err(io_err)? {
+        let last = match self.home.current().db.last_in(Family::Raft, &from, &to).map_err(io_err)? {
             Some((k, v)) => Some(codec::decode::<Entry>(&k, &v).map_err(io_err)?.log_id()),
             None => last_purged,
         };
@@ -110,12 +118,22 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
-        self.put(&keys::vote(self.group), vote, true)
+        let dir = self.home.enter().await;
+        dir.check()?;
+        Self::put(&dir.db, &keys::vote(self.group), vote, true).map_err(|e| dir.failed(e))?;
+        self.home.note_keys(true, [&keys::vote(self.group)]);
+        Ok(())
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
         match committed {
-            Some(c) => self.put(&keys::committed(self.group), &c, false),
+            Some(c) => {
+                let dir = self.home.enter().await;
+                dir.check()?;
+                Self::put(&dir.db, &keys::committed(self.group), &c, false).map_err(|e| dir.failed(e))?;
+                self.home.note_keys(true, [&keys::committed(self.group)]);
+                Ok(())
+            }
             None => Ok(()),
         }
     }
@@ -129,17 +147,25 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        let dir = self.home.enter().await;
+        dir.check()?;
         let mut b = WriteBatch::default();
         let (mut first, mut last) = (u64::MAX, 0);
         for e in entries {
             let v = codec::encode(&e).map_err(io_err)?;
-            self.db.batch_put(&mut b, Family::Raft, &keys::log(self.group, e.index()), &v);
+            dir.db.batch_put(&mut b, Family::Raft, &keys::log(self.group, e.index()), &v);
             (first, last) = (first.min(e.index()), last.max(e.index()));
         }
-        self.db.write(b, false).map_err(io_err)?;
+        dir.db.write(b, false).map_err(|e| dir.failed(e))?;
+        if self.home.is_recording() && first <= last {
+            let written: Vec<Vec<u8>> = (first..=last).map(|i| keys::log(self.group, i)).collect();
+            self.home.note_keys(true, &written);
+        }
         self.stages.appended(self.group, first..=last);
         let (stages, group) = (self.stages.clone(), self.group);
-        self.syncer.after_sync(move |r| {
+        // A move that switches directories before this fsync copies these entries and fsyncs the
+        // new directory itself; this callback still waits for the old directory's fsync.
+        dir.syncer.after_sync(move |r| {
             stages.durable(group, first..=last);
             callback.io_completed(r)
         });
@@ -148,13 +174,18 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
         let from = last_log_id.map_or(0, |l| l.index() + 1);
-        self.delete_log_range(from, None)
+        let dir = self.home.enter().await;
+        dir.check()?;
+        self.delete_log_range(&dir.db, from, None)
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
         // The applied state the purge relies on must be on disk before its log goes.
-        self.db.sync_wal().map_err(io_err)?;
-        self.put(&keys::purged(self.group), &log_id, false)?;
-        self.delete_log_range(0, Some(log_id.index() + 1))
+        let dir = self.home.enter().await;
+        dir.check()?;
+        dir.db.sync_wal().map_err(|e| dir.failed(e))?;
+        Self::put(&dir.db, &keys::purged(self.group), &log_id, false)?;
+        self.home.note_keys(true, [&keys::purged(self.group)]);
+        self.delete_log_range(&dir.db, 0, Some(log_id.index() + 1))
     }
 }

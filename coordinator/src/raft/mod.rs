@@ -9,11 +9,13 @@
 //! one gRPC connection per peer). It must not interpret commands: that is the state machine's job.
 
 pub mod faults;
+pub mod home;
 pub mod identity;
 pub mod inspect;
 mod keys;
 mod log_store;
 pub mod network;
+pub mod placement;
 pub mod progress;
 pub mod restore;
 mod sm_store;

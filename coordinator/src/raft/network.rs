@@ -58,6 +58,11 @@ impl Peers {
         Peers { channels: Mutex::new(HashMap::new()), faults: Arc::default(), identity }
     }
 
+    /// Peers sharing `faults` with the node's storage (the fsync threads of its directories).
+    pub fn with_faults(identity: Arc<Identity>, faults: Arc<Faults>) -> Peers {
+        Peers { channels: Mutex::new(HashMap::new()), faults, identity }
+    }
+
     /// A client for the node at `addr` (`host:port`), connecting on first use.
     pub fn client(&self, addr: &str) -> Result<RaftServiceClient<Channel>, String> {
         Ok(RaftServiceClient::new(self.channel(addr)?).max_decoding_message_size(256 << 20))

@@ -22,20 +22,22 @@ use futures_util::StreamExt;
 use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend};
 
+use super::home::Home;
 use super::snapshot::{self, SnapshotFile};
 use super::{io_err, keys, LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
 use crate::state_machine::{Outcome, StateMachine};
-use crate::storage::{codec, Db, Family, HotKeys, KvRead, Txn, WriteBatch};
+use crate::storage::{codec, Family, HotKeys, KvRead, Txn, WriteBatch};
 
 type AppliedState = (Option<LogId>, StoredMembership);
 
 /// One group's state machine store. Cheap to clone: clones share the database.
 #[derive(Clone)]
 pub struct SmStore {
-    db: Arc<Db>,
+    /// The group's directory (see `raft::home`): writes, snapshot builds and installs hold its
+    /// gate, so a replica move never switches directories in the middle of one.
+    home: Arc<Home>,
     sm: StateMachine,
     group: u32,
-    dir: PathBuf,
     /// Serializes snapshot builds and installs of this group: openraft may run a build while it
     /// installs a snapshot received from the leader, and each rewrites the snapshot directory.
     snapshots: Arc<std::sync::Mutex<()>>,
@@ -64,24 +66,24 @@ const INSTALL_BATCH_BYTES: usize = 4 << 20;
 
 impl SmStore {
     /// Opens the store; finishes a snapshot install a crash interrupted.
-    pub fn open(db: Arc<Db>, sm: StateMachine, data_dir: &std::path::Path) -> io::Result<SmStore> {
+    pub fn open(home: Arc<Home>, sm: StateMachine) -> io::Result<SmStore> {
         let group = sm.group();
         let store = SmStore {
-            db,
+            home,
             sm,
             group,
-            dir: snapshot::group_dir(data_dir, group),
             snapshots: Arc::new(std::sync::Mutex::new(())),
             install_pause: std::time::Duration::ZERO,
             stages: Arc::default(),
             hot: Arc::default(),
         };
-        snapshot::remove_partial(&store.dir)?;
-        if let Some(path) = store.db.get(Family::Raft, &keys::installing(group)).map_err(io_err)? {
+        let placed = store.home.current();
+        snapshot::remove_partial(&placed.snapshot_dir(group))?;
+        if let Some(path) = placed.db.get(Family::Raft, &keys::installing(group)).map_err(io_err)? {
             let path = PathBuf::from(String::from_utf8_lossy(&path).into_owned());
             tracing::warn!(group, path = %path.display(), "finishing a snapshot install interrupted by a crash");
             let meta = snapshot::verify(&path)?;
-            store.install_file(&path, &meta)?;
+            store.install_file(&placed, &path, &meta)?;
         }
         Ok(store)
     }
@@ -102,8 +104,9 @@ impl SmStore {
         &self.sm
     }
 
-    pub fn db(&self) -> &Arc<Db> {
-        &self.db
+    /// The group's directory.
+    pub fn home(&self) -> &Arc<Home> {
+        &self.home
     }
 
     /// Whether `view` caught a snapshot install half-done: the group's keys are then partly
@@ -125,7 +128,8 @@ impl SmStore {
     }
 
     /// Replaces the group's state with the file's pairs (see the module docs for crash safety).
-    fn install_file(&self, path: &std::path::Path, meta: &SnapshotMeta) -> io::Result<()> {
+    /// `dir` is the group's directory, held by the caller (entered as a writer, or at start).
+    fn install_file(&self, dir: &super::home::DataDir, path: &std::path::Path, meta: &SnapshotMeta) -> io::Result<()> {
         let _one_at_a_time = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
         // The group's keys are rewritten behind the cache's back: empty it first.
         {
@@ -133,7 +137,7 @@ impl SmStore {
             slot.generation += 1;
             slot.keys = None;
         }
-        let db = &self.db;
+        let db = &dir.db;
         let mut b = WriteBatch::default();
         db.batch_put(&mut b, Family::Raft, &keys::installing(self.group), path.to_string_lossy().as_bytes());
         db.write(b, true).map_err(io_err)?;
@@ -162,7 +166,9 @@ impl SmStore {
         db.batch_put(&mut batch, Family::State, &self.applied_key(), &codec::encode(&applied).map_err(io_err)?);
         db.batch_delete(&mut batch, Family::Raft, &keys::installing(self.group));
         db.write(batch, true).map_err(io_err)?;
-        snapshot::remove_older(&self.dir, path)?;
+        // The whole state was replaced: a move under way copies everything again at its switch.
+        self.home.note_everything();
+        snapshot::remove_older(&dir.snapshot_dir(self.group), path)?;
         Ok(())
     }
 
@@ -178,7 +184,11 @@ impl SmStore {
         let Some(&(last, _, _)) = done.last() else { return Ok(()) };
         let applied: AppliedState = (Some(last), membership.clone());
         txn.put(self.applied_key(), codec::encode(&applied).map_err(io_err)?);
+        let noted: Option<Vec<Vec<u8>>> = self.home.is_recording().then(|| txn.keys().cloned().collect());
         txn.commit(false).map_err(io_err)?;
+        if let Some(keys) = &noted {
+            self.home.note_keys(false, keys);
+        }
         crate::metrics::get().apply_duration.observe(started.elapsed().as_secs_f64());
         crate::metrics::get().applied_entries.inc_by(done.len() as u64);
         tracing::trace!(
@@ -198,14 +208,18 @@ impl SmStore {
     }
 
     fn build(&self) -> io::Result<Snapshot> {
+        // The gate first, then the snapshot lock (as installs do).
+        let dir = self.home.enter_blocking();
+        dir.check()?;
         let _one_at_a_time = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
-        let view = self.db.read();
+        let view = dir.db.read();
         let (last_log_id, last_membership) = self.read_applied(&view)?;
         let meta = SnapshotMeta { last_log_id, last_membership };
         let (from, to) = crate::state_machine::keys::Keys::new(self.group).group_range();
         let applied = self.applied_key();
         let started = std::time::Instant::now();
-        let file = snapshot::write(&view, &from, &to, &|k| k == applied.as_slice(), &meta, &self.dir)?;
+        let file =
+            snapshot::write(&view, &from, &to, &|k| k == applied.as_slice(), &meta, &dir.snapshot_dir(self.group))?;
         let m = crate::metrics::get();
         m.snapshot_builds.inc();
         m.snapshot_build_duration.observe(started.elapsed().as_secs_f64());
@@ -229,21 +243,27 @@ impl RaftStateMachine<TypeConfig> for SmStore {
     type SnapshotBuilder = SmStore;
 
     async fn applied_state(&mut self) -> Result<AppliedState, io::Error> {
-        self.read_applied(&self.db.read())
+        let dir = self.home.current();
+        dir.check()?;
+        let view = dir.db.read();
+        self.read_applied(&view)
     }
 
     async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
     where
         Strm: futures_util::Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
     {
-        let (_, mut membership) = self.read_applied(&self.db.read())?;
+        let dir = self.home.enter().await;
+        dir.check()?;
+        let db = &dir.db;
+        let (_, mut membership) = self.read_applied(&db.read())?;
         // The cache is taken for the call (its lock is not held across awaits) and given back
         // only if no install emptied it meanwhile; after an error it is dropped (a cold start).
         let (generation, mut hot) = {
             let mut slot = self.hot.lock().unwrap_or_else(|e| e.into_inner());
             (slot.generation, slot.keys.take().unwrap_or_else(StateMachine::hot_keys))
         };
-        let mut txn = Txn::with_hot(&self.db, &mut hot);
+        let mut txn = Txn::with_hot(db, &mut hot);
         let mut done = Vec::new();
         let mut started = std::time::Instant::now();
         // The stream holds the committed entries of this call, read from the log; it ends.
@@ -261,7 +281,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
             done.push((log_id, responder, outcome));
             if txn.len() >= MAX_PENDING_KEYS {
                 self.finish(txn, &membership, &mut done, started)?;
-                txn = Txn::with_hot(&self.db, &mut hot);
+                txn = Txn::with_hot(db, &mut hot);
                 started = std::time::Instant::now();
             }
         }
@@ -282,15 +302,18 @@ impl RaftStateMachine<TypeConfig> for SmStore {
         let meta = meta.clone();
         tokio::task::spawn_blocking(move || {
             std::thread::sleep(me.install_pause);
+            // The whole install in one directory: a move waits for it.
+            let dir = me.home.enter_blocking();
+            dir.check()?;
             let (file, file_meta) = {
                 let _one_at_a_time = me.snapshots.lock().unwrap_or_else(|e| e.into_inner());
-                snapshot::adopt(&snap.path, &me.dir)?
+                snapshot::adopt(&snap.path, &dir.snapshot_dir(me.group))?
             };
             if file_meta.last_log_id != meta.last_log_id {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, "snapshot file does not match its metadata"));
             }
             let started = std::time::Instant::now();
-            me.install_file(&file.path, &meta)?;
+            me.install_file(&dir, &file.path, &meta)?;
             let m = crate::metrics::get();
             m.snapshot_installs.inc();
             m.snapshot_install_duration.observe(started.elapsed().as_secs_f64());
@@ -303,7 +326,8 @@ impl RaftStateMachine<TypeConfig> for SmStore {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
-        let Some(file) = snapshot::newest(&self.dir)? else { return Ok(None) };
+        let dir = self.home.current().snapshot_dir(self.group);
+        let Some(file) = snapshot::newest(&dir)? else { return Ok(None) };
         let meta = snapshot::read_meta(&file.path)?;
         Ok(Some(Snapshot { meta, snapshot: file }))
     }

@@ -1,7 +1,5 @@
 //! `SmStore` applying entries through its hot-key cache, across apply calls and snapshot installs.
 
-use std::sync::Arc;
-
 use openraft::entry::RaftEntry;
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 
@@ -10,11 +8,9 @@ use crate::raft::{Entry, TypeConfig};
 use crate::state_machine::command::OBJECT_FORMAT_WAL_MULTI_SEGMENT;
 use crate::state_machine::fixture::{batch, topic_id, tp};
 use crate::state_machine::*;
-use crate::storage::Db;
 
 fn open(dir: &std::path::Path) -> SmStore {
-    let db = Arc::new(Db::open(&dir.join("db")).expect("open db"));
-    SmStore::open(db, StateMachine::new(0, 1), dir).expect("open state machine")
+    SmStore::open(crate::raft::home::test_home(dir, 0), StateMachine::new(0, 1)).expect("open state machine")
 }
 
 fn entry(index: u64, op: Op) -> Entry {
@@ -54,11 +50,15 @@ async fn apply(sm: &mut SmStore, entries: Vec<Entry>) {
 }
 
 fn high_watermark(sm: &SmStore) -> i64 {
-    sm.state_machine().list_offsets(&sm.db().read(), &tp(1, 0), -1).expect("read").expect("listed").offset
+    sm.state_machine()
+        .list_offsets(&sm.home().current().db.read(), &tp(1, 0), -1)
+        .expect("read")
+        .expect("listed")
+        .offset
 }
 
 fn digest(sm: &SmStore) -> [u8; 32] {
-    sm.state_machine().digest(&sm.db().read()).expect("digest")
+    sm.state_machine().digest(&sm.home().current().db.read()).expect("digest")
 }
 
 #[tokio::test]

@@ -123,10 +123,40 @@ pub fn adopt(received: &Path, dir: &Path) -> io::Result<(SnapshotFile, SnapshotM
     fs::create_dir_all(dir)?;
     let final_path = dir.join(file_name(&meta));
     if received != final_path {
-        fs::rename(received, &final_path)?;
+        match fs::rename(received, &final_path) {
+            Ok(()) => {}
+            // Received in another data directory (the replica moved meanwhile): copy it over.
+            Err(e) if e.kind() == io::ErrorKind::CrossesDevices => {
+                copy_synced(received, &final_path)?;
+                fs::remove_file(received)?;
+            }
+            Err(e) => return Err(e),
+        }
         sync_dir(dir)?;
     }
     Ok((SnapshotFile { path: final_path }, meta))
+}
+
+/// Copies `from` to `to` durably: through a temporary file, fsynced, renamed.
+fn copy_synced(from: &Path, to: &Path) -> io::Result<()> {
+    let tmp = to.with_extension("tmp");
+    fs::copy(from, &tmp)?;
+    File::open(&tmp)?.sync_all()?;
+    fs::rename(&tmp, to)
+}
+
+/// Copies the newest snapshot file of `from` into `to` (a replica moving between data
+/// directories) unless `to` has it already, then removes the older ones of `to`. Durable.
+pub fn copy_newest(from: &Path, to: &Path) -> io::Result<()> {
+    let Some(newest) = list(from)?.pop() else { return Ok(()) };
+    let Some(name) = newest.file_name() else { return Ok(()) };
+    fs::create_dir_all(to)?;
+    let target = to.join(name);
+    if !target.exists() {
+        copy_synced(&newest, &target)?;
+        sync_dir(to)?;
+    }
+    remove_older(to, &target)
 }
 
 /// The newest snapshot file in `dir`, if any.

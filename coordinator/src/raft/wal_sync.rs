@@ -8,9 +8,12 @@
 //!
 //! A failed fsync stops the process at once (fsyncgate: after a failed fsync the kernel may have
 //! dropped the dirty pages, so what the log holds is unknown; retrying or carrying on could
-//! acknowledge entries that are not on disk). The node restarts from what is durable.
+//! acknowledge entries that are not on disk). The node restarts from what is durable. A node with
+//! several data directories instead takes only this one offline: nothing waiting or later is
+//! acknowledged (each gets an error, which stops its group's replica), and its other directories
+//! carry on.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 
@@ -36,7 +39,9 @@ pub struct WalSyncer {
 impl WalSyncer {
     /// Starts the fsync thread for `db` (`faults`: the test hooks each fsync passes). It ends when
     /// every handle is dropped.
-    pub fn start(db: Arc<Db>, faults: Arc<Faults>) -> WalSyncer {
+    /// `isolate`: the directory's offline flag, when a failure should take only the directory
+    /// offline instead of stopping the process.
+    pub fn start(db: Arc<Db>, faults: Arc<Faults>, isolate: Option<Arc<AtomicBool>>) -> WalSyncer {
         let (tx, rx) = mpsc::channel::<Done>();
         let stats = Arc::new(WalSyncStats::default());
         let st = stats.clone();
@@ -46,6 +51,12 @@ impl WalSyncer {
                 while let Ok(first) = rx.recv() {
                     let mut waiting = vec![first];
                     waiting.extend(rx.try_iter());
+                    if isolate.as_ref().is_some_and(|o| o.load(Ordering::Relaxed)) {
+                        for done in waiting {
+                            done(Err(std::io::Error::other("the data directory is offline")));
+                        }
+                        continue;
+                    }
                     let started = std::time::Instant::now();
                     let result = faults
                         .before_fsync()
@@ -58,6 +69,14 @@ impl WalSyncer {
                     st.appends.fetch_add(waiting.len() as u64, Ordering::Relaxed);
                     if let Err(e) = &result {
                         // Nothing waiting is acknowledged, and nothing after it may be.
+                        if let Some(offline) = &isolate {
+                            tracing::error!(error = %e, "WAL fsync failed: this data directory goes offline");
+                            offline.store(true, Ordering::Relaxed);
+                            for done in waiting {
+                                done(Err(std::io::Error::other(format!("WAL fsync failed: {e}"))));
+                            }
+                            continue;
+                        }
                         tracing::error!(error = %e, "WAL fsync failed: stopping the node now");
                         std::process::abort();
                     }

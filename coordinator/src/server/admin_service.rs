@@ -91,7 +91,15 @@ fn describe_partitions(node: &Node, topic: [u8; 16], partitions: &[i32]) -> Vec<
             let g = diskless_proto::metadata_partition_for(&topic, p, node.num_groups());
             let mut out =
                 PartitionFigures { partition: p, metadata_partition: g, node_id: node.id, ..Default::default() };
-            let view = node.db().read();
+            let placed = match node.placed(g) {
+                Ok(p) => p,
+                Err(e) => {
+                    out.error_code = 9;
+                    out.error_message = e.to_string();
+                    return out;
+                }
+            };
+            let view = placed.db.read();
             let answer = node.check_readable(g, &view).map_err(|e| (9, e.to_string())).and_then(|()| {
                 let sm = node.state_machine(g).map_err(|e| (9, e.to_string()))?;
                 let tp = crate::state_machine::TopicPartition { topic_id: tp_topic, partition: p };
@@ -173,6 +181,49 @@ impl AdminService for AdminApi {
             .await
             .map_err(|e| Status::internal(e.to_string()))?;
         Ok(Response::new(DescribePartitionsResponse { partitions }))
+    }
+
+    async fn describe_dirs(&self, _: Request<DescribeDirsRequest>) -> Result<Response<DescribeDirsResponse>, Status> {
+        let node = self.node.clone();
+        let dirs = tokio::task::spawn_blocking(move || node.describe_dirs())
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Response::new(DescribeDirsResponse {
+            node_id: self.node.id,
+            dirs,
+            throttled_rate: self.node.moves().rate(),
+        }))
+    }
+
+    async fn alter_replica_dir(
+        &self,
+        request: Request<AlterReplicaDirRequest>,
+    ) -> Result<Response<AlterReplicaDirResponse>, Status> {
+        use crate::node::mover::MoveError;
+        let r = request.into_inner();
+        let answer = if r.cancel {
+            self.node.cancel_replica_move(r.metadata_partition)
+        } else {
+            self.node.alter_replica_dir(r.metadata_partition, &r.dir)
+        };
+        match answer {
+            Ok(message) => Ok(Response::new(AlterReplicaDirResponse { message })),
+            Err(e @ (MoveError::UnknownDir(..) | MoveError::UnknownGroup(_))) => {
+                Err(Status::invalid_argument(e.to_string()))
+            }
+            Err(e @ MoveError::AlreadyThere { .. }) => Err(Status::already_exists(e.to_string())),
+            Err(e) => Err(Status::failed_precondition(e.to_string())),
+        }
+    }
+
+    async fn set_dir_throttle(
+        &self,
+        request: Request<SetDirThrottleRequest>,
+    ) -> Result<Response<SetDirThrottleResponse>, Status> {
+        let rate = request.into_inner().bytes_per_second;
+        self.node.moves().set_rate(rate);
+        tracing::info!(bytes_per_second = rate, "replica move throttle set");
+        Ok(Response::new(SetDirThrottleResponse { bytes_per_second: self.node.moves().rate() }))
     }
 
     async fn stream_snapshot(
@@ -285,6 +336,8 @@ impl AdminService for AdminApi {
                 digest_applied_index,
                 incarnation: node.identity().incarnation(g).unwrap_or_default(),
                 member: node.is_member(g),
+                data_dir: node.placed(g).map(|p| p.path.display().to_string()).unwrap_or_default(),
+                dir_offline: node.placed(g).is_ok_and(|p| p.is_offline()),
             });
         }
         let stats = node.wal_stats();
@@ -412,6 +465,9 @@ impl AdminService for AdminApi {
         }
         if let Some(ms) = r.clock_offset_ms {
             faults.set_clock_offset_ms(ms);
+        }
+        if let Some(dir) = &r.fail_dir {
+            self.node.fail_dir(dir).map_err(|e| Status::invalid_argument(e.to_string()))?;
         }
         tracing::warn!(?r, "fault injected");
         Ok(Response::new(FaultResponse {}))

@@ -729,7 +729,8 @@ impl CoordinatorService for CoordinatorApi {
             let local = move |_sub: ListOffsetsRequest| async move {
                 self.node.linearizable(g, timeout).await?;
                 let sm = self.node.state_machine(g)?;
-                let view = self.node.db().read();
+                let placed = self.node.placed(g)?;
+                let view = placed.db.read();
                 let mut topics = vec![];
                 for (tp, ts) in &items {
                     let r = sm
@@ -826,7 +827,13 @@ impl CoordinatorService for CoordinatorApi {
                 lagging.insert(g, e);
             }
         }
-        let view = node.db().read();
+        // Each group's replica read from one RocksDB snapshot of its directory.
+        let mut placed = BTreeMap::new();
+        for &g in &read {
+            placed.insert(g, node.placed(g).map_err(|e| Status::internal(e.to_string()))?);
+        }
+        let views: BTreeMap<u32, crate::storage::ReadView<'_>> =
+            placed.iter().map(|(g, p)| (*g, p.db.read())).collect();
         let mut budget = FetchBudget::new(req.fetch_max_bytes, req.max_batches_per_partition);
         let mut involved = std::collections::BTreeSet::new();
         // A replica that is stale, not a member, stopped, or caught mid-install answers nothing
@@ -841,13 +848,16 @@ impl CoordinatorService for CoordinatorApi {
                     Ok(tp) => {
                         let g = self.owner(&tp);
                         involved.insert(g);
-                        let readable = checked.entry(g).or_insert_with(|| node.check_readable(g, &view));
+                        let Some(view) = views.get(&g) else {
+                            return Err(Status::internal(format!("metadata partition {g} was not read")));
+                        };
+                        let readable = checked.entry(g).or_insert_with(|| node.check_readable(g, view));
                         match lagging.get(&g).or(readable.as_ref().err()) {
                             Some(e) => Err(route_failure(e)),
                             None => {
                                 let sm = node.state_machine(g).map_err(|e| Status::internal(e.to_string()))?;
                                 Ok(sm
-                                    .find_batches(&view, &tp, p.offset, p.max_partition_fetch_bytes, &mut budget)
+                                    .find_batches(view, &tp, p.offset, p.max_partition_fetch_bytes, &mut budget)
                                     .map_err(|e| Status::internal(format!("reading metadata partition {g}: {e}")))?)
                             }
                         }
@@ -907,7 +917,8 @@ impl CoordinatorService for CoordinatorApi {
             let local = move |_r: DescribeFilesRequest| async move {
                 self.node.linearizable(g, timeout).await?;
                 let sm = self.node.state_machine(g)?;
-                let view = self.node.db().read();
+                let placed = self.node.placed(g)?;
+                let view = placed.db.read();
                 let mut files = vec![];
                 for k in keys {
                     let s = sm
@@ -977,8 +988,9 @@ impl CoordinatorService for CoordinatorApi {
             let local = move |_r: ListFilesToDeleteRequest| async move {
                 self.node.linearizable(g, timeout).await?;
                 let sm = self.node.state_machine(g)?;
+                let placed = self.node.placed(g)?;
                 let files = sm
-                    .files_to_delete(&self.node.db().read(), limit)
+                    .files_to_delete(&placed.db.read(), limit)
                     .map_err(|e| RouteError::Failed { group: g, message: e.to_string() })?;
                 Ok(ListFilesToDeleteResponse {
                     files: files
@@ -1195,9 +1207,9 @@ impl CoordinatorService for CoordinatorApi {
         let local = |_r: ListTopicsRequest| async {
             self.node.linearizable(0, timeout).await?;
             let sm = self.node.state_machine(0)?;
-            let topics = sm
-                .topics(&self.node.db().read())
-                .map_err(|e| RouteError::Failed { group: 0, message: e.to_string() })?;
+            let placed = self.node.placed(0)?;
+            let topics =
+                sm.topics(&placed.db.read()).map_err(|e| RouteError::Failed { group: 0, message: e.to_string() })?;
             Ok(ListTopicsResponse {
                 topics: topics
                     .into_iter()

@@ -110,7 +110,7 @@ impl RaftService for RaftApi {
         // Only a leader sends snapshots: this replica is in touch (see Node::check_serving).
         self.node.heard_from_leader(group);
         let (vote, meta): (Vote, SnapshotMeta) = decode(&first.header)?;
-        let dir = snapshot::group_dir(&self.node.config.data_dir, group);
+        let dir = self.node.placed(group).map_err(|e| Status::not_found(e.to_string()))?.snapshot_dir(group);
         tokio::fs::create_dir_all(&dir).await.map_err(|e| Status::internal(e.to_string()))?;
         let path = dir.join(format!("receiving-{}.part", uuid::Uuid::new_v4()));
         // However the transfer ends (error, or the sender going away), the partial file does not

@@ -57,7 +57,7 @@ pub async fn run(node: Weak<Node>, every: Duration) {
 async fn reconcile(node: &Arc<Node>, api: &CoordinatorApi, g: u32) -> anyhow::Result<()> {
     node.linearizable(g, TIMEOUT).await?;
     let mine: BTreeMap<Uuid, TopicInfo> =
-        node.state_machine(g)?.topics(&node.db().read())?.into_iter().map(|t| (t.topic_id, t)).collect();
+        node.state_machine(g)?.topics(&node.placed(g)?.db.read())?.into_iter().map(|t| (t.topic_id, t)).collect();
     let catalog = api
         .list_topics(Request::new(ListTopicsRequest { names: vec![], timeout_ms: TIMEOUT.as_millis() as i32 }))
         .await

@@ -27,7 +27,7 @@ impl Family {
 
 /// One RocksDB instance per data directory.
 pub struct Db {
-    db: DB,
+    pub(super) db: DB,
     path: PathBuf,
 }
 
@@ -152,7 +152,7 @@ impl Db {
         Ok(())
     }
 
-    fn cf(&self, family: Family) -> &rocksdb::ColumnFamily {
+    pub(super) fn cf(&self, family: Family) -> &rocksdb::ColumnFamily {
         // Both families are created by `open`; a missing one is a bug in this file, not bad input.
         self.db.cf_handle(family.name()).expect("column families are created at open")
     }

@@ -10,6 +10,7 @@
 //! encoding is the generic [`codec`].
 
 pub mod codec;
+pub mod copy;
 mod db;
 mod hot;
 mod txn;
@@ -29,6 +30,9 @@ pub enum StorageError {
     Corrupt { key: String, reason: String },
     #[error("cannot encode a value: {0}")]
     Encode(String),
+    /// A copy between directories was stopped by its caller (`copy::sync_ranges`); not a fault.
+    #[error("cancelled")]
+    Cancelled,
 }
 
 /// Reads over a consistent view of the keys: a RocksDB snapshot, or a transaction that overlays

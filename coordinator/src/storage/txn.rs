@@ -44,6 +44,11 @@ impl<'a> Txn<'a> {
         self.writes.len()
     }
 
+    /// The keys this transaction writes (puts and deletes).
+    pub fn keys(&self) -> impl Iterator<Item = &Vec<u8>> {
+        self.writes.keys()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.writes.is_empty()
     }

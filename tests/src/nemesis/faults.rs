@@ -123,6 +123,7 @@ fn heal_everything() -> FaultRequest {
         fsync_stall_ms: Some(0),
         fsync_fail: Some(false),
         clock_offset_ms: Some(0),
+        fail_dir: None,
     }
 }
 

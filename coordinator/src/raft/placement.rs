@@ -1,0 +1,289 @@
+//! What one data directory says about itself and about the replicas it holds.
+//!
+//! Owns: the directory's identity record (KIP-858's `meta.properties` in spirit: directory id,
+//! node id, number of metadata partitions, cluster id once known), written synced in the
+//! directory's own RocksDB, and one *placement record* per replica the directory holds: whether
+//! the replica is the group's **current** one on this node or a **future** one being filled by a
+//! move (KIP-113's temporary replica), its incarnation (see `raft::identity`), and a generation
+//! that a completed move increments, naming the directory it came from. A crash at any point of a
+//! move leaves records from which exactly one current replica follows (`node::dirs` decides).
+//!
+//! It also reads the first format's single-directory record (node id, incarnations, cluster id)
+//! and turns it into this one: every group current in that directory, same incarnations.
+//!
+//! It must not decide where replicas go (`node::dirs`) nor check Raft messages (`raft::identity`).
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use super::home::{dir_id_hex, DirId};
+use super::identity::{cluster_id_hex, ClusterId};
+use super::NodeId;
+use crate::storage::{codec, Db, Family, WriteBatch};
+
+/// The first format's record (one directory, every replica in it).
+pub(super) const LEGACY_IDENTITY_KEY: &[u8] = b"\xff\xff\xff\xffidentity";
+/// This format's directory record.
+const DIR_KEY: &[u8] = b"\xff\xff\xff\xffdirectory";
+/// Placement records: this prefix, then the group (4 bytes, big-endian). Outside every group's
+/// key range, so copying a group's keys never copies them.
+const PLACEMENT_PREFIX: &[u8] = b"\xff\xff\xff\xfeplace";
+const FORMAT: u32 = 2;
+
+/// The directory record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirRecord {
+    pub format: u32,
+    pub dir_id: DirId,
+    pub node_id: NodeId,
+    pub num_metadata_partitions: u32,
+    pub cluster_id: Option<ClusterId>,
+}
+
+/// A replica's role in this directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Role {
+    /// The replica Raft runs on.
+    Current,
+    /// Being filled by a move; never run, dropped at start if the move did not finish.
+    Future,
+}
+
+/// One replica's placement record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    pub role: Role,
+    pub incarnation: u64,
+    /// 1 for a replica created here; the source's + 1 for a moved one.
+    pub generation: u64,
+    /// The directory a moved replica came from.
+    pub moved_from: Option<DirId>,
+}
+
+/// The record of the first format (kept to read old directories).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct LegacyRecord {
+    format: u32,
+    node_id: NodeId,
+    num_metadata_partitions: u32,
+    incarnations: Vec<u64>,
+    cluster_id: Option<ClusterId>,
+}
+
+fn placement_key(g: u32) -> Vec<u8> {
+    let mut k = PLACEMENT_PREFIX.to_vec();
+    k.extend_from_slice(&g.to_be_bytes());
+    k
+}
+
+/// A directory as opened: its record and its replicas.
+#[derive(Debug, Clone)]
+pub struct DirState {
+    pub record: DirRecord,
+    pub placements: BTreeMap<u32, Placement>,
+}
+
+/// Reads a directory's record and placements, creating the record in a new directory and
+/// converting a first-format one (synced). Refuses a directory of another node, another number of
+/// metadata partitions or another cluster than `cluster` (when both are known).
+pub fn open_dir(
+    db: &Db,
+    path: &std::path::Path,
+    node_id: NodeId,
+    groups: u32,
+    cluster: Option<ClusterId>,
+) -> anyhow::Result<DirState> {
+    let record = match db.get(Family::Raft, DIR_KEY)? {
+        Some(v) => {
+            let r: DirRecord =
+                codec::decode(DIR_KEY, &v).with_context(|| format!("read the identity of {}", path.display()))?;
+            anyhow::ensure!(
+                r.format == FORMAT,
+                "data directory {} has format {}, this release reads format {FORMAT}",
+                path.display(),
+                r.format
+            );
+            r
+        }
+        None => match db.get(Family::Raft, LEGACY_IDENTITY_KEY)? {
+            Some(v) => convert_legacy(db, path, &v)?,
+            None => {
+                let r = DirRecord {
+                    format: FORMAT,
+                    dir_id: *uuid::Uuid::new_v4().as_bytes(),
+                    node_id,
+                    num_metadata_partitions: groups,
+                    cluster_id: cluster,
+                };
+                write_record(db, &r)?;
+                tracing::info!(dir = %path.display(), id = %dir_id_hex(&r.dir_id), "new data directory");
+                r
+            }
+        },
+    };
+    anyhow::ensure!(
+        record.node_id == node_id && record.num_metadata_partitions == groups,
+        "data directory {} belongs to node {} with {} metadata partitions; the configuration says node {} with {}",
+        path.display(),
+        record.node_id,
+        record.num_metadata_partitions,
+        node_id,
+        groups
+    );
+    if let (Some(mine), Some(theirs)) = (cluster, record.cluster_id) {
+        anyhow::ensure!(
+            mine == theirs,
+            "data directory {} belongs to cluster {}, but this node's other directories to cluster {}",
+            path.display(),
+            cluster_id_hex(&theirs),
+            cluster_id_hex(&mine)
+        );
+    }
+    let mut placements = BTreeMap::new();
+    for g in 0..groups {
+        let key = placement_key(g);
+        if let Some(v) = db.get(Family::Raft, &key)? {
+            placements.insert(g, codec::decode(&key, &v)?);
+        }
+    }
+    Ok(DirState { record, placements })
+}
+
+/// The first format's directory holds every replica as current: records saying so replace it,
+/// in one synced write.
+fn convert_legacy(db: &Db, path: &std::path::Path, v: &[u8]) -> anyhow::Result<DirRecord> {
+    let old: LegacyRecord = codec::decode(LEGACY_IDENTITY_KEY, v)
+        .with_context(|| format!("read the first-format identity of {}", path.display()))?;
+    anyhow::ensure!(old.format == 1, "data directory {} has an unknown format {}", path.display(), old.format);
+    let r = DirRecord {
+        format: FORMAT,
+        dir_id: *uuid::Uuid::new_v4().as_bytes(),
+        node_id: old.node_id,
+        num_metadata_partitions: old.num_metadata_partitions,
+        cluster_id: old.cluster_id,
+    };
+    let mut b = WriteBatch::default();
+    db.batch_put(&mut b, Family::Raft, DIR_KEY, &codec::encode(&r)?);
+    for (g, inc) in old.incarnations.iter().enumerate() {
+        let p = Placement { role: Role::Current, incarnation: *inc, generation: 1, moved_from: None };
+        db.batch_put(&mut b, Family::Raft, &placement_key(g as u32), &codec::encode(&p)?);
+    }
+    db.batch_delete(&mut b, Family::Raft, LEGACY_IDENTITY_KEY);
+    db.write(b, true).context("convert the data directory's identity")?;
+    tracing::info!(dir = %path.display(), "data directory converted to the multi-directory format");
+    Ok(r)
+}
+
+fn write_record(db: &Db, r: &DirRecord) -> anyhow::Result<()> {
+    let mut b = WriteBatch::default();
+    db.batch_put(&mut b, Family::Raft, DIR_KEY, &codec::encode(r)?);
+    db.write(b, true).context("write the data directory's identity")
+}
+
+/// Records the cluster id in the directory (synced).
+pub fn set_cluster(db: &Db, id: ClusterId) -> anyhow::Result<()> {
+    let v = db.get(Family::Raft, DIR_KEY)?.context("the data directory has no identity record")?;
+    let mut r: DirRecord = codec::decode(DIR_KEY, &v)?;
+    r.cluster_id = Some(id);
+    write_record(db, &r)
+}
+
+/// Puts (or with `None` deletes) group `g`'s placement record in `batch`.
+pub fn batch_placement(db: &Db, batch: &mut WriteBatch, g: u32, p: Option<&Placement>) -> anyhow::Result<()> {
+    match p {
+        Some(p) => db.batch_put(batch, Family::Raft, &placement_key(g), &codec::encode(p)?),
+        None => db.batch_delete(batch, Family::Raft, &placement_key(g)),
+    }
+    Ok(())
+}
+
+/// Writes group `g`'s placement record alone, synced.
+pub fn write_placement(db: &Db, g: u32, p: Option<&Placement>) -> anyhow::Result<()> {
+    let mut b = WriteBatch::default();
+    batch_placement(db, &mut b, g, p)?;
+    db.write(b, true).context("write a replica's placement record")
+}
+
+/// The key ranges that hold group `g`'s replica: its state and its Raft bookkeeping.
+pub fn group_ranges(g: u32) -> Vec<crate::storage::copy::Range> {
+    let (from, to) = crate::state_machine::keys::Keys::new(g).group_range();
+    let raft_from = g.to_be_bytes().to_vec();
+    let raft_to = (g as u64 + 1).to_be_bytes()[4..].to_vec();
+    let raft_to = if g == u32::MAX { vec![0xff; 5] } else { raft_to };
+    vec![
+        crate::storage::copy::Range { family: Family::State, from, to },
+        crate::storage::copy::Range { family: Family::Raft, from: raft_from, to: raft_to },
+    ]
+}
+
+/// Deletes group `g`'s replica from `db` — its keys and its placement record — in one synced
+/// write.
+pub fn delete_replica(db: &Db, g: u32) -> anyhow::Result<()> {
+    let mut b = WriteBatch::default();
+    for r in group_ranges(g) {
+        db.batch_delete_range(&mut b, r.family, &r.from, &r.to);
+    }
+    batch_placement(db, &mut b, g, None)?;
+    db.write(b, true).context("delete a replica")
+}
+
+/// Reads the directory record of `db`, if any (offline tools).
+pub fn read_dir_record(db: &Db) -> anyhow::Result<Option<DirRecord>> {
+    match db.get(Family::Raft, DIR_KEY)? {
+        Some(v) => Ok(Some(codec::decode(DIR_KEY, &v)?)),
+        None => Ok(None),
+    }
+}
+
+/// Reads group `g`'s placement record in `db`, if any.
+pub fn read_placement(db: &Db, g: u32) -> anyhow::Result<Option<Placement>> {
+    let key = placement_key(g);
+    match db.get(Family::Raft, &key)? {
+        Some(v) => Ok(Some(codec::decode(&key, &v)?)),
+        None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_of_another_node_shape_or_cluster_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("rocksdb")).unwrap();
+        let first = open_dir(&db, dir.path(), 1, 4, None).unwrap();
+        assert_eq!(open_dir(&db, dir.path(), 1, 4, None).unwrap().record.dir_id, first.record.dir_id);
+        let e = open_dir(&db, dir.path(), 2, 4, None).unwrap_err();
+        assert!(e.to_string().contains("belongs to node 1"), "{e}");
+        let e = open_dir(&db, dir.path(), 1, 8, None).unwrap_err();
+        assert!(e.to_string().contains("4 metadata partitions"), "{e}");
+        set_cluster(&db, [7; 16]).unwrap();
+        let e = open_dir(&db, dir.path(), 1, 4, Some([8; 16])).unwrap_err();
+        assert!(e.to_string().contains("belongs to cluster 0707"), "{e}");
+        open_dir(&db, dir.path(), 1, 4, Some([7; 16])).unwrap();
+    }
+
+    #[test]
+    fn a_first_format_directory_keeps_its_replicas_and_incarnations() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("rocksdb")).unwrap();
+        let old = LegacyRecord {
+            format: 1,
+            node_id: 3,
+            num_metadata_partitions: 2,
+            incarnations: vec![11, 12],
+            cluster_id: Some([5; 16]),
+        };
+        let mut b = WriteBatch::default();
+        db.batch_put(&mut b, Family::Raft, LEGACY_IDENTITY_KEY, &codec::encode(&old).unwrap());
+        db.write(b, true).unwrap();
+        let s = open_dir(&db, dir.path(), 3, 2, None).unwrap();
+        assert_eq!(s.record.cluster_id, Some([5; 16]));
+        assert_eq!(s.placements[&1].incarnation, 12);
+        assert!(s.placements.values().all(|p| p.role == Role::Current));
+        assert!(db.get(Family::Raft, LEGACY_IDENTITY_KEY).unwrap().is_none());
+    }
+}
