@@ -13,6 +13,7 @@ pub mod config;
 pub mod coordinator;
 pub mod error;
 pub mod fetch;
+pub mod groups;
 pub mod kafka;
 pub mod metrics;
 pub mod produce;
