@@ -1,8 +1,8 @@
 //! Consumer groups with real clients (kcat -G, confluent-kafka subscribe(), kafka-python with manual
 //! commits, AdminClient) against a diskless broker on a coordinator quorum; see
 //! `tests/python/consumer_groups.py` for the checks. Also: a zombie's OffsetCommit with an old
-//! generation is refused by the cluster, and committed offsets survive the broker that coordinated
-//! the group (another broker takes the group over from what the cluster holds).
+//! generation is refused by the cluster, and committed offsets survive the loss of the node leading
+//! the group's metadata partition; `coordctl groups list|describe` show them.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -24,7 +24,7 @@ async fn kcat_confluent_kafka_and_kafka_python_consume_through_groups_with_exact
     }
     let c = Cluster::start(3, Options::default()).await;
     let options = BrokerOptions { kafka: true, commit_interval_ms: 20, ..BrokerOptions::default() };
-    let a = BrokerProc::start(&c, "a", &TestStorage::Local(c.path("objects")), &options).await;
+    let mut a = BrokerProc::start(&c, "a", &TestStorage::Local(c.path("objects")), &options).await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/consumer_groups.py");
     let ka = a.kafka_addr.clone().unwrap();
     let out = tokio::task::spawn_blocking(move || Command::new("python3").arg(script).arg(ka).output())
@@ -41,10 +41,42 @@ async fn kcat_confluent_kafka_and_kafka_python_consume_through_groups_with_exact
         "group checks failed\n--- stdout\n{stdout}\n--- stderr (tail)\n{}",
         &stderr[stderr.len().saturating_sub(3000)..]
     );
+    // The broker that coordinated the groups dies; another broker serves the group `kgroup` from
+    // what the cluster holds: kcat resumes exactly after the committed offsets.
+    a.kill();
+    let b_options = BrokerOptions { broker_id: 2, ..options };
+    let b = BrokerProc::start(&c, "b", &TestStorage::Local(c.path("objects")), &b_options).await;
+    let kb = b.kafka_addr.clone().unwrap();
+    let kcat = |args: Vec<String>, input: Option<String>| {
+        let mut cmd = Command::new("kcat");
+        cmd.args(&args).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
+        let mut child = cmd.spawn().expect("run kcat");
+        if let Some(input) = input {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        }
+        drop(child.stdin.take());
+        child.wait_with_output().expect("kcat output")
+    };
+    let produced = (90..100).map(|i| format!("k{i}:v{i}")).collect::<Vec<_>>().join("\n");
+    let args: Vec<String> = ["-b", &kb, "-P", "-t", "kg", "-K:"].iter().map(|s| s.to_string()).collect();
+    let out = tokio::task::spawn_blocking(move || kcat(args, Some(produced))).await.unwrap();
+    assert!(out.status.success());
+    let args: Vec<String> =
+        ["-b", &kb, "-G", "kgroup", "-X", "auto.offset.reset=earliest", "-c", "10", "-f", "%s\n", "kg"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    let out = tokio::task::spawn_blocking(move || kcat(args, None)).await.unwrap();
+    let mut got: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+    got.sort();
+    let mut want: Vec<String> = (90..100).map(|i| format!("v{i}")).collect();
+    want.sort();
+    assert_eq!(got, want, "through another broker, the group resumes at its committed offsets");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_zombie_commit_of_an_old_generation_is_refused_and_offsets_outlive_the_coordinating_broker() {
+async fn a_zombie_commit_of_an_old_generation_is_refused_and_offsets_outlive_the_metadata_partition_leader() {
     let mut c = Cluster::start(3, Options::default()).await;
     c.wait_for_leaders(Duration::from_secs(30)).await;
     let mut client = c.client(1).await;
@@ -91,6 +123,19 @@ async fn a_zombie_commit_of_an_old_generation_is_refused_and_offsets_outlive_the
     // A deposed coordinator cannot store an older generation.
     let r = client.store_group(store(1, vec![member("old")])).await.unwrap().into_inner();
     assert_eq!(r.error_code, 22, "{r:?}");
+    // coordctl shows the group and its committed offset.
+    let run = |args: &[&str]| {
+        let out = coordctl(c.addr(1)).arg("--json").args(args).output().expect("run coordctl");
+        assert!(out.status.success(), "coordctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("one JSON document")
+    };
+    let listed = run(&["groups", "list"]);
+    assert_eq!(listed["groups"][0]["group_id"], "zg", "{listed}");
+    assert_eq!(listed["groups"][0]["generation"], 2, "{listed}");
+    let described = run(&["groups", "describe", "zg"]);
+    assert_eq!(described["offsets"][0]["topic"], "zt", "{described}");
+    assert_eq!(described["offsets"][0]["offset"], 7, "{described}");
+    assert_eq!(described["members"][0]["member_id"], "new", "{described}");
     // The offset is replicated: read through another node once the leader that took it is killed.
     let g = diskless_proto::metadata_partition_for_group("zg", c.options.groups) as usize;
     let leader = c.leaders(1).await[g];

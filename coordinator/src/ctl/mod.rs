@@ -9,6 +9,7 @@
 //! prints JSON lines (one object per line) with or without `--json`.
 
 mod cluster;
+mod groups;
 mod snapshot;
 mod topics;
 
@@ -93,6 +94,11 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: TopicsCmd,
     },
+    /// Consumer groups as the cluster holds them: generations, members, committed offsets.
+    Groups {
+        #[command(subcommand)]
+        cmd: GroupsCmd,
+    },
     /// Objects as the coordinators know them.
     Files {
         #[command(subcommand)]
@@ -146,6 +152,14 @@ pub enum TopicsCmd {
     /// One topic: per partition its log start, high watermark, batches, bytes and metadata
     /// partition, each from the leader of its metadata partition (batches are counted).
     Describe { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GroupsCmd {
+    /// Every group: state, protocol, generation, members (of its last completed generation).
+    List,
+    /// One group: its members and committed offsets.
+    Describe { group_id: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -278,6 +292,8 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
         Cmd::Topics { cmd: TopicsCmd::List } => return topics::list(&args.addr).await,
         Cmd::Topics { cmd: TopicsCmd::Describe { name } } => return topics::describe(&args.addr, name).await,
         Cmd::Files { cmd: FilesCmd::Describe { keys } } => return topics::describe_files(&args.addr, keys).await,
+        Cmd::Groups { cmd: GroupsCmd::List } => return groups::list(&args.addr).await,
+        Cmd::Groups { cmd: GroupsCmd::Describe { group_id } } => return groups::describe(&args.addr, group_id).await,
         _ => {}
     }
     match args.cmd {
@@ -293,6 +309,7 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
         | Cmd::Check
         | Cmd::Inspect { .. }
         | Cmd::Topics { .. }
+        | Cmd::Groups { .. }
         | Cmd::Files { .. }
         | Cmd::Snapshot { cmd: Some(_) } => unreachable!("handled above"),
         Cmd::Status { raw, reset_stages, cluster: _ } => {
