@@ -594,7 +594,13 @@ impl GroupCoordinator {
                         let _ = tx.send(SyncOutcome { error: code, ..Default::default() });
                     }
                 }
-                g.prepare_rebalance(Instant::now(), Duration::ZERO);
+                if code == ILLEGAL_GENERATION {
+                    // The cluster holds a newer generation: another broker coordinated the group
+                    // meanwhile. Forget this view; the next request loads the group afresh.
+                    groups.remove(group_id);
+                } else {
+                    g.prepare_rebalance(Instant::now(), Duration::ZERO);
+                }
             }
         }
     }

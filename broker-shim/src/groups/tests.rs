@@ -174,3 +174,21 @@ async fn a_broker_taking_a_group_over_continues_its_generation_and_members() {
     assert_eq!(d.state, "Stable");
     assert_eq!(d.members.len(), 1);
 }
+
+#[tokio::test]
+async fn a_deposed_coordinator_whose_generation_is_refused_reloads_the_group_from_the_cluster() {
+    let store = Arc::new(FakeStore::default());
+    let c = GroupCoordinator::new(store.clone(), config());
+    let _stop = ticker(&c);
+    let m = c.join(join("", None, 10_000)).await;
+    assert_eq!(m.generation, 1);
+    // Meanwhile another broker completed generation 5 of the same group.
+    let newer = ConsumerGroup { generation_id: 5, protocol_type: "consumer".into(), ..Default::default() };
+    store.stored.lock().unwrap().insert("g".into(), newer);
+    let s = c.sync("g", 1, &m.member_id, vec![(m.member_id.clone(), Bytes::from_static(b"x"))]).await;
+    assert_eq!(s.error, ILLEGAL_GENERATION);
+    // The stale view is gone: the group as the cluster holds it answers (no such member there).
+    assert_eq!(c.heartbeat("g", 1, &m.member_id).await, UNKNOWN_MEMBER_ID);
+    let again = c.join(join("", None, 10_000)).await;
+    assert_eq!(again.generation, 6);
+}

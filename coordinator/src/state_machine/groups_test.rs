@@ -175,3 +175,29 @@ fn offsets_of_groups_without_members_expire_after_the_retention() {
     assert!(f.sm.consumer_group(&view, "empty").unwrap().is_none());
     assert!(f.sm.consumer_group(&view, "live").unwrap().is_some());
 }
+
+#[test]
+fn groups_and_offsets_travel_in_snapshots() {
+    let mut f = Fixture::new();
+    f.create(1, 2).unwrap();
+    store(&mut f, "g", group(3, &["m"])).unwrap();
+    commit(&mut f, "g", 3, "m", &[(1, 0, 11), (1, 1, 12)]);
+    commit(&mut f, "solo", -1, "", &[(1, 1, 5)]);
+    let dir = tempfile::tempdir().unwrap();
+    let (from, to) = f.sm.keys.group_range();
+    let meta = Default::default();
+    let file = crate::raft::snapshot::write(&f.db.read(), &from, &to, &|_| false, &meta, dir.path()).unwrap();
+    let mut g = Fixture::new();
+    let mut txn = crate::storage::Txn::new(&g.db);
+    crate::raft::snapshot::for_each_pair(&file.path, &mut |k, v| {
+        txn.put(k.to_vec(), v.to_vec());
+        Ok(())
+    })
+    .unwrap();
+    txn.commit(true).unwrap();
+    assert_eq!(g.sm.digest(&g.db.read()).unwrap(), f.sm.digest(&f.db.read()).unwrap());
+    assert_eq!(fetched(&g, "g"), vec![(0, 11), (1, 12)]);
+    assert_eq!(fetched(&g, "solo"), vec![(1, 5)]);
+    // The installed replica keeps fencing: generation 3 is the stored one.
+    assert_eq!(commit(&mut g, "g", 2, "m", &[(1, 0, 1)]), vec![ErrorCode::IllegalGeneration]);
+}
