@@ -47,6 +47,12 @@ async fn kcat_confluent_kafka_and_kafka_python_consume_through_groups_with_exact
     let b_options = BrokerOptions { broker_id: 2, ..options };
     let b = BrokerProc::start(&c, "b", &TestStorage::Local(c.path("objects")), &b_options).await;
     let kb = b.kafka_addr.clone().unwrap();
+    // The broker answers gRPC before its Kafka listener is bound: wait for the listener.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tokio::net::TcpStream::connect(&kb).await.is_err() {
+        assert!(Instant::now() < deadline, "broker b's Kafka listener never accepted a connection");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let kcat = |args: Vec<String>, input: Option<String>| {
         let mut cmd = Command::new("kcat");
         cmd.args(&args).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
@@ -61,7 +67,7 @@ async fn kcat_confluent_kafka_and_kafka_python_consume_through_groups_with_exact
     let produced = (90..100).map(|i| format!("k{i}:v{i}")).collect::<Vec<_>>().join("\n");
     let args: Vec<String> = ["-b", &kb, "-P", "-t", "kg", "-K:"].iter().map(|s| s.to_string()).collect();
     let out = tokio::task::spawn_blocking(move || kcat(args, Some(produced))).await.unwrap();
-    assert!(out.status.success());
+    assert!(out.status.success(), "kcat -P through broker b failed");
     let args: Vec<String> =
         ["-b", &kb, "-G", "kgroup", "-X", "auto.offset.reset=earliest", "-c", "10", "-f", "%s\n", "kg"]
             .iter()
