@@ -80,7 +80,7 @@ impl Shim {
         let producer_ids = producer_ids::ProducerIds::new(coordinators.clone(), config.broker_id);
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(cleaner.clone().run(stop_rx.clone()));
-        let groups = groups::GroupCoordinator::new(coordinators.clone(), config.groups.clone());
+        let groups = groups::GroupCoordinator::new(coordinators.clone(), config.groups.clone(), config.broker_id);
         tokio::spawn(groups.clone().run(stop_rx));
         tracing::info!(storage = %storage.describe, coordinators = ?config.coordinators, "broker shim started");
         Ok(Arc::new(Shim {

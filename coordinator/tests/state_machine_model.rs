@@ -29,7 +29,7 @@ const MAX_PARTITIONS_USED: i32 = 5;
 const GROUP_IDS: [&str; 4] = ["a", "ab", "b", ""];
 const GROUPS: u8 = GROUP_IDS.len() as u8;
 
-fn group_record(generation: i32, members: u8) -> GroupRecord {
+fn group_record(generation: i32, members: u8, coordinator: u8) -> GroupRecord {
     GroupRecord {
         generation,
         protocol_type: "consumer".into(),
@@ -49,6 +49,7 @@ fn group_record(generation: i32, members: u8) -> GroupRecord {
             })
             .collect(),
         updated_ms: 0,
+        coordinator: format!("broker-{coordinator}"),
     }
 }
 
@@ -120,6 +121,7 @@ enum TOp {
         group: u8,
         generation: i32,
         members: u8,
+        coordinator: u8,
     },
     CommitOffsets {
         group: u8,
@@ -236,7 +238,7 @@ fn top() -> impl Strategy<Value = TOp> {
         4 => (-200i64..3_000).prop_map(|ms| TOp::Tick { ms }),
         1 => prop_oneof![8 => 1u32..2_000, 1 => Just(0u32), 1 => Just(u32::MAX)]
             .prop_map(|count| TOp::AllocateProducerIds { count }),
-        3 => (0u8..GROUPS, -1i32..4, 0u8..8).prop_map(|(group, generation, members)| TOp::StoreGroup { group, generation, members }),
+        3 => (0u8..GROUPS, -1i32..4, 0u8..8, 0u8..2).prop_map(|(group, generation, members, coordinator)| TOp::StoreGroup { group, generation, members, coordinator }),
         8 => (0u8..GROUPS, prop::bool::weighted(0.6), -1i32..4, 0u8..4, prop::collection::vec((prop_oneof![6 => 1..=2u8, 1 => 0..=TOPICS], prop_oneof![6 => 0..3i32, 1 => -1..MAX_PARTITIONS_USED], -1i64..1_000), 0..4))
             .prop_map(|(group, fit, generation, member, offsets)| TOp::CommitOffsets { group, fit, generation, member, offsets }),
         1 => prop::collection::vec(0u8..GROUPS, 1..3).prop_map(|groups| TOp::DeleteGroups { groups }),
@@ -478,9 +480,9 @@ impl Driver {
                 budget: *budget,
             },
             TOp::AllocateProducerIds { count } => Op::AllocateProducerIds { broker_id: 1, count: *count },
-            TOp::StoreGroup { group, generation, members } => Op::StoreGroup {
+            TOp::StoreGroup { group, generation, members, coordinator } => Op::StoreGroup {
                 group_id: GROUP_IDS[usize::from(*group)].into(),
-                group: group_record(*generation, *members),
+                group: group_record(*generation, *members, *coordinator),
             },
             TOp::CommitOffsets { group, fit, generation, member, offsets } => {
                 let id = GROUP_IDS[usize::from(*group)];

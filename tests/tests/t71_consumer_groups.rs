@@ -104,6 +104,7 @@ async fn a_zombie_commit_of_an_old_generation_is_refused_and_offsets_outlive_the
             leader: members.first().map(|m| m.member_id.clone()),
             members,
             updated_ms: 0,
+            coordinator: "test-coordinator".into(),
         }),
         timeout_ms: 10_000,
     };
@@ -128,6 +129,11 @@ async fn a_zombie_commit_of_an_old_generation_is_refused_and_offsets_outlive_the
     assert_eq!(r.offsets[0].error_code, 0, "{r:?}");
     // A deposed coordinator cannot store an older generation.
     let r = client.store_group(store(1, vec![member("old")])).await.unwrap().into_inner();
+    assert_eq!(r.error_code, 22, "{r:?}");
+    // Nor can another coordinator store the current generation again.
+    let mut other = store(2, vec![member("intruder")]);
+    other.group.as_mut().unwrap().coordinator = "another-broker".into();
+    let r = client.store_group(other).await.unwrap().into_inner();
     assert_eq!(r.error_code, 22, "{r:?}");
     // coordctl shows the group and its committed offset.
     let run = |args: &[&str]| {

@@ -232,6 +232,7 @@ impl Group {
                 })
                 .collect(),
             updated_ms: 0,
+            coordinator: String::new(),
         }
     }
 
@@ -331,6 +332,9 @@ impl Group {
 /// The groups this broker coordinates.
 pub struct GroupCoordinator {
     store: Arc<dyn GroupStore>,
+    /// This broker's id and process incarnation, stamped on what it stores: the cluster refuses
+    /// another coordinator's store of a generation already stored.
+    identity: String,
     config: GroupConfig,
     groups: Mutex<HashMap<String, Group>>,
 }
@@ -340,8 +344,10 @@ fn member_id(client_id: &str) -> String {
 }
 
 impl GroupCoordinator {
-    pub fn new(store: Arc<dyn GroupStore>, config: GroupConfig) -> Arc<GroupCoordinator> {
-        Arc::new(GroupCoordinator { store, config, groups: Mutex::new(HashMap::new()) })
+    /// The coordinator of broker `broker_id` (a fresh incarnation per process).
+    pub fn new(store: Arc<dyn GroupStore>, config: GroupConfig, broker_id: i32) -> Arc<GroupCoordinator> {
+        let identity = format!("broker-{broker_id}-{}", uuid::Uuid::new_v4());
+        Arc::new(GroupCoordinator { store, identity, config, groups: Mutex::new(HashMap::new()) })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Group>> {
@@ -374,7 +380,8 @@ impl GroupCoordinator {
         Ok(())
     }
 
-    fn spawn_store(&self, group_id: String, record: ConsumerGroup) {
+    fn spawn_store(&self, group_id: String, mut record: ConsumerGroup) {
+        record.coordinator = self.identity.clone();
         let store = self.store.clone();
         tokio::spawn(async move {
             if let Err(e) = store.store(&group_id, record).await {
@@ -518,6 +525,7 @@ impl GroupCoordinator {
         };
         // The generation is stored before anyone learns its assignment: from then on, the cluster
         // fences commits of older generations.
+        let record = ConsumerGroup { coordinator: self.identity.clone(), ..record };
         let stored = self.store.store(group_id, record).await;
         self.synced(group_id, generation, stored);
         rx.await.unwrap_or_else(|_| fail(REBALANCE_IN_PROGRESS))

@@ -14,7 +14,11 @@ impl GroupStore for FakeStore {
     fn store<'a>(&'a self, group_id: &'a str, group: ConsumerGroup) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let mut s = self.stored.lock().unwrap();
-            if s.get(group_id).is_some_and(|old| old.generation_id > group.generation_id) {
+            let refused = |old: &ConsumerGroup| {
+                old.generation_id > group.generation_id
+                    || (old.generation_id == group.generation_id && old.coordinator != group.coordinator)
+            };
+            if s.get(group_id).is_some_and(refused) {
                 return Err(StoreError::Refused { code: 22, message: "older".into() });
             }
             s.insert(group_id.to_string(), group);
@@ -81,7 +85,7 @@ async fn two_members(c: &Arc<GroupCoordinator>) -> (JoinOutcome, JoinOutcome) {
 #[tokio::test]
 async fn members_join_sync_and_the_generation_is_stored_before_they_learn_their_assignment() {
     let store = Arc::new(FakeStore::default());
-    let c = GroupCoordinator::new(store.clone(), config());
+    let c = GroupCoordinator::new(store.clone(), config(), 1);
     let _stop = ticker(&c);
     let (a, b) = two_members(&c).await;
     let assignments =
@@ -109,7 +113,7 @@ async fn members_join_sync_and_the_generation_is_stored_before_they_learn_their_
 #[tokio::test]
 async fn a_member_whose_session_lapses_is_removed_and_the_group_empties() {
     let store = Arc::new(FakeStore::default());
-    let c = GroupCoordinator::new(store.clone(), config());
+    let c = GroupCoordinator::new(store.clone(), config(), 1);
     let _stop = ticker(&c);
     let m = c.join(join("", None, 200)).await;
     let s = c.sync("g", m.generation, &m.member_id, vec![(m.member_id.clone(), Bytes::from_static(b"x"))]).await;
@@ -131,7 +135,7 @@ async fn a_member_whose_session_lapses_is_removed_and_the_group_empties() {
 #[tokio::test]
 async fn a_static_member_that_comes_back_keeps_its_assignment_without_a_rebalance() {
     let store = Arc::new(FakeStore::default());
-    let c = GroupCoordinator::new(store.clone(), config());
+    let c = GroupCoordinator::new(store.clone(), config(), 1);
     let _stop = ticker(&c);
     let lead = c.join(join("", Some("i-1"), 10_000)).await;
     let _ = c.sync("g", 1, &lead.member_id, vec![(lead.member_id.clone(), Bytes::from_static(b"a"))]).await;
@@ -163,11 +167,11 @@ async fn a_static_member_that_comes_back_keeps_its_assignment_without_a_rebalanc
 #[tokio::test]
 async fn a_broker_taking_a_group_over_continues_its_generation_and_members() {
     let store = Arc::new(FakeStore::default());
-    let first = GroupCoordinator::new(store.clone(), config());
+    let first = GroupCoordinator::new(store.clone(), config(), 1);
     let _stop = ticker(&first);
     let m = first.join(join("", None, 10_000)).await;
     let _ = first.sync("g", 1, &m.member_id, vec![(m.member_id.clone(), Bytes::from_static(b"x"))]).await;
-    let second = GroupCoordinator::new(store.clone(), config());
+    let second = GroupCoordinator::new(store.clone(), config(), 1);
     assert_eq!(second.heartbeat("g", 1, &m.member_id).await, NONE);
     assert_eq!(second.check_commit("g", 1, &m.member_id).await, Ok(()));
     let d = second.describe("g").await.unwrap();
@@ -178,7 +182,7 @@ async fn a_broker_taking_a_group_over_continues_its_generation_and_members() {
 #[tokio::test]
 async fn a_deposed_coordinator_whose_generation_is_refused_reloads_the_group_from_the_cluster() {
     let store = Arc::new(FakeStore::default());
-    let c = GroupCoordinator::new(store.clone(), config());
+    let c = GroupCoordinator::new(store.clone(), config(), 1);
     let _stop = ticker(&c);
     let m = c.join(join("", None, 10_000)).await;
     assert_eq!(m.generation, 1);

@@ -167,6 +167,7 @@ mod tests {
             leader: None,
             members: vec![],
             updated_ms: 9,
+            coordinator: "b".into(),
         };
         let line = key_line(3, &keys.group("grp"), &codec::encode(&g).unwrap());
         assert_eq!(line["table"], "consumer_groups");

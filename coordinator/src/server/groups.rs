@@ -42,6 +42,7 @@ pub fn group_record(g: ConsumerGroup) -> GroupRecord {
             })
             .collect(),
         updated_ms: g.updated_ms,
+        coordinator: g.coordinator,
     }
 }
 
@@ -66,6 +67,7 @@ pub fn consumer_group(g: GroupRecord) -> ConsumerGroup {
             })
             .collect(),
         updated_ms: g.updated_ms,
+        coordinator: g.coordinator,
     }
 }
 

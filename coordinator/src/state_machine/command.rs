@@ -61,7 +61,8 @@ pub enum Op {
     /// Being a log entry, the fence is ordered with every commit: none can slip past it.
     FenceObjects { object_keys: Vec<String> },
     /// A group coordinator (a broker) records a consumer group after a rebalance: its generation
-    /// and members. Refused when the stored generation is newer (a deposed coordinator).
+    /// and members. Refused when the stored generation is newer (a deposed coordinator), or the same
+    /// one stored by another coordinator.
     StoreGroup { group_id: String, group: GroupRecord },
     /// OffsetCommit, fenced at apply by the stored group's generation and members.
     CommitOffsets(CommitOffsets),

@@ -25,7 +25,9 @@ pub fn group(view: &dyn KvRead, keys: &Keys, group_id: &str) -> Result<Option<Gr
     tables::get(view, &keys.group(group_id))
 }
 
-/// StoreGroup: the new generation replaces the stored one unless the stored one is newer.
+/// StoreGroup: the new generation replaces the stored one unless the stored one is newer, or is the
+/// same generation stored by another coordinator (two brokers coordinating one group cannot both
+/// own generation N: the second is told ILLEGAL_GENERATION and reloads).
 pub fn store(
     sm: &StateMachine,
     txn: &mut Txn<'_>,
@@ -37,10 +39,14 @@ pub fn store(
         return Ok(Err(f));
     }
     if let Some(old) = group(txn, &sm.keys, group_id)? {
-        if old.generation > record.generation {
+        let same_but_other = old.generation == record.generation && old.coordinator != record.coordinator;
+        if old.generation > record.generation || same_but_other {
             return Ok(Err(Failure::new(
                 ErrorCode::IllegalGeneration,
-                format!("group {group_id} is at generation {}, newer than {}", old.generation, record.generation),
+                format!(
+                    "group {group_id} is at generation {} (stored by {:?}); {} by {:?} is refused",
+                    old.generation, old.coordinator, record.generation, record.coordinator
+                ),
             )));
         }
     }

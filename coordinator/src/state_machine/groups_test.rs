@@ -23,6 +23,7 @@ fn group(generation: i32, members: &[&str]) -> GroupRecord {
         leader: members.first().map(|m| m.to_string()),
         members: members.iter().map(|m| member(m)).collect(),
         updated_ms: 0,
+        coordinator: "broker-1".into(),
     }
 }
 
@@ -75,8 +76,12 @@ fn a_zombie_of_an_old_generation_or_an_unknown_member_is_refused_whole() {
     // Outside any generation while the group has members.
     assert_eq!(commit(&mut f, "g", -1, "", &[(1, 0, 9)]), vec![ErrorCode::UnknownMemberId]);
     assert!(fetched(&f, "g").is_empty());
-    // A deposed coordinator cannot store an older generation.
+    // A deposed coordinator cannot store an older generation, nor another coordinator the same one.
     assert_eq!(code(&store(&mut f, "g", group(1, &["m1"]))), ErrorCode::IllegalGeneration);
+    let other = GroupRecord { coordinator: "broker-2".into(), ..group(2, &["m3"]) };
+    assert_eq!(code(&store(&mut f, "g", other)), ErrorCode::IllegalGeneration);
+    // The same coordinator may store its generation again (a static member's new member id).
+    store(&mut f, "g", group(2, &["m2", "m4"])).unwrap();
 }
 
 #[test]

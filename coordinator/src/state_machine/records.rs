@@ -164,6 +164,9 @@ pub struct GroupRecord {
     pub members: Vec<MemberRecord>,
     /// When it was stored (the command's "now"): the group is empty since then if it has no members.
     pub updated_ms: i64,
+    /// Which coordinator (a broker's id and process incarnation) stored this generation: another
+    /// coordinator may not store the same generation number again.
+    pub coordinator: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

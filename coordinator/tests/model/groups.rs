@@ -33,7 +33,10 @@ fn check_id(id: &str) -> Result<(), Failure> {
 impl Groups {
     pub fn store(&mut self, now: i64, id: &str, g: &GroupRecord) -> Result<(), Failure> {
         check_id(id)?;
-        if self.groups.get(id).is_some_and(|old| old.generation > g.generation) {
+        let refused = |old: &GroupRecord| {
+            old.generation > g.generation || (old.generation == g.generation && old.coordinator != g.coordinator)
+        };
+        if self.groups.get(id).is_some_and(refused) {
             return fail(ErrorCode::IllegalGeneration);
         }
         self.groups.insert(id.to_string(), GroupRecord { updated_ms: now, ..g.clone() });
