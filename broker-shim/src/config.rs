@@ -33,6 +33,9 @@ pub struct ShimConfig {
     /// The Kafka protocol listener (off when absent).
     #[serde(default)]
     pub kafka: Option<KafkaConfig>,
+    /// The consumer-group coordinator (`[groups]`).
+    #[serde(default)]
+    pub groups: crate::groups::GroupConfig,
     /// Accept `BrokerService.InjectStorageFault` (tests only): object storage goes through a
     /// wrapper that can delay, fail or hang its operations.
     #[serde(default)]

@@ -4,7 +4,8 @@
 //! and laid out in WAL segments (`wal`), uploaded to object storage (`storage`), committed to the
 //! coordinator cluster in order (`produce`, through `coordinator`), and read back by byte ranges
 //! with offsets injected (`fetch`). `cleanup` deletes the objects the coordinator released and the
-//! orphans it never knew. `service` is the broker's own gRPC API; `Shim` wires it all together.
+//! orphans it never knew. `groups` coordinates consumer groups (members in memory, generations and
+//! committed offsets in the coordinator cluster). `service` is the broker's own gRPC API; `Shim` wires it all together.
 //! `metrics` (Prometheus) is bumped along the way and served on `metrics_addr`.
 
 pub mod cleanup;
@@ -13,6 +14,7 @@ pub mod config;
 pub mod coordinator;
 pub mod error;
 pub mod fetch;
+pub mod groups;
 pub mod kafka;
 pub mod metrics;
 pub mod produce;
@@ -39,6 +41,8 @@ pub struct Shim {
     pub producer_ids: producer_ids::ProducerIds,
     /// The object storage faults in force (only with `allow_fault_injection`).
     pub store_faults: Option<Arc<storage::faulty::StoreFaults>>,
+    /// The consumer groups this broker coordinates.
+    pub groups: Arc<groups::GroupCoordinator>,
     tasks: std::sync::Mutex<Option<produce::ProducerTasks>>,
     stop: tokio::sync::watch::Sender<bool>,
 }
@@ -75,7 +79,9 @@ impl Shim {
         ));
         let producer_ids = producer_ids::ProducerIds::new(coordinators.clone(), config.broker_id);
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
-        tokio::spawn(cleaner.clone().run(stop_rx));
+        tokio::spawn(cleaner.clone().run(stop_rx.clone()));
+        let groups = groups::GroupCoordinator::new(coordinators.clone(), config.groups.clone(), config.broker_id);
+        tokio::spawn(groups.clone().run(stop_rx));
         tracing::info!(storage = %storage.describe, coordinators = ?config.coordinators, "broker shim started");
         Ok(Arc::new(Shim {
             config,
@@ -86,6 +92,7 @@ impl Shim {
             cleaner,
             producer_ids,
             store_faults,
+            groups,
             tasks: std::sync::Mutex::new(Some(tasks)),
             stop,
         }))

@@ -25,6 +25,33 @@ use uuid::Uuid;
 
 const TOPICS: u8 = 3;
 const MAX_PARTITIONS_USED: i32 = 5;
+/// Group ids the operations pick from: `GROUP_IDS[i]` ("" is invalid; "a" and "ab" share a prefix).
+const GROUP_IDS: [&str; 4] = ["a", "ab", "b", ""];
+const GROUPS: u8 = GROUP_IDS.len() as u8;
+
+fn group_record(generation: i32, members: u8, coordinator: u8) -> GroupRecord {
+    GroupRecord {
+        generation,
+        protocol_type: "consumer".into(),
+        protocol: Some("range".into()),
+        leader: None,
+        members: (0..3)
+            .filter(|i| members & (1 << i) != 0)
+            .map(|i| MemberRecord {
+                member_id: format!("m{i}"),
+                group_instance_id: (i == 2).then(|| "static".to_string()),
+                client_id: "c".into(),
+                client_host: "h".into(),
+                session_timeout_ms: 10_000,
+                rebalance_timeout_ms: 30_000,
+                subscription: vec![i],
+                assignment: vec![],
+            })
+            .collect(),
+        updated_ms: 0,
+        coordinator: format!("broker-{coordinator}"),
+    }
+}
 
 #[derive(Debug, Clone)]
 enum SeqChoice {
@@ -89,6 +116,31 @@ enum TOp {
     },
     Tick {
         ms: i64,
+    },
+    StoreGroup {
+        group: u8,
+        generation: i32,
+        members: u8,
+        coordinator: u8,
+    },
+    CommitOffsets {
+        group: u8,
+        /// Take the generation and a member of the stored group (when it has members).
+        fit: bool,
+        generation: i32,
+        member: u8,
+        offsets: Vec<(u8, i32, i64)>,
+    },
+    DeleteGroups {
+        groups: Vec<u8>,
+    },
+    DeleteOffsets {
+        group: u8,
+        parts: Vec<(u8, i32)>,
+    },
+    ExpireOffsets {
+        retention_ms: i64,
+        budget: u32,
     },
     /// Fence object keys: known ones, fenced ones, fresh ones (which later commits may use).
     Fence {
@@ -186,6 +238,14 @@ fn top() -> impl Strategy<Value = TOp> {
         4 => (-200i64..3_000).prop_map(|ms| TOp::Tick { ms }),
         1 => prop_oneof![8 => 1u32..2_000, 1 => Just(0u32), 1 => Just(u32::MAX)]
             .prop_map(|count| TOp::AllocateProducerIds { count }),
+        3 => (0u8..GROUPS, -1i32..4, 0u8..8, 0u8..2).prop_map(|(group, generation, members, coordinator)| TOp::StoreGroup { group, generation, members, coordinator }),
+        8 => (0u8..GROUPS, prop::bool::weighted(0.6), -1i32..4, 0u8..4, prop::collection::vec((prop_oneof![6 => 1..=2u8, 1 => 0..=TOPICS], prop_oneof![6 => 0..3i32, 1 => -1..MAX_PARTITIONS_USED], -1i64..1_000), 0..4))
+            .prop_map(|(group, fit, generation, member, offsets)| TOp::CommitOffsets { group, fit, generation, member, offsets }),
+        1 => prop::collection::vec(0u8..GROUPS, 1..3).prop_map(|groups| TOp::DeleteGroups { groups }),
+        1 => (0u8..GROUPS, prop::collection::vec((0..=TOPICS, 0i32..MAX_PARTITIONS_USED), 1..3))
+            .prop_map(|(group, parts)| TOp::DeleteOffsets { group, parts }),
+        2 => (prop_oneof![1 => Just(-1i64), 1 => Just(0i64), 3 => 0i64..5_000], prop_oneof![3 => 1u32..4, 1 => Just(0u32), 1 => Just(100u32)])
+            .prop_map(|(retention_ms, budget)| TOp::ExpireOffsets { retention_ms, budget }),
     ]
 }
 
@@ -420,6 +480,46 @@ impl Driver {
                 budget: *budget,
             },
             TOp::AllocateProducerIds { count } => Op::AllocateProducerIds { broker_id: 1, count: *count },
+            TOp::StoreGroup { group, generation, members, coordinator } => Op::StoreGroup {
+                group_id: GROUP_IDS[usize::from(*group)].into(),
+                group: group_record(*generation, *members, *coordinator),
+            },
+            TOp::CommitOffsets { group, fit, generation, member, offsets } => {
+                let id = GROUP_IDS[usize::from(*group)];
+                let stored = model.groups.groups.get(id).filter(|_| *fit);
+                let (generation, member_id) = match stored {
+                    Some(g) if !g.members.is_empty() => {
+                        (g.generation, g.members[usize::from(*member) % g.members.len()].member_id.clone())
+                    }
+                    Some(_) => (-1, String::new()),
+                    None if *member == 3 => (*generation, String::new()),
+                    None => (*generation, format!("m{member}")),
+                };
+                Op::CommitOffsets(CommitOffsets {
+                    group_id: id.into(),
+                    generation,
+                    member_id,
+                    offsets: offsets
+                        .iter()
+                        .map(|&(t, p, offset)| OffsetCommit {
+                            tp: tp(t, p),
+                            offset,
+                            leader_epoch: 1,
+                            metadata: (offset % 2 == 0).then(|| "meta".to_string()),
+                        })
+                        .collect(),
+                })
+            }
+            TOp::DeleteGroups { groups } => {
+                Op::DeleteGroups { group_ids: groups.iter().map(|g| GROUP_IDS[usize::from(*g)].to_string()).collect() }
+            }
+            TOp::DeleteOffsets { group, parts } => Op::DeleteOffsets {
+                group_id: GROUP_IDS[usize::from(*group)].into(),
+                partitions: parts.iter().map(|&(t, p)| tp(t, p)).collect(),
+            },
+            TOp::ExpireOffsets { retention_ms, budget } => {
+                Op::ExpireOffsets { retention_ms: *retention_ms, budget: *budget }
+            }
             TOp::Confirm { take, live_too } => {
                 let mut keys: Vec<String> =
                     model.to_delete(usize::from(*take)).into_iter().map(|f| f.object_key).collect();
@@ -472,6 +572,9 @@ fn blank(o: Outcome) -> Outcome {
         Outcome::FenceObjects(v) => {
             Outcome::FenceObjects(v.into_iter().map(|(k, r)| (k, r.map_err(|f| Failure::new(f.code, "")))).collect())
         }
+        Outcome::Group(r) => Outcome::Group(b(r)),
+        Outcome::Offsets(v) => Outcome::Offsets(v.into_iter().map(b).collect()),
+        Outcome::Groups(v) => Outcome::Groups(v.into_iter().map(b).collect()),
         other => other,
     }
 }
@@ -571,6 +674,18 @@ fn compare_reads(real: &Real, model: &Model, seed: u64, full: bool) {
     }
     let limit = if full { 100_000 } else { (next() % 5) as usize };
     assert_eq!(real.sm.files_to_delete(&view, limit).unwrap(), model.to_delete(limit), "files to delete");
+    // Consumer groups.
+    assert_eq!(real.sm.list_groups(&view).unwrap(), model.groups.list(), "ListGroups");
+    for id in GROUP_IDS {
+        assert_eq!(real.sm.fetch_offsets(&view, id, None).unwrap(), model.groups.fetch_all(id), "OffsetFetch {id:?}");
+        let one = [tp(1, 0)];
+        let want: Vec<_> = one
+            .iter()
+            .map(|t| (*t, model.groups.fetch_all(id).into_iter().find(|(x, _)| x == t).and_then(|(_, o)| o)))
+            .collect();
+        let want = if id.is_empty() { vec![(one[0], None)] } else { want };
+        assert_eq!(real.sm.fetch_offsets(&view, id, Some(&one)).unwrap(), want, "OffsetFetch {id:?} of one");
+    }
 }
 
 static OPERATIONS: AtomicUsize = AtomicUsize::new(0);
@@ -581,8 +696,20 @@ static PRODUCERS_EXPIRED: AtomicUsize = AtomicUsize::new(0);
 /// Fence answers by kind (live, released, fenced, refused) and tombstones forgotten.
 static FENCES: std::sync::Mutex<[usize; 4]> = std::sync::Mutex::new([0; 4]);
 static FENCED_FORGOTTEN: AtomicUsize = AtomicUsize::new(0);
+/// Offset commits by Kafka error code, and offsets expired.
+static OFFSET_CODES: std::sync::Mutex<BTreeMap<i16, usize>> = std::sync::Mutex::new(BTreeMap::new());
+static OFFSETS_EXPIRED: AtomicUsize = AtomicUsize::new(0);
 
 fn count(outcome: &Outcome) {
+    if let Outcome::Offsets(v) = outcome {
+        let mut codes = OFFSET_CODES.lock().unwrap();
+        for r in v {
+            *codes.entry(r.as_ref().map_or_else(|f| f.code.code(), |_| 0)).or_default() += 1;
+        }
+    }
+    if let Outcome::ExpireOffsets { offsets_expired, .. } = outcome {
+        OFFSETS_EXPIRED.fetch_add(*offsets_expired as usize, Ordering::Relaxed);
+    }
     if let Outcome::EnforceRetention(r) = outcome {
         PRODUCERS_EXPIRED.fetch_add(r.producers_expired as usize, Ordering::Relaxed);
         FENCED_FORGOTTEN.fetch_add(r.fenced_forgotten as usize, Ordering::Relaxed);
@@ -681,6 +808,11 @@ fn state_machine_matches_the_model_and_replicas_agree_byte_for_byte() {
         "fence answers [live, released, fenced, refused]: {:?}; tombstones forgotten: {}",
         FENCES.lock().unwrap(),
         FENCED_FORGOTTEN.load(Ordering::Relaxed)
+    );
+    println!(
+        "offset commits and deletions by error code (0 = done): {:?}; offsets expired: {}",
+        OFFSET_CODES.lock().unwrap(),
+        OFFSETS_EXPIRED.load(Ordering::Relaxed)
     );
     if cases >= 30 {
         assert!(n >= 10_000, "only {n} operations ran");

@@ -31,11 +31,18 @@ pub enum ErrorCode {
     KafkaStorageError = 56,
     UnknownProducerId = 59,
     UnknownTopicId = 100,
+    // Consumer groups (issue 15).
+    IllegalGeneration = 22,
+    InvalidGroupId = 24,
+    UnknownMemberId = 25,
+    NonEmptyGroup = 68,
+    GroupIdNotFound = 69,
+    GroupSubscribedToTopic = 86,
 }
 
 impl ErrorCode {
     /// Every code above, for exhaustive tests and lookups.
-    pub const ALL: [ErrorCode; 23] = [
+    pub const ALL: [ErrorCode; 29] = [
         ErrorCode::None,
         ErrorCode::UnknownServerError,
         ErrorCode::OffsetOutOfRange,
@@ -59,6 +66,12 @@ impl ErrorCode {
         ErrorCode::KafkaStorageError,
         ErrorCode::UnknownProducerId,
         ErrorCode::UnknownTopicId,
+        ErrorCode::IllegalGeneration,
+        ErrorCode::InvalidGroupId,
+        ErrorCode::UnknownMemberId,
+        ErrorCode::NonEmptyGroup,
+        ErrorCode::GroupIdNotFound,
+        ErrorCode::GroupSubscribedToTopic,
     ];
 
     /// The code as Kafka's `int16`.
@@ -102,6 +115,12 @@ impl ErrorCode {
             ErrorCode::KafkaStorageError => "KAFKA_STORAGE_ERROR",
             ErrorCode::UnknownProducerId => "UNKNOWN_PRODUCER_ID",
             ErrorCode::UnknownTopicId => "UNKNOWN_TOPIC_ID",
+            ErrorCode::IllegalGeneration => "ILLEGAL_GENERATION",
+            ErrorCode::InvalidGroupId => "INVALID_GROUP_ID",
+            ErrorCode::UnknownMemberId => "UNKNOWN_MEMBER_ID",
+            ErrorCode::NonEmptyGroup => "NON_EMPTY_GROUP",
+            ErrorCode::GroupIdNotFound => "GROUP_ID_NOT_FOUND",
+            ErrorCode::GroupSubscribedToTopic => "GROUP_SUBSCRIBED_TO_TOPIC",
         }
     }
 

@@ -16,6 +16,15 @@ pub fn metadata_partition_for(topic_id: &[u8; 16], partition: i32, num_metadata_
     (splitmix64(seed) % u64::from(num_metadata_partitions)) as u32
 }
 
+/// The metadata partition in `0..num_metadata_partitions` that holds consumer group `group_id`'s
+/// metadata and committed offsets (Kafka's `__consumer_offsets` partition of the group): CRC32C of
+/// the group id's UTF-8 bytes through the same finalizer. Part of the contract, like
+/// [`metadata_partition_for`].
+pub fn metadata_partition_for_group(group_id: &str, num_metadata_partitions: u32) -> u32 {
+    assert!(num_metadata_partitions > 0, "a cluster has at least one metadata partition");
+    (splitmix64(u64::from(crc32c::crc32c(group_id.as_bytes()))) % u64::from(num_metadata_partitions)) as u32
+}
+
 /// SplitMix64's output function: a bijective, well-mixing finalizer.
 fn splitmix64(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -37,6 +46,15 @@ mod tests {
     }
 
     const PINNED: [u32; 8] = [4, 0, 5, 2, 4, 7, 4, 1];
+
+    #[test]
+    fn group_mapping_is_stable_across_releases() {
+        let got: Vec<u32> =
+            ["a", "b", "grp", "consumers-1"].iter().map(|g| metadata_partition_for_group(g, 8)).collect();
+        assert_eq!(got, GROUP_PINNED);
+    }
+
+    const GROUP_PINNED: [u32; 4] = [5, 2, 5, 5];
 
     #[test]
     fn partitions_spread_over_metadata_partitions() {

@@ -12,7 +12,7 @@ use futures_util::future::{join_all, BoxFuture};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, StrBytes};
 
-use super::{encode, versions, Listener, Reply};
+use super::{encode, groups, versions, Listener, Reply};
 use crate::coordinator::TopicMeta;
 use crate::error::KafkaError;
 use crate::fetch::FetchPartition;
@@ -104,14 +104,55 @@ pub async fn dispatch(
         }
         ApiKey::FindCoordinator => {
             let req = FindCoordinatorRequest::decode(&mut body, v).context("FindCoordinator")?;
-            ready(find_coordinator(&header, req))
+            ready(groups::find_coordinator(&l, &header, req))
         }
+        ApiKey::JoinGroup => {
+            let req = JoinGroupRequest::decode(&mut body, v).context("JoinGroup")?;
+            Box::pin(async move { groups::join_group(&l, &header, req).await })
+        }
+        ApiKey::SyncGroup => {
+            let req = SyncGroupRequest::decode(&mut body, v).context("SyncGroup")?;
+            Box::pin(async move { groups::sync_group(&l, &header, req).await })
+        }
+        ApiKey::Heartbeat => {
+            let req = HeartbeatRequest::decode(&mut body, v).context("Heartbeat")?;
+            Box::pin(async move { groups::heartbeat(&l, &header, req).await })
+        }
+        ApiKey::LeaveGroup => {
+            let req = LeaveGroupRequest::decode(&mut body, v).context("LeaveGroup")?;
+            Box::pin(async move { groups::leave_group(&l, &header, req).await })
+        }
+        ApiKey::OffsetCommit => {
+            let req = OffsetCommitRequest::decode(&mut body, v).context("OffsetCommit")?;
+            Box::pin(async move { groups::offset_commit(&l, &header, req).await })
+        }
+        ApiKey::OffsetFetch => {
+            let req = OffsetFetchRequest::decode(&mut body, v).context("OffsetFetch")?;
+            Box::pin(async move { groups::offset_fetch(&l, &header, req).await })
+        }
+        ApiKey::ListGroups => {
+            let req = ListGroupsRequest::decode(&mut body, v).context("ListGroups")?;
+            Box::pin(async move { groups::list_groups(&l, &header, req).await })
+        }
+        ApiKey::DescribeGroups => {
+            let req = DescribeGroupsRequest::decode(&mut body, v).context("DescribeGroups")?;
+            Box::pin(async move { groups::describe_groups(&l, &header, req).await })
+        }
+        ApiKey::DeleteGroups => {
+            let req = DeleteGroupsRequest::decode(&mut body, v).context("DeleteGroups")?;
+            Box::pin(async move { groups::delete_groups(&l, &header, req).await })
+        }
+        ApiKey::OffsetDelete => {
+            let req = OffsetDeleteRequest::decode(&mut body, v).context("OffsetDelete")?;
+            Box::pin(async move { groups::offset_delete(&l, &header, req).await })
+        }
+        ApiKey::ConsumerGroupHeartbeat => ready(groups::consumer_group_heartbeat(&header)),
         other => anyhow::bail!("API {other:?} is not supported"),
     })
 }
 
 impl Listener {
-    async fn topic(&self, name: &str) -> Result<TopicMeta, KafkaError> {
+    pub(super) async fn topic(&self, name: &str) -> Result<TopicMeta, KafkaError> {
         match self.shim.coordinators.topic(name).await {
             Ok(Some(t)) => Ok(t),
             Ok(None) => Err(KafkaError::new(ErrorCode::UnknownTopicOrPartition, format!("no topic named {name:?}"))),
@@ -634,37 +675,6 @@ async fn init_producer_id(l: &Listener, header: &RequestHeader, req: InitProduce
         }
     };
     encode(ApiKey::InitProducerId, header, v, &body)
-}
-
-/// Consumer groups and transactions need a group coordinator this system does not have yet: say
-/// so clearly instead of leaving clients waiting.
-fn find_coordinator(header: &RequestHeader, req: FindCoordinatorRequest) -> Reply {
-    let v = header.request_api_version;
-    let why =
-        "consumer groups and transactions are not supported by diskless brokers yet; assign partitions explicitly";
-    let mut body =
-        FindCoordinatorResponse::default().with_node_id(kafka_protocol::messages::BrokerId(-1)).with_port(-1);
-    if v >= 4 {
-        let coordinators = req
-            .coordinator_keys
-            .iter()
-            .map(|k| {
-                find_coordinator_response::Coordinator::default()
-                    .with_key(k.clone())
-                    .with_node_id(kafka_protocol::messages::BrokerId(-1))
-                    .with_port(-1)
-                    .with_error_code(COORDINATOR_NOT_AVAILABLE)
-                    .with_error_message(msg(why))
-            })
-            .collect();
-        body = FindCoordinatorResponse::default().with_coordinators(coordinators);
-    } else {
-        body = body.with_error_code(COORDINATOR_NOT_AVAILABLE);
-        if v >= 1 {
-            body = body.with_error_message(msg(why));
-        }
-    }
-    encode(ApiKey::FindCoordinator, header, v, &body)
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 //! and fetches from the broker it bootstrapped from; any number of brokers may serve the same
 //! topics (the coordinators order everything).
 
+mod groups;
 mod handlers;
 mod versions;
 

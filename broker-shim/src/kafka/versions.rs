@@ -1,5 +1,6 @@
 //! The API versions this broker speaks: what kafka-protocol decodes, cut to what the handlers
-//! implement (Produce and Fetch stop at 12: later versions name topics by id only).
+//! implement (Produce and Fetch stop at 12, OffsetCommit and OffsetFetch at 9: later versions name
+//! topics by id only).
 
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Message, VersionRange};
@@ -17,12 +18,25 @@ pub fn supported(api: ApiKey) -> Option<VersionRange> {
         ApiKey::DeleteRecords => DeleteRecordsRequest::VERSIONS,
         ApiKey::InitProducerId => InitProducerIdRequest::VERSIONS,
         ApiKey::FindCoordinator => FindCoordinatorRequest::VERSIONS,
+        ApiKey::JoinGroup => JoinGroupRequest::VERSIONS,
+        ApiKey::SyncGroup => SyncGroupRequest::VERSIONS,
+        ApiKey::Heartbeat => HeartbeatRequest::VERSIONS,
+        ApiKey::LeaveGroup => LeaveGroupRequest::VERSIONS,
+        ApiKey::OffsetCommit => cap(OffsetCommitRequest::VERSIONS, 9),
+        ApiKey::OffsetFetch => cap(OffsetFetchRequest::VERSIONS, 9),
+        ApiKey::ListGroups => ListGroupsRequest::VERSIONS,
+        ApiKey::DescribeGroups => cap(DescribeGroupsRequest::VERSIONS, 5),
+        ApiKey::DeleteGroups => DeleteGroupsRequest::VERSIONS,
+        ApiKey::OffsetDelete => OffsetDeleteRequest::VERSIONS,
+        // Accepted only to be refused (UNSUPPORTED_VERSION) and never advertised: KIP-848 clients
+        // fall back to the classic protocol.
+        ApiKey::ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest::VERSIONS,
         _ => return None,
     })
 }
 
 /// Every API this broker answers, for ApiVersions.
-pub const APIS: [ApiKey; 10] = [
+pub const APIS: [ApiKey; 20] = [
     ApiKey::ApiVersions,
     ApiKey::Metadata,
     ApiKey::Produce,
@@ -33,4 +47,14 @@ pub const APIS: [ApiKey; 10] = [
     ApiKey::DeleteRecords,
     ApiKey::InitProducerId,
     ApiKey::FindCoordinator,
+    ApiKey::JoinGroup,
+    ApiKey::SyncGroup,
+    ApiKey::Heartbeat,
+    ApiKey::LeaveGroup,
+    ApiKey::OffsetCommit,
+    ApiKey::OffsetFetch,
+    ApiKey::ListGroups,
+    ApiKey::DescribeGroups,
+    ApiKey::DeleteGroups,
+    ApiKey::OffsetDelete,
 ];

@@ -71,6 +71,8 @@ pub struct Metrics {
     pub cleaner_files_deleted: Counter,
     pub cleaner_orphans_deleted: Counter,
     pub cleaner_backlog_files: Gauge,
+    // Consumer groups.
+    pub offset_commit_seconds: Histogram,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -115,6 +117,11 @@ impl Metrics {
                 "diskless_broker_produce_batches",
                 "Record batches produced, by result (ok: committed with an offset)",
                 Family::default()
+            ),
+            offset_commit_seconds: reg!(
+                "diskless_broker_offset_commit_duration_seconds",
+                "Time of one OffsetCommit's CommitOffsets to the coordinator cluster (one Raft entry)",
+                latency()
             ),
             commit_duration: reg!(
                 "diskless_broker_commit_duration_seconds",

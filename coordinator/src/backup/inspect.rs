@@ -88,6 +88,9 @@ fn table_name(k: &[u8]) -> String {
         Some(sk::FENCED_BY_TIME) => "fenced_by_time",
         Some(sk::PURGE) => "purge_queue",
         Some(sk::DELETED_TOPIC) => "deleted_topics",
+        Some(sk::GROUP) => "consumer_groups",
+        Some(sk::OFFSET) => "committed_offsets",
+        Some(sk::OFFSET_BY_TOPIC) => "committed_offsets_by_topic",
         Some(sk::META) => "meta",
         Some(sk::APPLIED) => "applied",
         _ => return format!("unknown:{}", display_key(k.get(4..5).unwrap_or_default())),
@@ -134,9 +137,47 @@ fn key_line(g: u32, k: &[u8], v: &[u8]) -> serde_json::Value {
         Some(sk::FILE) => (json!({ "object_key": text(5) }), decoded::<FileRecord>(k, v)),
         Some(sk::FENCED) => (json!({ "object_key": text(5) }), decoded::<FencedRecord>(k, v)),
         Some(sk::TOPIC_NAME) => (json!({ "name": text(5) }), decoded::<uuid::Uuid>(k, v)),
+        Some(sk::GROUP) => (json!({ "group_id": text(5) }), decoded::<crate::state_machine::GroupRecord>(k, v)),
+        Some(sk::OFFSET) => match Keys::decode_offset(k) {
+            Some((group_id, tp)) => (
+                json!({ "group_id": group_id, "topic_id": tp.topic_id, "partition": tp.partition }),
+                decoded::<crate::state_machine::OffsetRecord>(k, v),
+            ),
+            None => (json!(display_key(k)), json!({ "undecodable": "not an offset key" })),
+        },
         _ => (json!(display_key(k)), json!({ "bytes": v.len() })),
     };
     line["key"] = key;
     line["value"] = value;
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state_machine::{GroupRecord, OffsetRecord, TopicPartition};
+
+    #[test]
+    fn group_and_offset_keys_are_decoded() {
+        let keys = Keys::new(3);
+        let g = GroupRecord {
+            generation: 4,
+            protocol_type: "consumer".into(),
+            protocol: None,
+            leader: None,
+            members: vec![],
+            updated_ms: 9,
+            coordinator: "b".into(),
+        };
+        let line = key_line(3, &keys.group("grp"), &codec::encode(&g).unwrap());
+        assert_eq!(line["table"], "consumer_groups");
+        assert_eq!(line["key"]["group_id"], "grp");
+        assert_eq!(line["value"]["generation"], 4);
+        let tp = TopicPartition { topic_id: uuid::Uuid::from_bytes([1; 16]), partition: 2 };
+        let o = OffsetRecord { offset: 17, leader_epoch: -1, metadata: None, commit_ms: 5 };
+        let line = key_line(3, &keys.offset("grp", &tp), &codec::encode(&o).unwrap());
+        assert_eq!(line["table"], "committed_offsets");
+        assert_eq!(line["key"]["partition"], 2);
+        assert_eq!(line["value"]["offset"], 17);
+    }
 }

@@ -10,6 +10,7 @@
 
 mod cluster;
 mod dirs;
+mod groups;
 mod snapshot;
 mod topics;
 
@@ -94,6 +95,11 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: TopicsCmd,
     },
+    /// Consumer groups as the cluster holds them: generations, members, committed offsets.
+    Groups {
+        #[command(subcommand)]
+        cmd: GroupsCmd,
+    },
     /// Objects as the coordinators know them.
     Files {
         #[command(subcommand)]
@@ -152,6 +158,14 @@ pub enum TopicsCmd {
     /// One topic: per partition its log start, high watermark, batches, bytes and metadata
     /// partition, each from the leader of its metadata partition (batches are counted).
     Describe { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GroupsCmd {
+    /// Every group: state, protocol, generation, members (of its last completed generation).
+    List,
+    /// One group: its members and committed offsets.
+    Describe { group_id: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -338,6 +352,8 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
             let r = add_node_with_progress(&args.addr, *node, call).await?;
             return Ok(Report::ok(serde_json::to_value(&r)?, lines(&r.progress)));
         }
+        Cmd::Groups { cmd: GroupsCmd::List } => return groups::list(&args.addr).await,
+        Cmd::Groups { cmd: GroupsCmd::Describe { group_id } } => return groups::describe(&args.addr, group_id).await,
         _ => {}
     }
     match args.cmd {
@@ -353,6 +369,7 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
         | Cmd::Check
         | Cmd::Inspect { .. }
         | Cmd::Topics { .. }
+        | Cmd::Groups { .. }
         | Cmd::Files { .. }
         | Cmd::Dirs { .. }
         | Cmd::Snapshot { cmd: Some(_) } => unreachable!("handled above"),

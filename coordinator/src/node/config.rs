@@ -67,6 +67,11 @@ pub struct NodeConfig {
     /// Negative: never forgotten.
     #[serde(default = "default_fenced_object_retention_ms")]
     pub fenced_object_retention_ms: i64,
+    /// Kafka's `offsets.retention.minutes`: the committed offsets of a consumer group without
+    /// members are forgotten once neither they nor the group changed for this long, checked with
+    /// retention (Kafka's default, 7 days). Negative: never.
+    #[serde(default = "default_offsets_retention_minutes")]
+    pub offsets_retention_minutes: i64,
     /// How often a node hands leaderships back to each group's preferred leader (0 = never).
     #[serde(default = "default_leader_balance_ms")]
     pub leader_balance_ms: u64,
@@ -130,6 +135,10 @@ fn default_groups() -> u32 {
 
 fn default_producer_id_expiration_ms() -> i64 {
     24 * 60 * 60 * 1000
+}
+
+fn default_offsets_retention_minutes() -> i64 {
+    7 * 24 * 60
 }
 
 fn default_fenced_object_retention_ms() -> i64 {

@@ -893,6 +893,18 @@ impl Node {
                     }
                 }
             }
+            let retention_ms = self.config.offsets_retention_minutes.saturating_mul(60_000);
+            for _ in 0..100 {
+                let op = Op::ExpireOffsets { retention_ms, budget: DELETE_BUDGET };
+                match self.propose_at(g, op, Some(now), Duration::from_secs(10)).await {
+                    Ok((Outcome::ExpireOffsets { more: true, .. }, _)) => continue,
+                    Ok(_) => break,
+                    Err(e) => {
+                        tracing::debug!(group = g, error = %e, "offsets expiry stopped");
+                        break;
+                    }
+                }
+            }
         }
     }
 

@@ -46,7 +46,7 @@ pub struct CoordinatorApi {
     node: Arc<Node>,
 }
 
-fn timeout_of(ms: i32) -> Duration {
+pub(super) fn timeout_of(ms: i32) -> Duration {
     if ms <= 0 {
         DEFAULT_TIMEOUT
     } else {
@@ -54,7 +54,7 @@ fn timeout_of(ms: i32) -> Duration {
     }
 }
 
-fn forwarded_group<T>(r: &Request<T>) -> Option<u32> {
+pub(super) fn forwarded_group<T>(r: &Request<T>) -> Option<u32> {
     r.metadata().get(GROUP_HEADER)?.to_str().ok()?.parse().ok()
 }
 
@@ -74,6 +74,10 @@ impl CoordinatorApi {
         CoordinatorApi { node }
     }
 
+    pub(super) fn node(&self) -> &Arc<Node> {
+        &self.node
+    }
+
     fn owner(&self, tp: &TopicPartition) -> u32 {
         if tp.partition < 0 {
             // Nobody owns it; group 0 answers UNKNOWN_TOPIC_OR_PARTITION like any other.
@@ -88,7 +92,7 @@ impl CoordinatorApi {
 
     /// Serves `req` for group `g`: locally if this node leads `g` (or the request was forwarded
     /// here already), else by forwarding it to the leader.
-    async fn on_group<Req, Resp, LF, RF>(
+    pub(super) async fn on_group<Req, Resp, LF, RF>(
         &self,
         g: u32,
         forwarded: bool,
@@ -135,7 +139,7 @@ impl CoordinatorApi {
         }
     }
 
-    async fn propose(&self, g: u32, op: Op, timeout: Duration) -> Result<(Outcome, u64), RouteError> {
+    pub(super) async fn propose(&self, g: u32, op: Op, timeout: Duration) -> Result<(Outcome, u64), RouteError> {
         self.node.propose(g, op, timeout).await
     }
 
@@ -1197,6 +1201,36 @@ impl CoordinatorService for CoordinatorApi {
         }
         let objects = req.objects.iter().zip(merged).map(|(o, m)| m.result(o.object_key.clone())).collect();
         Ok(Response::new(FenceObjectsResponse { objects }))
+    }
+
+    async fn store_group(&self, r: Request<StoreGroupRequest>) -> Result<Response<StoreGroupResponse>, Status> {
+        self.serve_store_group(r).await
+    }
+
+    async fn commit_offsets(
+        &self,
+        r: Request<CommitOffsetsRequest>,
+    ) -> Result<Response<CommitOffsetsResponse>, Status> {
+        self.serve_commit_offsets(r).await
+    }
+
+    async fn fetch_offsets(&self, r: Request<FetchOffsetsRequest>) -> Result<Response<FetchOffsetsResponse>, Status> {
+        self.serve_fetch_offsets(r).await
+    }
+
+    async fn list_groups(&self, r: Request<ListGroupsRequest>) -> Result<Response<ListGroupsResponse>, Status> {
+        self.serve_list_groups(r).await
+    }
+
+    async fn delete_groups(&self, r: Request<DeleteGroupsRequest>) -> Result<Response<DeleteGroupsResponse>, Status> {
+        self.serve_delete_groups(r).await
+    }
+
+    async fn delete_offsets(
+        &self,
+        r: Request<DeleteOffsetsRequest>,
+    ) -> Result<Response<DeleteOffsetsResponse>, Status> {
+        self.serve_delete_offsets(r).await
     }
 
     async fn list_topics(&self, request: Request<ListTopicsRequest>) -> Result<Response<ListTopicsResponse>, Status> {

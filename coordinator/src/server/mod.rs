@@ -4,12 +4,13 @@
 //!
 //! Owns: serving, request size limits, graceful shutdown; every request passes the metrics layer
 //! (`metrics::grpc`). Routing and forwarding live in
-//! `coordinator_service`; wire-type checks in `convert`; the topic reconciler (which routes like
+//! `coordinator_service` (consumer groups' calls in `groups`); wire-type checks in `convert`; the topic reconciler (which routes like
 //! a client) in `reconciler`.
 
 mod admin_service;
 mod convert;
 pub mod coordinator_service;
+mod groups;
 pub mod health;
 mod raft_service;
 mod reconciler;

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::keys::TopicPartition;
+use super::records::GroupRecord;
 pub use diskless_proto::ErrorCode;
 
 /// A command, stamped by the proposer.
@@ -59,6 +60,39 @@ pub enum Op {
     /// the key is recorded as fenced, so a commit of it that reaches the log later is refused.
     /// Being a log entry, the fence is ordered with every commit: none can slip past it.
     FenceObjects { object_keys: Vec<String> },
+    /// A group coordinator (a broker) records a consumer group after a rebalance: its generation
+    /// and members. Refused when the stored generation is newer (a deposed coordinator), or the same
+    /// one stored by another coordinator.
+    StoreGroup { group_id: String, group: GroupRecord },
+    /// OffsetCommit, fenced at apply by the stored group's generation and members.
+    CommitOffsets(CommitOffsets),
+    /// DeleteGroups: groups without members lose their record and every committed offset.
+    DeleteGroups { group_ids: Vec<String> },
+    /// OffsetDelete: a group without members forgets the offsets of these partitions.
+    DeleteOffsets { group_id: String, partitions: Vec<TopicPartition> },
+    /// `offsets.retention.minutes`: committed offsets of groups without members that have seen no
+    /// commit (and no group change) for `retention_ms` are forgotten, then groups left without
+    /// members or offsets; at most `budget` offsets examined per command, from a stored cursor.
+    ExpireOffsets { retention_ms: i64, budget: u32 },
+}
+
+/// An OffsetCommit for one group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CommitOffsets {
+    pub group_id: String,
+    /// -1 with an empty member id: a commit from outside any generation (manual assignment),
+    /// allowed only while the group has no members.
+    pub generation: i32,
+    pub member_id: String,
+    pub offsets: Vec<OffsetCommit>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffsetCommit {
+    pub tp: TopicPartition,
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: Option<String>,
 }
 
 /// Kafka's defaults for topics created without settings.
@@ -167,6 +201,18 @@ pub enum Outcome {
     ProducerIds(Result<ProducerIdBlock, Failure>),
     /// Per object key, in request order.
     FenceObjects(Vec<(String, Result<FenceAnswer, Failure>)>),
+    /// StoreGroup.
+    Group(Result<(), Failure>),
+    /// Per offset of CommitOffsets or DeleteOffsets, in request order.
+    Offsets(Vec<Result<(), Failure>>),
+    /// Per group of DeleteGroups, in request order.
+    Groups(Vec<Result<(), Failure>>),
+    /// ExpireOffsets: offsets and groups forgotten; whether work is left.
+    ExpireOffsets {
+        offsets_expired: u64,
+        groups_expired: u64,
+        more: bool,
+    },
 }
 
 /// Producer ids `[first, first + len)`, for one broker to hand out.
@@ -230,6 +276,13 @@ impl std::fmt::Display for Command {
             Op::FenceObjects { object_keys } => {
                 return write!(f, "FenceObjects({} keys) at {}", object_keys.len(), self.now_ms)
             }
+            Op::StoreGroup { .. } => "StoreGroup",
+            Op::CommitOffsets(c) => {
+                return write!(f, "CommitOffsets({}, {} offsets) at {}", c.group_id, c.offsets.len(), self.now_ms)
+            }
+            Op::DeleteGroups { .. } => "DeleteGroups",
+            Op::DeleteOffsets { .. } => "DeleteOffsets",
+            Op::ExpireOffsets { .. } => "ExpireOffsets",
         };
         write!(f, "{name} at {}", self.now_ms)
     }

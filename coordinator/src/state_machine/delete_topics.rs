@@ -2,7 +2,8 @@
 //!
 //! Its record and name are removed from this metadata partition, its partitions here are flagged
 //! deleted (they answer as unknown) and queued; batches, producer states and partition records are
-//! then removed by the purge, which releases the topic's files. The id is remembered for good
+//! then removed by the purge, which releases the topic's files. Committed offsets of the topic
+//! (of the groups this metadata partition holds) go at once. The id is remembered for good
 //! (even when this metadata partition never had the topic): a create of a deleted id — a stale or
 //! late one, e.g. from the topic reconciler — is refused, so a deleted topic never comes back.
 
@@ -12,7 +13,7 @@ use super::command::{ErrorCode, Failure};
 use super::keys::TopicPartition;
 use super::purge::{self, Progress};
 use super::records::PartitionRecord;
-use super::{tables, StateMachine};
+use super::{groups, tables, StateMachine};
 use crate::storage::{StorageError, Txn};
 
 pub fn apply(
@@ -32,6 +33,7 @@ pub fn apply(
         };
         txn.delete(keys.topic(id));
         txn.delete(keys.topic_name(&topic.name));
+        groups::drop_topic(sm, txn, id)?;
         for partition in 0..topic.num_partitions {
             let tp = TopicPartition { topic_id: *id, partition };
             if !sm.owns(&tp) {

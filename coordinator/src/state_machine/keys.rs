@@ -20,6 +20,9 @@
 //! | `Y` | tombstones by age | fenced time (sign-flipped), object key | empty |
 //! | `Q` | purge queue | topic id, partition | empty |
 //! | `G` | deleted topic ids (never reused) | topic id | deleted-at time |
+//! | `K` | consumer groups (those this metadata partition holds) | group id bytes | `GroupRecord` |
+//! | `O` | committed offsets | group id (u16 length, bytes), topic id, partition | `OffsetRecord` |
+//! | `W` | committed offsets by topic | topic id, group id (u16 length, bytes) | empty |
 //! | `M` | metadata-partition values | name | per name |
 //! | `A` | applied log id and membership (written by the Raft layer with each entry) | — | openraft's |
 //!
@@ -46,6 +49,9 @@ pub const FENCED_BY_TIME: u8 = b'Y';
 pub const PURGE: u8 = b'Q';
 pub const DELETED_TOPIC: u8 = b'G';
 pub const META: u8 = b'M';
+pub const GROUP: u8 = b'K';
+pub const OFFSET: u8 = b'O';
+pub const OFFSET_BY_TOPIC: u8 = b'W';
 pub const APPLIED: u8 = b'A';
 
 /// Names under the `M` table.
@@ -54,6 +60,11 @@ pub const META_RETENTION_CURSOR: &[u8] = b"retention_cursor";
 pub const META_PRODUCER_CURSOR: &[u8] = b"producer_cursor";
 /// The next producer id to hand out (metadata partition 0 only).
 pub const META_NEXT_PRODUCER_ID: &[u8] = b"next_producer_id";
+/// Where the expiry of committed offsets resumes (an `O` key, or absent: from the start).
+pub const META_OFFSETS_CURSOR: &[u8] = b"offsets_cursor";
+
+/// The longest group id a key can hold (its length is stored in 16 bits).
+pub const MAX_GROUP_ID_BYTES: usize = u16::MAX as usize;
 
 /// Whether `key` is in a hot table (partitions, producer states, metadata-partition values).
 pub fn is_hot(key: &[u8]) -> bool {
@@ -250,6 +261,76 @@ impl Keys {
         self.start(APPLIED, 0)
     }
 
+    pub fn group(&self, group_id: &str) -> Vec<u8> {
+        let mut k = self.start(GROUP, group_id.len());
+        k.extend_from_slice(group_id.as_bytes());
+        k
+    }
+
+    /// The group id of a `K` key.
+    pub fn decode_group(key: &[u8]) -> Option<String> {
+        String::from_utf8(key.get(5..)?.to_vec()).ok()
+    }
+
+    /// The start of a group's `O` rows (the caller checked the id fits: [`MAX_GROUP_ID_BYTES`]).
+    fn group_offsets(&self, group_id: &str, cap: usize) -> Vec<u8> {
+        let mut k = self.start(OFFSET, 2 + group_id.len() + cap);
+        k.extend_from_slice(&(group_id.len() as u16).to_be_bytes());
+        k.extend_from_slice(group_id.as_bytes());
+        k
+    }
+
+    pub fn offset(&self, group_id: &str, tp: &TopicPartition) -> Vec<u8> {
+        let mut k = self.group_offsets(group_id, 20);
+        k.extend_from_slice(tp.topic_id.as_bytes());
+        k.extend_from_slice(&tp.partition.to_be_bytes());
+        k
+    }
+
+    /// Every committed offset of a group: `[from, to)`.
+    pub fn offsets_of_group(&self, group_id: &str) -> (Vec<u8>, Vec<u8>) {
+        let from = self.group_offsets(group_id, 0);
+        let mut to = from.clone();
+        to.extend_from_slice(&[0xff; 21]);
+        (from, to)
+    }
+
+    /// The committed offsets of a group in one topic: `[from, to)`.
+    pub fn offsets_of_group_topic(&self, group_id: &str, topic_id: &uuid::Uuid) -> (Vec<u8>, Vec<u8>) {
+        let mut from = self.group_offsets(group_id, 16);
+        from.extend_from_slice(topic_id.as_bytes());
+        let mut to = from.clone();
+        to.extend_from_slice(&[0xff; 5]);
+        (from, to)
+    }
+
+    /// The group id and topic-partition of an `O` key.
+    pub fn decode_offset(key: &[u8]) -> Option<(String, TopicPartition)> {
+        let len = usize::from(u16::from_be_bytes(key.get(5..7)?.try_into().ok()?));
+        let group = String::from_utf8(key.get(7..7 + len)?.to_vec()).ok()?;
+        let rest = key.get(7 + len..)?;
+        if rest.len() != 20 {
+            return None;
+        }
+        let topic_id = Uuid::from_slice(&rest[..16]).ok()?;
+        let partition = i32::from_be_bytes(rest[16..20].try_into().ok()?);
+        Some((group, TopicPartition { topic_id, partition }))
+    }
+
+    /// The `W` row saying `group_id` has committed offsets in topic `topic_id`.
+    pub fn offset_by_topic(&self, topic_id: &Uuid, group_id: &str) -> Vec<u8> {
+        let mut k = self.start(OFFSET_BY_TOPIC, 18 + group_id.len());
+        k.extend_from_slice(topic_id.as_bytes());
+        k.extend_from_slice(&(group_id.len() as u16).to_be_bytes());
+        k.extend_from_slice(group_id.as_bytes());
+        k
+    }
+
+    /// The group id of a `W` key.
+    pub fn decode_offset_by_topic(key: &[u8]) -> Option<String> {
+        String::from_utf8(key.get(23..)?.to_vec()).ok()
+    }
+
     pub fn meta(&self, name: &[u8]) -> Vec<u8> {
         let mut k = self.start(META, name.len());
         k.extend_from_slice(name);
@@ -290,6 +371,23 @@ mod tests {
         let (start1, _) = Keys::new(1).group_range();
         assert!(Keys::new(0).meta(b"zzz") < end0);
         assert_eq!(end0, start1);
+    }
+
+    #[test]
+    fn offset_keys_of_one_group_never_mix_with_another_groups() {
+        let k = Keys::new(2);
+        let tp = TopicPartition { topic_id: Uuid::from_bytes([0xff; 16]), partition: i32::MAX };
+        // "a" is a prefix of "ab": the length prefix keeps their rows apart.
+        let (from, to) = k.offsets_of_group("a");
+        let a = k.offset("a", &tp);
+        assert!(from <= a && a < to);
+        let ab = k.offset("ab", &TopicPartition { topic_id: Uuid::nil(), partition: 0 });
+        assert!(!(from <= ab && ab < to));
+        assert_eq!(Keys::decode_offset(&a), Some(("a".to_string(), tp)));
+        let (tfrom, tto) = k.offsets_of_group_topic("a", &tp.topic_id);
+        assert!(tfrom <= a && a < tto);
+        assert_eq!(Keys::decode_offset_by_topic(&k.offset_by_topic(&tp.topic_id, "g-1")), Some("g-1".into()));
+        assert_eq!(Keys::decode_group(&k.group("g-1")), Some("g-1".into()));
     }
 
     #[test]

@@ -22,6 +22,7 @@ mod create_partitions;
 mod delete_records;
 mod delete_topics;
 mod files;
+mod groups;
 mod producer_ids;
 mod producer_state;
 mod purge;
@@ -42,6 +43,8 @@ mod files_test;
 #[cfg(test)]
 pub(crate) mod fixture;
 #[cfg(test)]
+mod groups_test;
+#[cfg(test)]
 mod producer_ids_test;
 #[cfg(test)]
 mod queries_test;
@@ -49,8 +52,8 @@ mod queries_test;
 mod retention_test;
 
 pub use command::{
-    AlterTopic, Command, CommitBatch, CommitFile, CommittedBatch, CreateTopic, DeleteRecordsPartition, ErrorCode,
-    Failure, FenceAnswer, Op, Outcome, ProducerIdBlock, RetentionReport,
+    AlterTopic, Command, CommitBatch, CommitFile, CommitOffsets, CommittedBatch, CreateTopic, DeleteRecordsPartition,
+    ErrorCode, Failure, FenceAnswer, OffsetCommit, Op, Outcome, ProducerIdBlock, RetentionReport,
 };
 pub use create_partitions::{validate_topic_name, MAX_PARTITIONS};
 pub use files::{FileState, FileToDelete, MAX_FILES_TO_DELETE};
@@ -58,6 +61,7 @@ pub use keys::TopicPartition;
 pub use producer_ids::{MAX_PRODUCER_ID_BLOCK, PRODUCER_ID_AUTHORITY};
 pub use queries::{FetchBudget, OffsetAndTimestamp, PartitionBatches, MAX_BATCHES_PER_FETCH};
 pub use records::BatchRecord;
+pub use records::{GroupRecord, MemberRecord, OffsetRecord};
 pub use time_index::FANOUT as TIME_INDEX_FANOUT;
 
 use sha2::{Digest, Sha256};
@@ -152,6 +156,16 @@ impl StateMachine {
                 Outcome::ProducerIds(producer_ids::allocate(self, txn, *count)?)
             }
             Op::FenceObjects { object_keys } => Outcome::FenceObjects(files::fence(self, txn, now, object_keys)?),
+            Op::StoreGroup { group_id, group } => Outcome::Group(groups::store(self, txn, now, group_id, group)?),
+            Op::CommitOffsets(c) => Outcome::Offsets(groups::commit(self, txn, now, c)?),
+            Op::DeleteGroups { group_ids } => Outcome::Groups(groups::delete_groups(self, txn, group_ids)?),
+            Op::DeleteOffsets { group_id, partitions } => {
+                Outcome::Offsets(groups::delete_offsets(self, txn, group_id, partitions)?)
+            }
+            Op::ExpireOffsets { retention_ms, budget } => {
+                let (offsets_expired, groups_expired, more) = groups::expire(self, txn, now, *retention_ms, *budget)?;
+                Outcome::ExpireOffsets { offsets_expired, groups_expired, more }
+            }
         })
     }
 
@@ -184,6 +198,31 @@ impl StateMachine {
         tp: &TopicPartition,
     ) -> Result<Result<queries::PartitionFigures, Failure>, StorageError> {
         queries::describe_partition(view, &self.keys, tp)
+    }
+
+    /// Whether this metadata partition holds consumer group `group_id`.
+    pub fn holds_group(&self, group_id: &str) -> bool {
+        diskless_proto::metadata_partition_for_group(group_id, self.num_groups) == self.group
+    }
+
+    /// A consumer group as stored, if it is.
+    pub fn consumer_group(&self, view: &dyn KvRead, group_id: &str) -> Result<Option<GroupRecord>, StorageError> {
+        groups::group(view, &self.keys, group_id)
+    }
+
+    /// OffsetFetch: the committed offsets of `partitions`, or all of the group's when `None`.
+    pub fn fetch_offsets(
+        &self,
+        view: &dyn KvRead,
+        group_id: &str,
+        partitions: Option<&[TopicPartition]>,
+    ) -> Result<Vec<(TopicPartition, Option<OffsetRecord>)>, StorageError> {
+        groups::fetch(view, &self.keys, group_id, partitions)
+    }
+
+    /// Every group this metadata partition holds (with its record, if it has one), by id.
+    pub fn list_groups(&self, view: &dyn KvRead) -> Result<Vec<(String, Option<GroupRecord>)>, StorageError> {
+        groups::list(view, &self.keys)
     }
 
     /// DisklessDescribeFiles for one object key.

@@ -151,3 +151,44 @@ pub enum StoredResult {
 pub struct FencedRecord {
     pub fenced_at: i64,
 }
+
+/// A consumer group as its coordinator (a broker) last stored it: the generation and members of
+/// the last completed rebalance. Committed offsets are fenced against it at apply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupRecord {
+    pub generation: i32,
+    pub protocol_type: String,
+    /// The chosen assignment protocol (e.g. "range"), if the group has one.
+    pub protocol: Option<String>,
+    pub leader: Option<String>,
+    pub members: Vec<MemberRecord>,
+    /// When it was stored (the command's "now"): the group is empty since then if it has no members.
+    pub updated_ms: i64,
+    /// Which coordinator (a broker's id and process incarnation) stored this generation: another
+    /// coordinator may not store the same generation number again.
+    pub coordinator: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberRecord {
+    pub member_id: String,
+    /// Static membership (KIP-345): the member's `group.instance.id`.
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    /// The member's subscription (its protocol metadata for the chosen protocol).
+    pub subscription: Vec<u8>,
+    pub assignment: Vec<u8>,
+}
+
+/// A committed offset (Kafka's OffsetAndMetadata).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OffsetRecord {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: Option<String>,
+    /// When it was committed (the command's "now").
+    pub commit_ms: i64,
+}

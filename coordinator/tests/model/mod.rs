@@ -4,6 +4,8 @@
 //! it. Where the specification leaves a choice (which error code, the purge order and budget), the
 //! model follows the choice documented in the state machine's modules.
 
+mod groups;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use diskless_coordinator::state_machine::*;
@@ -68,6 +70,8 @@ pub struct Model {
     next_producer_id: i64,
     /// Ids of deleted topics: never created again.
     deleted_ids: BTreeSet<Uuid>,
+    /// Consumer groups and their committed offsets.
+    pub groups: groups::Groups,
 }
 
 fn fail<T>(code: ErrorCode) -> Result<T, Failure> {
@@ -98,6 +102,7 @@ impl Model {
             next_batch_id: 0,
             next_producer_id: 0,
             deleted_ids: BTreeSet::new(),
+            groups: groups::Groups::default(),
         }
     }
 
@@ -144,6 +149,16 @@ impl Model {
             Op::FenceObjects { object_keys } => {
                 Outcome::FenceObjects(object_keys.iter().map(|k| (k.clone(), self.fence(k, now))).collect())
             }
+            Op::StoreGroup { group_id, group } => Outcome::Group(self.groups.store(now, group_id, group)),
+            Op::CommitOffsets(c) => {
+                let topics = &self.topics;
+                Outcome::Offsets(self.groups.commit(now, c, |id| topics.get(id).map(|t| t.partitions)))
+            }
+            Op::DeleteGroups { group_ids } => Outcome::Groups(self.groups.delete_groups(group_ids)),
+            Op::DeleteOffsets { group_id, partitions } => {
+                Outcome::Offsets(self.groups.delete_offsets(group_id, partitions))
+            }
+            Op::ExpireOffsets { retention_ms, budget } => self.groups.expire(now, *retention_ms, *budget),
         }
     }
 
@@ -218,6 +233,7 @@ impl Model {
     fn delete_topic(&mut self, id: &Uuid) -> Result<(), Failure> {
         self.deleted_ids.insert(*id);
         let Some(t) = self.topics.remove(id) else { return fail(ErrorCode::UnknownTopicId) };
+        self.groups.drop_topic(id);
         for p in 0..t.partitions {
             let tp = TopicPartition { topic_id: *id, partition: p };
             if let Some(part) = self.parts.get_mut(&tp).filter(|p| !p.deleted) {

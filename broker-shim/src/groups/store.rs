@@ -1,0 +1,81 @@
+//! Where a broker's groups are kept when it is gone: the coordinator cluster (StoreGroup and
+//! FetchOffsets of the metadata partition the group id maps to), behind a trait so the protocol's
+//! tests run without a cluster.
+
+use diskless_proto::v1::{ConsumerGroup, FetchOffsetsRequest, StoreGroupRequest};
+use futures_util::future::BoxFuture;
+
+use crate::coordinator::Coordinators;
+
+/// Why storing or loading a group failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The cluster refused it with this Kafka error code (e.g. ILLEGAL_GENERATION: a newer
+    /// generation is stored, this broker was deposed).
+    #[error("refused with error {code}: {message}")]
+    Refused { code: i16, message: String },
+    #[error("coordinator cluster unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl StoreError {
+    /// The Kafka code to answer members with, if the cluster gave one that makes sense to them.
+    pub fn code(&self) -> Option<i16> {
+        match self {
+            StoreError::Refused { code: 22, .. } => Some(super::codes::ILLEGAL_GENERATION),
+            _ => None,
+        }
+    }
+}
+
+pub trait GroupStore: Send + Sync + 'static {
+    fn store<'a>(&'a self, group_id: &'a str, group: ConsumerGroup) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn load<'a>(&'a self, group_id: &'a str) -> BoxFuture<'a, Result<Option<ConsumerGroup>, StoreError>>;
+}
+
+const TIMEOUT_MS: i32 = 10_000;
+
+impl GroupStore for Coordinators {
+    fn store<'a>(&'a self, group_id: &'a str, group: ConsumerGroup) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let req = StoreGroupRequest { group_id: group_id.to_string(), group: Some(group), timeout_ms: TIMEOUT_MS };
+            let r = self
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.store_group(req).await }
+                })
+                .await
+                .map_err(|s| StoreError::Unavailable(s.message().to_string()))?;
+            match r.error_code {
+                0 => Ok(()),
+                code => Err(StoreError::Refused {
+                    code: i16::try_from(code).unwrap_or(-1),
+                    message: r.error_message.unwrap_or_default(),
+                }),
+            }
+        })
+    }
+
+    fn load<'a>(&'a self, group_id: &'a str) -> BoxFuture<'a, Result<Option<ConsumerGroup>, StoreError>> {
+        Box::pin(async move {
+            // Asking for one partition that cannot exist reads the group without its offsets.
+            let none = diskless_proto::v1::GroupOffset { topic_id: vec![0; 16], partition: -1, ..Default::default() };
+            let req =
+                FetchOffsetsRequest { group_id: group_id.to_string(), partitions: vec![none], timeout_ms: TIMEOUT_MS };
+            let r = self
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.fetch_offsets(req).await }
+                })
+                .await
+                .map_err(|s| StoreError::Unavailable(s.message().to_string()))?;
+            match r.error_code {
+                0 => Ok(r.group),
+                code => Err(StoreError::Refused {
+                    code: i16::try_from(code).unwrap_or(-1),
+                    message: r.error_message.unwrap_or_default(),
+                }),
+            }
+        })
+    }
+}

@@ -1,0 +1,620 @@
+//! The Kafka APIs of consumer groups: FindCoordinator, the classic protocol (JoinGroup, SyncGroup,
+//! Heartbeat, LeaveGroup) over the broker's `groups::GroupCoordinator`, OffsetCommit and
+//! OffsetFetch (the committed offsets are the coordinator cluster's: a commit is a Raft entry
+//! fenced there by generation), and the admin APIs (ListGroups, DescribeGroups, DeleteGroups,
+//! OffsetDelete). ConsumerGroupHeartbeat (KIP-848) is answered UNSUPPORTED_VERSION so clients fall
+//! back to the classic protocol. Topic names are mapped to ids here, through the catalog cache.
+
+use std::collections::{BTreeMap, HashMap};
+
+use diskless_proto::v1 as coord;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+use super::{encode, Listener, Reply};
+use crate::groups::{codes::*, JoinRequest};
+
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+const UNSUPPORTED_VERSION: i16 = 35;
+const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
+const TIMEOUT_MS: i32 = 15_000;
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+fn topic_name(v: &str) -> TopicName {
+    TopicName(s(v))
+}
+
+/// A coordinator-cluster answer as a group coordinator's Kafka error: routing and availability
+/// problems become COORDINATOR_NOT_AVAILABLE, which clients retry after finding the coordinator.
+fn cluster_code(code: i32) -> i16 {
+    match code {
+        6 | 7 | 9 => COORDINATOR_NOT_AVAILABLE,
+        c => i16::try_from(c).unwrap_or(-1),
+    }
+}
+
+// ---------------------------------------------------------------- FindCoordinator
+
+/// Groups: this broker (every broker can coordinate any group; its state that matters is in the
+/// cluster). Transactions are not supported: COORDINATOR_NOT_AVAILABLE with a message.
+pub fn find_coordinator(l: &Listener, header: &RequestHeader, req: FindCoordinatorRequest) -> Reply {
+    let v = header.request_api_version;
+    let me = BrokerId(l.broker_id);
+    let why = "transactions are not supported by diskless brokers yet";
+    let answer = |key_type: i8| -> (i16, BrokerId, String, i32, Option<StrBytes>) {
+        if key_type == 0 {
+            (NONE, me, l.host.clone(), l.port, None)
+        } else {
+            (COORDINATOR_NOT_AVAILABLE, BrokerId(-1), String::new(), -1, Some(s(why)))
+        }
+    };
+    let body = if v >= 4 {
+        let coordinators = req
+            .coordinator_keys
+            .iter()
+            .map(|k| {
+                let (code, node, host, port, message) = answer(req.key_type);
+                find_coordinator_response::Coordinator::default()
+                    .with_key(k.clone())
+                    .with_node_id(node)
+                    .with_host(s(&host))
+                    .with_port(port)
+                    .with_error_code(code)
+                    .with_error_message(message)
+            })
+            .collect();
+        FindCoordinatorResponse::default().with_coordinators(coordinators)
+    } else {
+        let (code, node, host, port, message) = answer(if v >= 1 { req.key_type } else { 0 });
+        let mut body = FindCoordinatorResponse::default()
+            .with_error_code(code)
+            .with_node_id(node)
+            .with_host(s(&host))
+            .with_port(port);
+        if v >= 1 {
+            body = body.with_error_message(message);
+        }
+        body
+    };
+    encode(ApiKey::FindCoordinator, header, v, &body)
+}
+
+// ---------------------------------------------------------------- the classic protocol
+
+pub async fn join_group(l: &Listener, header: &RequestHeader, req: JoinGroupRequest) -> Reply {
+    let v = header.request_api_version;
+    let join = JoinRequest {
+        group_id: req.group_id.0.to_string(),
+        member_id: req.member_id.to_string(),
+        group_instance_id: req.group_instance_id.as_ref().map(|i| i.to_string()),
+        client_id: header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default(),
+        client_host: String::new(),
+        session_timeout_ms: req.session_timeout_ms,
+        // v0 has no rebalance timeout: the session timeout serves.
+        rebalance_timeout_ms: if v >= 1 { req.rebalance_timeout_ms } else { req.session_timeout_ms },
+        protocol_type: req.protocol_type.to_string(),
+        protocols: req.protocols.iter().map(|p| (p.name.to_string(), p.metadata.clone())).collect(),
+    };
+    let out = l.shim.groups.join(join).await;
+    let members = out
+        .members
+        .into_iter()
+        .map(|(id, instance, metadata)| {
+            join_group_response::JoinGroupResponseMember::default()
+                .with_member_id(s(&id))
+                .with_group_instance_id(if v >= 5 { instance.map(|i| s(&i)) } else { None })
+                .with_metadata(metadata)
+        })
+        .collect();
+    let mut body = JoinGroupResponse::default()
+        .with_error_code(out.error)
+        .with_generation_id(if out.error == NONE { out.generation } else { -1 })
+        .with_protocol_name(Some(s(out.protocol.as_deref().unwrap_or_default())))
+        .with_leader(s(&out.leader))
+        .with_member_id(s(&out.member_id))
+        .with_members(members);
+    if v >= 7 {
+        body = body.with_protocol_type(out.protocol_type.map(|p| s(&p)));
+    }
+    encode(ApiKey::JoinGroup, header, v, &body)
+}
+
+pub async fn sync_group(l: &Listener, header: &RequestHeader, req: SyncGroupRequest) -> Reply {
+    let v = header.request_api_version;
+    let assignments = req.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.clone())).collect();
+    let out = l.shim.groups.sync(&req.group_id.0, req.generation_id, &req.member_id, assignments).await;
+    let mut body = SyncGroupResponse::default().with_error_code(out.error).with_assignment(out.assignment);
+    if v >= 5 {
+        body =
+            body.with_protocol_type(out.protocol_type.map(|p| s(&p))).with_protocol_name(out.protocol.map(|p| s(&p)));
+    }
+    encode(ApiKey::SyncGroup, header, v, &body)
+}
+
+pub async fn heartbeat(l: &Listener, header: &RequestHeader, req: HeartbeatRequest) -> Reply {
+    let v = header.request_api_version;
+    let code = l.shim.groups.heartbeat(&req.group_id.0, req.generation_id, &req.member_id).await;
+    encode(ApiKey::Heartbeat, header, v, &HeartbeatResponse::default().with_error_code(code))
+}
+
+pub async fn leave_group(l: &Listener, header: &RequestHeader, req: LeaveGroupRequest) -> Reply {
+    let v = header.request_api_version;
+    let who: Vec<(String, Option<String>)> = if v >= 3 {
+        req.members
+            .iter()
+            .map(|m| (m.member_id.to_string(), m.group_instance_id.as_ref().map(|i| i.to_string())))
+            .collect()
+    } else {
+        vec![(req.member_id.to_string(), None)]
+    };
+    let body = match l.shim.groups.leave(&req.group_id.0, &who).await {
+        Err(code) => LeaveGroupResponse::default().with_error_code(code),
+        Ok(codes) if v >= 3 => LeaveGroupResponse::default().with_members(
+            who.iter()
+                .zip(codes)
+                .map(|((id, instance), code)| {
+                    leave_group_response::MemberResponse::default()
+                        .with_member_id(s(id))
+                        .with_group_instance_id(instance.as_ref().map(|i| s(i)))
+                        .with_error_code(code)
+                })
+                .collect(),
+        ),
+        Ok(codes) => LeaveGroupResponse::default().with_error_code(codes.first().copied().unwrap_or(NONE)),
+    };
+    encode(ApiKey::LeaveGroup, header, v, &body)
+}
+
+/// KIP-848's protocol is not built: refused so the client falls back to the classic protocol.
+pub fn consumer_group_heartbeat(header: &RequestHeader) -> Reply {
+    let v = header.request_api_version;
+    let body = ConsumerGroupHeartbeatResponse::default().with_error_code(UNSUPPORTED_VERSION).with_error_message(Some(
+        s("the consumer group protocol (KIP-848) is not supported; use group.protocol=classic"),
+    ));
+    encode(ApiKey::ConsumerGroupHeartbeat, header, v, &body)
+}
+
+// ---------------------------------------------------------------- committed offsets
+
+pub async fn offset_commit(l: &Listener, header: &RequestHeader, req: OffsetCommitRequest) -> Reply {
+    let v = header.request_api_version;
+    let group_id = req.group_id.0.to_string();
+    let generation = req.generation_id_or_member_epoch;
+    let member_id = req.member_id.to_string();
+    // Per topic: its id, or the error for all its partitions.
+    let mut answers: Vec<(String, Vec<(i32, i16)>)> = vec![];
+    let mut sent: Vec<(usize, usize)> = vec![];
+    let mut offsets = vec![];
+    let check = l.shim.groups.check_commit(&group_id, generation, &member_id).await;
+    for (ti, t) in req.topics.iter().enumerate() {
+        let name = t.name.0.to_string();
+        let meta = l.topic(&name).await;
+        let mut parts = vec![];
+        for (pi, p) in t.partitions.iter().enumerate() {
+            let code = match (&check, &meta) {
+                (Err(code), _) => *code,
+                (_, Err(_)) => UNKNOWN_TOPIC_OR_PARTITION,
+                (Ok(()), Ok(m)) if p.partition_index < 0 || p.partition_index >= m.partitions => {
+                    UNKNOWN_TOPIC_OR_PARTITION
+                }
+                (Ok(()), Ok(m)) => {
+                    offsets.push(coord::GroupOffset {
+                        topic_id: m.id.to_vec(),
+                        partition: p.partition_index,
+                        offset: p.committed_offset,
+                        leader_epoch: p.committed_leader_epoch,
+                        metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+                        ..Default::default()
+                    });
+                    sent.push((ti, pi));
+                    NONE
+                }
+            };
+            parts.push((p.partition_index, code));
+        }
+        answers.push((name, parts));
+    }
+    if !offsets.is_empty() {
+        let n = offsets.len();
+        let request = coord::CommitOffsetsRequest {
+            group_id: group_id.clone(),
+            generation_id: generation,
+            member_id: member_id.clone(),
+            offsets,
+            timeout_ms: TIMEOUT_MS,
+        };
+        let started = std::time::Instant::now();
+        let r = l
+            .shim
+            .coordinators
+            .call(|mut c| {
+                let request = request.clone();
+                async move { c.commit_offsets(request).await }
+            })
+            .await;
+        crate::metrics::get().offset_commit_seconds.observe(started.elapsed().as_secs_f64());
+        let codes: Vec<i16> = match r {
+            Ok(resp) if resp.offsets.len() == n => resp.offsets.iter().map(|o| cluster_code(o.error_code)).collect(),
+            Ok(_) => vec![COORDINATOR_NOT_AVAILABLE; n],
+            Err(status) => {
+                tracing::info!(group = group_id, %status, "OffsetCommit: coordinator cluster unavailable");
+                vec![COORDINATOR_NOT_AVAILABLE; n]
+            }
+        };
+        for ((ti, pi), code) in sent.into_iter().zip(codes) {
+            answers[ti].1[pi].1 = code;
+        }
+    }
+    let topics = answers
+        .into_iter()
+        .map(|(name, parts)| {
+            offset_commit_response::OffsetCommitResponseTopic::default().with_name(topic_name(&name)).with_partitions(
+                parts
+                    .into_iter()
+                    .map(|(p, code)| {
+                        offset_commit_response::OffsetCommitResponsePartition::default()
+                            .with_partition_index(p)
+                            .with_error_code(code)
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    encode(ApiKey::OffsetCommit, header, v, &OffsetCommitResponse::default().with_topics(topics))
+}
+
+/// One group's committed offsets: (topic name, partition, offset, leader epoch, metadata, code) in
+/// topic and partition order; or a group-level error.
+type Fetched = Result<Vec<(String, i32, i64, i32, Option<String>, i16)>, i16>;
+
+async fn fetch_group(l: &Listener, group_id: &str, wanted: Option<Vec<(String, Vec<i32>)>>) -> Fetched {
+    let catalog = l.shim.coordinators.refresh_topics().await.map_err(|_| COORDINATOR_LOAD_IN_PROGRESS)?;
+    let by_name: HashMap<&str, &crate::coordinator::TopicMeta> = catalog.iter().map(|t| (t.name.as_str(), t)).collect();
+    let by_id: HashMap<[u8; 16], &str> = catalog.iter().map(|t| (t.id, t.name.as_str())).collect();
+    let mut partitions = vec![];
+    let mut unknown = vec![];
+    if let Some(w) = &wanted {
+        for (name, ps) in w {
+            for &p in ps {
+                match by_name.get(name.as_str()) {
+                    Some(t) => partitions.push(coord::GroupOffset {
+                        topic_id: t.id.to_vec(),
+                        partition: p,
+                        ..Default::default()
+                    }),
+                    None => unknown.push((name.clone(), p)),
+                }
+            }
+        }
+        if partitions.is_empty() {
+            return Ok(unknown.into_iter().map(|(n, p)| (n, p, -1, -1, Some(String::new()), NONE)).collect());
+        }
+    }
+    let request = coord::FetchOffsetsRequest { group_id: group_id.to_string(), partitions, timeout_ms: TIMEOUT_MS };
+    let resp = l
+        .shim
+        .coordinators
+        .call(|mut c| {
+            let request = request.clone();
+            async move { c.fetch_offsets(request).await }
+        })
+        .await
+        .map_err(|_| COORDINATOR_NOT_AVAILABLE)?;
+    if resp.error_code != 0 {
+        return Err(match cluster_code(resp.error_code) {
+            COORDINATOR_NOT_AVAILABLE => COORDINATOR_LOAD_IN_PROGRESS,
+            c => c,
+        });
+    }
+    let mut out: Vec<(String, i32, i64, i32, Option<String>, i16)> = resp
+        .offsets
+        .into_iter()
+        .filter_map(|o| {
+            let id: [u8; 16] = o.topic_id.as_slice().try_into().ok()?;
+            let name = by_id.get(&id)?;
+            Some((name.to_string(), o.partition, o.offset, o.leader_epoch, Some(o.metadata.unwrap_or_default()), NONE))
+        })
+        .filter(|r| wanted.is_some() || r.2 >= 0)
+        .collect();
+    out.extend(unknown.into_iter().map(|(n, p)| (n, p, -1, -1, Some(String::new()), NONE)));
+    out.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    Ok(out)
+}
+
+pub async fn offset_fetch(l: &Listener, header: &RequestHeader, req: OffsetFetchRequest) -> Reply {
+    let v = header.request_api_version;
+    if v >= 8 {
+        let mut groups = vec![];
+        for g in &req.groups {
+            let wanted = g
+                .topics
+                .as_ref()
+                .map(|ts| ts.iter().map(|t| (t.name.0.to_string(), t.partition_indexes.clone())).collect::<Vec<_>>());
+            let group = match fetch_group(l, &g.group_id.0, wanted).await {
+                Err(code) => offset_fetch_response::OffsetFetchResponseGroup::default().with_error_code(code),
+                Ok(rows) => {
+                    let mut topics: BTreeMap<String, Vec<offset_fetch_response::OffsetFetchResponsePartitions>> =
+                        BTreeMap::new();
+                    for (name, p, offset, epoch, metadata, code) in rows {
+                        topics.entry(name).or_default().push(
+                            offset_fetch_response::OffsetFetchResponsePartitions::default()
+                                .with_partition_index(p)
+                                .with_committed_offset(offset)
+                                .with_committed_leader_epoch(epoch)
+                                .with_metadata(metadata.map(|m| s(&m)))
+                                .with_error_code(code),
+                        );
+                    }
+                    offset_fetch_response::OffsetFetchResponseGroup::default().with_topics(
+                        topics
+                            .into_iter()
+                            .map(|(name, partitions)| {
+                                offset_fetch_response::OffsetFetchResponseTopics::default()
+                                    .with_name(topic_name(&name))
+                                    .with_partitions(partitions)
+                            })
+                            .collect(),
+                    )
+                }
+            };
+            groups.push(group.with_group_id(g.group_id.clone()));
+        }
+        return encode(ApiKey::OffsetFetch, header, v, &OffsetFetchResponse::default().with_groups(groups));
+    }
+    let wanted = req
+        .topics
+        .as_ref()
+        .map(|ts| ts.iter().map(|t| (t.name.0.to_string(), t.partition_indexes.clone())).collect::<Vec<_>>());
+    let body = match fetch_group(l, &req.group_id.0, wanted).await {
+        Err(code) if v >= 2 => OffsetFetchResponse::default().with_error_code(code),
+        Err(code) => {
+            // v1 has no group-level error: every partition asked for carries it.
+            let topics = req
+                .topics
+                .iter()
+                .flatten()
+                .map(|t| {
+                    offset_fetch_response::OffsetFetchResponseTopic::default()
+                        .with_name(t.name.clone())
+                        .with_partitions(
+                            t.partition_indexes
+                                .iter()
+                                .map(|&p| {
+                                    offset_fetch_response::OffsetFetchResponsePartition::default()
+                                        .with_partition_index(p)
+                                        .with_committed_offset(-1)
+                                        .with_metadata(Some(s("")))
+                                        .with_error_code(code)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect();
+            OffsetFetchResponse::default().with_topics(topics)
+        }
+        Ok(rows) => {
+            let mut topics: BTreeMap<String, Vec<offset_fetch_response::OffsetFetchResponsePartition>> =
+                BTreeMap::new();
+            for (name, p, offset, epoch, metadata, code) in rows {
+                let mut part = offset_fetch_response::OffsetFetchResponsePartition::default()
+                    .with_partition_index(p)
+                    .with_committed_offset(offset)
+                    .with_metadata(metadata.map(|m| s(&m)))
+                    .with_error_code(code);
+                if v >= 5 {
+                    part = part.with_committed_leader_epoch(epoch);
+                }
+                topics.entry(name).or_default().push(part);
+            }
+            OffsetFetchResponse::default().with_topics(
+                topics
+                    .into_iter()
+                    .map(|(name, partitions)| {
+                        offset_fetch_response::OffsetFetchResponseTopic::default()
+                            .with_name(topic_name(&name))
+                            .with_partitions(partitions)
+                    })
+                    .collect(),
+            )
+        }
+    };
+    encode(ApiKey::OffsetFetch, header, v, &body)
+}
+
+// ---------------------------------------------------------------- admin
+
+pub async fn list_groups(l: &Listener, header: &RequestHeader, req: ListGroupsRequest) -> Reply {
+    let v = header.request_api_version;
+    let listed = l
+        .shim
+        .coordinators
+        .call(|mut c| async move { c.list_groups(coord::ListGroupsRequest { timeout_ms: TIMEOUT_MS }).await })
+        .await;
+    let (mut code, stored) = match listed {
+        Ok(r) => (cluster_code(r.error_code), r.groups),
+        Err(_) => (COORDINATOR_NOT_AVAILABLE, vec![]),
+    };
+    if code == UNKNOWN_TOPIC_OR_PARTITION {
+        code = NONE;
+    }
+    let live = l.shim.groups.states();
+    let mut all: BTreeMap<String, (String, &'static str)> = BTreeMap::new();
+    for e in stored {
+        let (protocol_type, state) = match &e.group {
+            Some(g) if g.members.is_empty() => (g.protocol_type.clone(), "Empty"),
+            Some(g) => (g.protocol_type.clone(), "Stable"),
+            None => (String::new(), "Empty"),
+        };
+        all.insert(e.group_id, (protocol_type, state));
+    }
+    all.extend(live.into_iter().filter(|(_, (t, _))| !t.is_empty()));
+    let filter: Vec<String> = req.states_filter.iter().map(|s| s.to_lowercase()).collect();
+    let groups = all
+        .into_iter()
+        .filter(|(_, (_, state))| v < 4 || filter.is_empty() || filter.contains(&state.to_lowercase()))
+        .map(|(id, (protocol_type, state))| {
+            let mut g = list_groups_response::ListedGroup::default()
+                .with_group_id(GroupId(s(&id)))
+                .with_protocol_type(s(&protocol_type));
+            if v >= 4 {
+                g = g.with_group_state(s(state));
+            }
+            if v >= 5 {
+                g = g.with_group_type(s("classic"));
+            }
+            g
+        })
+        .collect();
+    encode(ApiKey::ListGroups, header, v, &ListGroupsResponse::default().with_error_code(code).with_groups(groups))
+}
+
+pub async fn describe_groups(l: &Listener, header: &RequestHeader, req: DescribeGroupsRequest) -> Reply {
+    let v = header.request_api_version;
+    let mut groups = vec![];
+    for id in &req.groups {
+        let mut g = describe_groups_response::DescribedGroup::default().with_group_id(id.clone());
+        match l.shim.groups.describe(&id.0).await {
+            Err(code) => g = g.with_error_code(code),
+            Ok(d) => {
+                let dead = d.protocol_type.is_empty() && d.members.is_empty();
+                g = g
+                    .with_group_state(s(if dead { "Dead" } else { d.state }))
+                    .with_protocol_type(s(&d.protocol_type))
+                    .with_protocol_data(s(&d.protocol))
+                    .with_members(
+                        d.members
+                            .into_iter()
+                            .map(|(id, instance, client_id, host, metadata, assignment)| {
+                                describe_groups_response::DescribedGroupMember::default()
+                                    .with_member_id(s(&id))
+                                    .with_group_instance_id(if v >= 4 { instance.map(|i| s(&i)) } else { None })
+                                    .with_client_id(s(&client_id))
+                                    .with_client_host(s(&host))
+                                    .with_member_metadata(metadata)
+                                    .with_member_assignment(assignment)
+                            })
+                            .collect(),
+                    );
+            }
+        }
+        groups.push(g);
+    }
+    encode(ApiKey::DescribeGroups, header, v, &DescribeGroupsResponse::default().with_groups(groups))
+}
+
+pub async fn delete_groups(l: &Listener, header: &RequestHeader, req: DeleteGroupsRequest) -> Reply {
+    let v = header.request_api_version;
+    let mut results: BTreeMap<String, i16> = BTreeMap::new();
+    let mut ask = vec![];
+    for id in &req.groups_names {
+        let id = id.0.to_string();
+        if l.shim.groups.has_members(&id) {
+            results.insert(id, NON_EMPTY_GROUP);
+        } else {
+            ask.push(id);
+        }
+    }
+    if !ask.is_empty() {
+        let request = coord::DeleteGroupsRequest { group_ids: ask.clone(), timeout_ms: TIMEOUT_MS };
+        match l
+            .shim
+            .coordinators
+            .call(|mut c| {
+                let request = request.clone();
+                async move { c.delete_groups(request).await }
+            })
+            .await
+        {
+            Ok(r) => {
+                for e in r.results {
+                    let code = cluster_code(e.error_code);
+                    if code == NONE {
+                        l.shim.groups.forget(&e.group_id);
+                    }
+                    results.insert(e.group_id, code);
+                }
+            }
+            Err(_) => ask.into_iter().for_each(|id| {
+                results.insert(id, COORDINATOR_NOT_AVAILABLE);
+            }),
+        }
+    }
+    let results = req
+        .groups_names
+        .iter()
+        .map(|id| {
+            delete_groups_response::DeletableGroupResult::default()
+                .with_group_id(id.clone())
+                .with_error_code(results.get(id.0.as_str()).copied().unwrap_or(GROUP_ID_NOT_FOUND))
+        })
+        .collect();
+    encode(ApiKey::DeleteGroups, header, v, &DeleteGroupsResponse::default().with_results(results))
+}
+
+pub async fn offset_delete(l: &Listener, header: &RequestHeader, req: OffsetDeleteRequest) -> Reply {
+    let v = header.request_api_version;
+    let group_id = req.group_id.0.to_string();
+    let busy = l.shim.groups.has_members(&group_id);
+    let mut answers: Vec<(TopicName, Vec<(i32, i16)>)> = vec![];
+    let mut sent = vec![];
+    let mut partitions = vec![];
+    for (ti, t) in req.topics.iter().enumerate() {
+        let meta = l.topic(&t.name.0).await;
+        let mut parts = vec![];
+        for (pi, p) in t.partitions.iter().enumerate() {
+            let code = match &meta {
+                _ if busy => GROUP_SUBSCRIBED_TO_TOPIC,
+                Err(_) => UNKNOWN_TOPIC_OR_PARTITION,
+                Ok(m) => {
+                    partitions.push(coord::GroupOffset {
+                        topic_id: m.id.to_vec(),
+                        partition: p.partition_index,
+                        ..Default::default()
+                    });
+                    sent.push((ti, pi));
+                    NONE
+                }
+            };
+            parts.push((p.partition_index, code));
+        }
+        answers.push((t.name.clone(), parts));
+    }
+    if !partitions.is_empty() {
+        let n = partitions.len();
+        let request = coord::DeleteOffsetsRequest { group_id, partitions, timeout_ms: TIMEOUT_MS };
+        let codes = match l
+            .shim
+            .coordinators
+            .call(|mut c| {
+                let request = request.clone();
+                async move { c.delete_offsets(request).await }
+            })
+            .await
+        {
+            Ok(r) if r.partitions.len() == n => r.partitions.iter().map(|o| cluster_code(o.error_code)).collect(),
+            _ => vec![COORDINATOR_NOT_AVAILABLE; n],
+        };
+        for ((ti, pi), code) in sent.into_iter().zip(codes) {
+            answers[ti].1[pi].1 = code;
+        }
+    }
+    let topics = answers
+        .into_iter()
+        .map(|(name, parts)| {
+            offset_delete_response::OffsetDeleteResponseTopic::default().with_name(name).with_partitions(
+                parts
+                    .into_iter()
+                    .map(|(p, code)| {
+                        offset_delete_response::OffsetDeleteResponsePartition::default()
+                            .with_partition_index(p)
+                            .with_error_code(code)
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    encode(ApiKey::OffsetDelete, header, v, &OffsetDeleteResponse::default().with_topics(topics))
+}
