@@ -20,6 +20,10 @@ pub struct ShimConfig {
     /// translation: NAT, a proxy per node; the fault suite puts its proxies here).
     #[serde(default)]
     pub coordinator_address_map: BTreeMap<String, String>,
+    /// TLS to the coordinator nodes' client listeners: the broker's certificate (its identity,
+    /// which the nodes' `roles.broker` must name), key, and the cluster's CA.
+    #[serde(default)]
+    pub coordinator_tls: Option<diskless_tls::TlsFiles>,
     pub storage: StorageConfig,
     #[serde(default)]
     pub produce: ProduceConfig,

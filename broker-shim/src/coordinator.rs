@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use diskless_proto::admin::admin_service_client::AdminServiceClient;
@@ -39,6 +39,8 @@ pub struct Coordinators {
     /// Addresses to reach nodes through instead of those they advertise (see
     /// `ShimConfig::coordinator_address_map`).
     address_map: HashMap<String, String>,
+    /// TLS to the nodes (`ShimConfig::coordinator_tls`).
+    tls: Option<Arc<diskless_tls::ClientTls>>,
 }
 
 /// The header that makes a node serve every part of a request itself (no forwarding).
@@ -58,13 +60,22 @@ impl Coordinators {
     /// Like [`Coordinators::connect`], reaching a node advertised at a key of `address_map`
     /// through that key's value.
     pub async fn connect_via(addrs: &[String], address_map: HashMap<String, String>) -> anyhow::Result<Coordinators> {
+        Self::connect_with(addrs, address_map, None).await
+    }
+
+    /// Like [`Coordinators::connect_via`], over TLS with `tls`.
+    pub async fn connect_with(
+        addrs: &[String],
+        address_map: HashMap<String, String>,
+        tls: Option<Arc<diskless_tls::ClientTls>>,
+    ) -> anyhow::Result<Coordinators> {
         let mut channels = vec![];
         for a in addrs {
-            let ch = Endpoint::from_shared(format!("http://{a}"))?
+            let endpoint = Endpoint::from_shared(format!("http://{a}"))?
                 .connect_timeout(Duration::from_secs(2))
                 .tcp_nodelay(true)
-                .http2_keep_alive_interval(Duration::from_secs(10))
-                .connect_lazy();
+                .http2_keep_alive_interval(Duration::from_secs(10));
+            let ch = diskless_tls::client::channel(endpoint, tls.clone());
             channels.push((a.clone(), ch));
         }
         let mut num_groups = 0;
@@ -98,6 +109,7 @@ impl Coordinators {
             leaders: Mutex::new(vec![None; num_groups as usize]),
             by_addr: Mutex::new(by_addr),
             address_map,
+            tls,
         };
         c.refresh_leaders().await;
         Ok(c)
@@ -212,13 +224,13 @@ impl Coordinators {
         if let Some(c) = map.get(addr) {
             return Some(c.clone());
         }
-        let ch = Endpoint::from_shared(format!("http://{addr}"))
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
             .ok()?
             .connect_timeout(Duration::from_secs(2))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(10))
-            .keep_alive_timeout(Duration::from_secs(10))
-            .connect_lazy();
+            .keep_alive_timeout(Duration::from_secs(10));
+        let ch = diskless_tls::client::channel(endpoint, self.tls.clone());
         map.insert(addr.to_string(), ch.clone());
         Some(ch)
     }

@@ -60,7 +60,12 @@ impl Shim {
         // Outermost, so injected faults count as failed requests too.
         let storage = storage.metered();
         let address_map = config.coordinator_address_map.clone().into_iter().collect();
-        let coordinators = Arc::new(coordinator::Coordinators::connect_via(&config.coordinators, address_map).await?);
+        let tls = match &config.coordinator_tls {
+            Some(f) => Some(anyhow::Context::context(diskless_tls::ClientTls::new(f), "coordinator_tls")?),
+            None => None,
+        };
+        let coordinators =
+            Arc::new(coordinator::Coordinators::connect_with(&config.coordinators, address_map, tls).await?);
         let commit_deadline =
             produce::commit_deadline(std::time::Duration::from_millis(config.cleanup.orphan_grace_ms));
         let (producer, tasks) = produce::Producer::start(

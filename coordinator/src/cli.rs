@@ -20,9 +20,15 @@ pub struct ServerArgs {
     /// host:port to listen on.
     #[arg(long, env = "DISKLESS_LISTEN")]
     pub listen: Option<String>,
-    /// host:port peers and clients reach this node at (default: --listen).
+    /// host:port clients reach this node at (default: --listen).
     #[arg(long, env = "DISKLESS_ADVERTISE")]
     pub advertise: Option<String>,
+    /// host:port of a separate peer listener (Raft traffic); unset: peers use --listen.
+    #[arg(long, env = "DISKLESS_PEER_LISTEN")]
+    pub peer_listen: Option<String>,
+    /// host:port peers reach this node at (default: --peer-listen, else --advertise).
+    #[arg(long, env = "DISKLESS_PEER_ADVERTISE")]
+    pub peer_advertise: Option<String>,
     #[arg(long, env = "DISKLESS_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
     /// Initial voters, `id=host:port,...` (bootstraps a new cluster; harmless on restart).
@@ -72,6 +78,12 @@ impl ServerArgs {
         if let Some(v) = &self.advertise {
             set("advertise", v.clone().into());
         }
+        if let Some(v) = &self.peer_listen {
+            set("peer_listen", v.clone().into());
+        }
+        if let Some(v) = &self.peer_advertise {
+            set("peer_advertise", v.clone().into());
+        }
         if let Some(v) = &self.data_dir {
             set("data_dir", v.display().to_string().into());
         }
@@ -93,11 +105,15 @@ impl ServerArgs {
 /// Runs a node until SIGTERM or SIGINT, then shuts it down cleanly.
 pub async fn run_server(args: ServerArgs) -> anyhow::Result<()> {
     let config = args.config()?;
-    let listener = crate::server::bind(&config.listen).await?;
-    let addr = listener.local_addr()?;
+    let listeners = crate::server::Listeners::bind(&config).await?;
+    let addr = listeners.client.local_addr()?;
+    let peer_addr = listeners.peer.as_ref().map(|l| l.local_addr()).transpose()?;
     let node = Node::start(config).await?;
-    tracing::info!(node = node.id, %addr, groups = node.num_groups(), "coordinator node serving");
+    tracing::info!(node = node.id, %addr, ?peer_addr, groups = node.num_groups(), "coordinator node serving");
     println!("diskless-coordinator node {} listening on {addr}", node.id);
+    if let Some(p) = peer_addr {
+        println!("diskless-coordinator node {} peer listener on {p}", node.id);
+    }
     if let Some(m) = node.config.metrics_addr.clone() {
         let bound = crate::metrics::scrape::serve(&node, &m).await?;
         println!("diskless-coordinator node {} metrics on http://{bound}/metrics", node.id);
@@ -111,7 +127,7 @@ pub async fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         }
         tracing::info!("shutting down");
     };
-    crate::server::serve(node.clone(), listener, shutdown).await?;
+    crate::server::serve(node.clone(), listeners, shutdown).await?;
     node.shutdown().await;
     Ok(())
 }

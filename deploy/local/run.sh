@@ -6,10 +6,19 @@
 #
 #   deploy/local/run.sh            # build (first time: RocksDB takes minutes), start, show status
 #   DATA=/tmp/q PROFILE=release deploy/local/run.sh
+#   deploy/local/run.sh --tls      # mutual TLS: a CA and certificates in $DATA/certs (coordctl
+#                                  # certs), peer listeners on 127.0.0.1:7101-7103, roles
 #
 # Ctrl-C stops the nodes (SIGTERM: clean shutdown). Running it again restarts the same cluster
 # from its data (bootstrapping is idempotent). Logs: $DATA/node-N.log.
 set -euo pipefail
+TLS=0
+for a in "$@"; do
+  case "$a" in
+    --tls) TLS=1 ;;
+    *) echo "usage: $0 [--tls]" >&2; exit 2 ;;
+  esac
+done
 cd "$(dirname "$0")/../.."
 DATA=${DATA:-$PWD/data/local}
 PROFILE=${PROFILE:-dev}
@@ -18,6 +27,7 @@ BASE_PORT=${BASE_PORT:-7001}
 BROKER_PORT=${BROKER_PORT:-9192}
 KAFKA_PORT=${KAFKA_PORT:-9092}
 METRICS_PORT=${METRICS_PORT:-9101}   # nodes: METRICS_PORT..+2; broker: METRICS_PORT + 8
+PEER_PORT=${PEER_PORT:-7101}         # with --tls: the nodes' peer listeners, PEER_PORT..+2
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/diskless-target}
 
 deploy/prereqs.sh   # cargo, a C++ compiler, libclang (installed with apt when missing)
@@ -28,8 +38,17 @@ case "$PROFILE" in dev) dir=debug ;; *) dir=$PROFILE ;; esac
 BIN=$CARGO_TARGET_DIR/$dir
 
 mkdir -p "$DATA"
+CTL=("$BIN/coordctl")
+if [ "$TLS" = 1 ]; then
+  CERTS=$DATA/certs
+  # A CA (kept across runs), a certificate per node naming its host, the broker and the operator.
+  [ -f "$CERTS/node-1.pem" ] || "$BIN/coordctl" certs --dir "$CERTS" \
+    node-1:127.0.0.1,localhost node-2:127.0.0.1,localhost node-3:127.0.0.1,localhost broker-1 operator >/dev/null
+  CTL+=(--cacert "$CERTS/ca.pem" --cert "$CERTS/operator.pem" --key "$CERTS/operator.key")
+fi
+member_port() { if [ "$TLS" = 1 ]; then echo $((PEER_PORT + $1 - 1)); else echo $((BASE_PORT + $1 - 1)); fi; }
 members=""
-for i in 1 2 3; do members+="[[members]]"$'\n'"id = $i"$'\n'"addr = \"127.0.0.1:$((BASE_PORT + i - 1))\""$'\n'; done
+for i in 1 2 3; do members+="[[members]]"$'\n'"id = $i"$'\n'"addr = \"127.0.0.1:$(member_port $i)\""$'\n'; done
 pids=()
 stopped=0
 stop() {
@@ -47,16 +66,31 @@ listen = "127.0.0.1:$((BASE_PORT + i - 1))"
 data_dir = "$DATA/node-$i"
 num_metadata_partitions = $GROUPS_N
 metrics_addr = "127.0.0.1:$((METRICS_PORT + i - 1))"
+$([ "$TLS" = 1 ] && echo "peer_listen = \"127.0.0.1:$(member_port $i)\"")
 
 $members
 TOML
+  if [ "$TLS" = 1 ]; then
+    files="cert = \"$CERTS/node-$i.pem\""$'\n'"key = \"$CERTS/node-$i.key\""$'\n'"ca = \"$CERTS/ca.pem\""
+    cat >> "$DATA/node-$i.toml" <<TOML
+[tls]
+$files
+
+[peer_tls]
+$files
+
+[roles]
+admin = ["operator"]
+broker = ["broker-1"]
+TOML
+  fi
   "$BIN/diskless-coordinator" --config "$DATA/node-$i.toml" >>"$DATA/node-$i.log" 2>&1 &
   pids+=($!)
 done
 
 echo "waiting for every metadata partition to elect a leader..."
-"$BIN/coordctl" --addr "127.0.0.1:$BASE_PORT" wait-ready --timeout-secs 120
-"$BIN/coordctl" --addr "127.0.0.1:$BASE_PORT" status
+"${CTL[@]}" --addr "127.0.0.1:$BASE_PORT" wait-ready --timeout-secs 120
+"${CTL[@]}" --addr "127.0.0.1:$BASE_PORT" status
 
 cat > "$DATA/broker.toml" <<TOML
 broker_id = 1
@@ -71,6 +105,15 @@ path = "$DATA/objects"
 [kafka]
 listen = "127.0.0.1:$KAFKA_PORT"
 TOML
+if [ "$TLS" = 1 ]; then
+  cat >> "$DATA/broker.toml" <<TOML
+
+[coordinator_tls]
+cert = "$CERTS/broker-1.pem"
+key = "$CERTS/broker-1.key"
+ca = "$CERTS/ca.pem"
+TOML
+fi
 "$BIN/diskless-broker" --config "$DATA/broker.toml" >>"$DATA/broker.log" 2>&1 &
 pids+=($!)
 cat <<MSG
@@ -78,7 +121,7 @@ cat <<MSG
 Coordinator quorum running: 127.0.0.1:$BASE_PORT, :$((BASE_PORT + 1)), :$((BASE_PORT + 2)) (data in $DATA).
 Broker shim running: Kafka protocol on 127.0.0.1:$KAFKA_PORT, its own gRPC API on 127.0.0.1:$BROKER_PORT
   (WAL segments in $DATA/objects).
-  status:    $BIN/coordctl --addr 127.0.0.1:$BASE_PORT status
+  status:    ${CTL[*]} --addr 127.0.0.1:$BASE_PORT status
   metrics:   curl -s 127.0.0.1:$METRICS_PORT/metrics (nodes :$METRICS_PORT-$((METRICS_PORT + 2)), broker :$((METRICS_PORT + 8)))
   kcat:      kcat -b 127.0.0.1:$KAFKA_PORT -L
   demo:      $BIN/diskless-demo create --topic demo --partitions 4

@@ -40,7 +40,11 @@ pub struct Options {
     /// Data directories per node: 1 is the `data_dir` form; more are `data_dirs` (see
     /// [`Cluster::data_dirs`]).
     pub data_dirs: u32,
-    /// More top-level settings for every node's configuration file (TOML lines).
+    /// Secure nodes: a separate peer listener, mutual TLS on both listeners with certificates of a
+    /// CA made for the cluster (see [`Cluster::tls_files`]), and roles (admin `operator`, broker
+    /// `broker-1`, reader `reader-1`). The harness's own calls present `operator`.
+    pub tls: bool,
+    /// Lines added to every node's configuration before its tables (`max_snapshot_bytes = ...`).
     pub extra_config: String,
 }
 
@@ -55,6 +59,7 @@ impl Default for Options {
             retention_check_ms: 3_600_000,
             metrics: false,
             data_dirs: 1,
+            tls: false,
             extra_config: String::new(),
         }
     }
@@ -62,6 +67,8 @@ impl Default for Options {
 
 struct NodeProc {
     addr: String,
+    /// The peer listener's address (the member address), with `Options::tls`.
+    peer_addr: Option<String>,
     child: Option<Child>,
     bootstrap: bool,
     /// Where the node serves metrics (kept across restarts), when `Options::metrics`.
@@ -74,6 +81,8 @@ pub struct Cluster {
     members: Vec<(u64, String)>,
     pub options: Options,
     keep: bool,
+    /// What the harness's own calls present, with `Options::tls` (the `operator` certificate).
+    client_tls: Option<std::sync::Arc<diskless_tls::ClientTls>>,
 }
 
 /// The `coordinator-node` binary cargo built next to the running executable: a test's
@@ -122,13 +131,58 @@ impl Cluster {
     /// A cluster of `n` bootstrapping nodes (ids 1..=n), none started: `spawn` each when wanted.
     pub fn prepare(n: u64, options: Options) -> Cluster {
         let dir = tempfile::Builder::new().prefix("diskless-cluster-").tempdir().expect("temp dir");
-        let members: Vec<(u64, String)> = (1..=n).map(|id| (id, format!("127.0.0.1:{}", free_port()))).collect();
-        let mut c = Cluster { dir, nodes: BTreeMap::new(), members: members.clone(), options, keep: false };
-        for (id, addr) in members {
+        let tls = options.tls;
+        let mut c = Cluster { dir, nodes: BTreeMap::new(), members: vec![], options, keep: false, client_tls: None };
+        if tls {
+            c.make_certs((1..=n).map(|id| format!("node-{id}")).collect());
+        }
+        for id in 1..=n {
+            let addr = format!("127.0.0.1:{}", free_port());
+            let peer_addr = tls.then(|| format!("127.0.0.1:{}", free_port()));
+            c.members.push((id, peer_addr.clone().unwrap_or_else(|| addr.clone())));
             let metrics_addr = c.options.metrics.then(|| format!("127.0.0.1:{}", free_port()));
-            c.nodes.insert(id, NodeProc { addr, child: None, bootstrap: true, metrics_addr });
+            c.nodes.insert(id, NodeProc { addr, peer_addr, child: None, bootstrap: true, metrics_addr });
         }
         c
+    }
+
+    /// The CA, the nodes' certificates (`names`), `operator`, `broker-1`, `reader-1`, and
+    /// `intruder` (same CA, names no member), in `<root>/certs`.
+    fn make_certs(&mut self, names: Vec<String>) {
+        let dir = self.certs_dir();
+        let ca = diskless_tls::certs::Ca::new("test cluster CA").expect("CA");
+        ca.write(&dir).expect("write the CA");
+        for n in names {
+            ca.issue(&n, &["127.0.0.1", "localhost"]).and_then(|c| c.write(&dir, &n)).expect("node certificate");
+        }
+        for n in ["operator", "broker-1", "reader-1", "intruder"] {
+            ca.issue(n, &[]).and_then(|c| c.write(&dir, n)).expect("client certificate");
+        }
+        self.client_tls = Some(diskless_tls::ClientTls::new(&self.tls_files("operator")).expect("operator TLS"));
+    }
+
+    /// Where the test CA and certificates are (`ca.pem`, `<name>.pem`, `<name>.key`).
+    pub fn certs_dir(&self) -> PathBuf {
+        self.dir.path().join("certs")
+    }
+
+    /// The files of certificate `name` with the cluster's CA.
+    pub fn tls_files(&self, name: &str) -> diskless_tls::TlsFiles {
+        let d = self.certs_dir();
+        diskless_tls::TlsFiles::new(d.join(format!("{name}.pem")), d.join(format!("{name}.key")), d.join("ca.pem"))
+    }
+
+    /// `coordctl` aimed at `addr`, presenting certificate `name` (with `Options::tls`).
+    pub fn coordctl_as(&self, addr: &str, name: &str) -> Command {
+        let mut c = coordctl(addr);
+        let f = self.tls_files(name);
+        c.arg("--cacert").arg(&f.ca).arg("--cert").arg(&f.cert).arg("--key").arg(&f.key);
+        c
+    }
+
+    /// Node `id`'s peer listener (its member address), with `Options::tls`.
+    pub fn peer_addr(&self, id: u64) -> Option<&str> {
+        self.nodes[&id].peer_addr.as_deref()
     }
 
     fn config(&self, id: u64) -> String {
@@ -143,7 +197,7 @@ impl Cluster {
         let mut s = format!(
             "node_id = {id}\nlisten = \"{}\"\n{dirs}\nnum_metadata_partitions = {}\n\
              leader_balance_ms = {}\nretention_check_ms = {}\nallow_fault_injection = true\n\
-             test_snapshot_install_pause_ms = {}\n{}\n{}\n\
+             test_snapshot_install_pause_ms = {}\n{}\n{}\n{}\n\
              [raft]\nsnapshot_after_entries = {}\nentries_kept_after_snapshot = {}\n",
             node.addr,
             o.groups,
@@ -151,6 +205,7 @@ impl Cluster {
             o.retention_check_ms,
             o.snapshot_install_pause_ms,
             node.metrics_addr.as_ref().map_or(String::new(), |m| format!("metrics_addr = \"{m}\"\n")),
+            node.peer_addr.as_ref().map_or(String::new(), |p| format!("peer_listen = \"{p}\"\n")),
             o.extra_config,
             o.snapshot_after_entries,
             o.entries_kept_after_snapshot,
@@ -159,6 +214,19 @@ impl Cluster {
             for (mid, addr) in &self.members {
                 s.push_str(&format!("\n[[members]]\nid = {mid}\naddr = \"{addr}\"\n"));
             }
+        }
+        if o.tls {
+            let f = self.tls_files(&format!("node-{id}"));
+            let files = format!(
+                "cert = \"{}\"\nkey = \"{}\"\nca = \"{}\"\n",
+                f.cert.display(),
+                f.key.display(),
+                f.ca.display()
+            );
+            s.push_str(&format!(
+                "\n[tls]\n{files}\n[peer_tls]\n{files}\n[roles]\nadmin = [\"operator\"]\nbroker = [\"broker-1\"]\n\
+                 reader = [\"reader-1\"]\n"
+            ));
         }
         s
     }
@@ -211,12 +279,21 @@ impl Cluster {
     }
 
     /// Adds a process for a new node `id` that does not bootstrap (it waits to be added).
+    /// Returns its member address (the peer listener's, with `Options::tls`).
     pub fn spawn_new_node(&mut self, id: u64) -> String {
         let addr = format!("127.0.0.1:{}", free_port());
+        let peer_addr = self.options.tls.then(|| format!("127.0.0.1:{}", free_port()));
+        if self.options.tls {
+            let ca = diskless_tls::certs::Ca::load(&self.certs_dir().join("ca.pem"), &self.certs_dir().join("ca.key"))
+                .expect("the test CA");
+            let name = format!("node-{id}");
+            ca.issue(&name, &["127.0.0.1", "localhost"]).and_then(|c| c.write(&self.certs_dir(), &name)).expect("cert");
+        }
         let metrics_addr = self.options.metrics.then(|| format!("127.0.0.1:{}", free_port()));
-        self.nodes.insert(id, NodeProc { addr: addr.clone(), child: None, bootstrap: false, metrics_addr });
+        let member = peer_addr.clone().unwrap_or_else(|| addr.clone());
+        self.nodes.insert(id, NodeProc { addr, peer_addr, child: None, bootstrap: false, metrics_addr });
         self.spawn(id);
-        addr
+        member
     }
 
     pub fn addr(&self, id: u64) -> &str {
@@ -268,14 +345,15 @@ impl Cluster {
         self.keep = true;
     }
 
-    /// A channel to node `id` (waits up to 30 s for it to accept connections).
+    /// A channel to node `id` (waits up to 30 s for it to accept connections); over TLS as
+    /// `operator` with `Options::tls`.
     pub async fn channel(&self, id: u64) -> Channel {
         let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr(id)))
             .expect("endpoint")
             .connect_timeout(Duration::from_secs(2));
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            match endpoint.connect().await {
+            match diskless_tls::client::connect(endpoint.clone(), self.client_tls.clone()).await {
                 Ok(c) => return c,
                 Err(e) if Instant::now() > deadline => panic!("node {id} does not accept connections: {e}"),
                 Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,

@@ -32,12 +32,33 @@ pub struct Args {
     /// Print one JSON document instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
+    /// TLS: the CA certificate (PEM) the nodes' certificates must chain to; with --cert and --key.
+    #[arg(long, env = "DISKLESS_CACERT", global = true)]
+    pub cacert: Option<std::path::PathBuf>,
+    /// TLS: this client's certificate (PEM), the identity the nodes' roles name.
+    #[arg(long, env = "DISKLESS_CERT", global = true)]
+    pub cert: Option<std::path::PathBuf>,
+    /// TLS: this client's private key (PEM).
+    #[arg(long, env = "DISKLESS_KEY", global = true)]
+    pub key: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub cmd: Cmd,
 }
 
+/// The TLS settings of every connection this process makes (set once by `run`).
+static TLS: std::sync::OnceLock<Option<std::sync::Arc<diskless_tls::ClientTls>>> = std::sync::OnceLock::new();
+
 #[derive(Debug, Subcommand)]
 pub enum Cmd {
+    /// Makes certificates for a local or test setup: a CA in DIR (ca.pem, ca.key; made if
+    /// missing, else reused) and per SPEC `NAME[:ALTNAME,...]` a certificate NAME.pem/NAME.key
+    /// with common name NAME and those alternative names (DNS names or IP addresses), for server
+    /// and client use. Production clusters bring certificates from their own PKI.
+    Certs {
+        #[arg(long)]
+        dir: std::path::PathBuf,
+        specs: Vec<String>,
+    },
     /// Nodes, and per metadata partition: leader, term, log and applied indexes, followers' lag.
     Status {
         /// Print JSON-like raw output (the protobuf debug form) instead of tables.
@@ -158,6 +179,37 @@ pub enum TopicsCmd {
     /// One topic: per partition its log start, high watermark, batches, bytes and metadata
     /// partition, each from the leader of its metadata partition (batches are counted).
     Describe { name: String },
+}
+
+/// `coordctl certs`: a CA in `dir` (made if missing), and one certificate per spec.
+fn certs(dir: &std::path::Path, specs: &[String]) -> anyhow::Result<Report> {
+    let (ca_cert, ca_key) = (dir.join("ca.pem"), dir.join("ca.key"));
+    let ca = if ca_cert.exists() {
+        diskless_tls::certs::Ca::load(&ca_cert, &ca_key)?
+    } else {
+        let ca = diskless_tls::certs::Ca::new("diskless local CA")?;
+        ca.write(dir)?;
+        ca
+    };
+    let mut text = format!("CA: {}\n", ca_cert.display());
+    let mut issued = vec![];
+    for spec in specs {
+        let (name, sans) = spec.split_once(':').unwrap_or((spec, ""));
+        anyhow::ensure!(
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)),
+            "certificate name {name:?}: letters, digits, '-', '_' and '.' only"
+        );
+        let sans: Vec<&str> = sans.split(',').filter(|s| !s.is_empty()).collect();
+        let files = ca.issue(name, &sans)?.write(dir, name)?;
+        text += &format!(
+            "{name}: {} {} (alternative names: {})\n",
+            files.cert.display(),
+            files.key.display(),
+            sans.join(", ")
+        );
+        issued.push(json!({ "name": name, "cert": files.cert, "key": files.key, "alt_names": sans }));
+    }
+    Ok(Report::ok(json!({ "ca": ca_cert, "issued": issued }), text))
 }
 
 #[derive(Debug, Subcommand)]
@@ -294,18 +346,23 @@ fn fail(json: bool, e: &anyhow::Error) -> std::process::ExitCode {
     std::process::ExitCode::FAILURE
 }
 
-/// A channel to `addr`, giving up after `timeout`.
+/// A channel to `addr`, giving up after `timeout`; over TLS with `--cacert/--cert/--key`.
 pub(crate) async fn connect(addr: &str, timeout: Duration) -> anyhow::Result<Channel> {
-    tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .with_context(|| format!("address {addr}"))?
         .connect_timeout(timeout)
-        .timeout(Duration::from_secs(30).max(timeout))
-        .connect()
+        .timeout(Duration::from_secs(30).max(timeout));
+    diskless_tls::client::connect(endpoint, TLS.get().cloned().flatten())
         .await
         .with_context(|| format!("connect to {addr}"))
 }
 
 pub async fn run(args: Args) -> anyhow::Result<Report> {
+    if let Cmd::Certs { dir, specs } = &args.cmd {
+        return certs(dir, specs);
+    }
+    let tls = diskless_tls::client::from_args(args.cacert.as_deref(), args.cert.as_deref(), args.key.as_deref())?;
+    let _ = TLS.set(tls);
     if let Cmd::WaitReady { timeout_secs } = args.cmd {
         let deadline = std::time::Instant::now() + Duration::from_secs(timeout_secs);
         loop {
@@ -337,6 +394,7 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
             })
         }
         Cmd::Inspect { .. } => anyhow::bail!("inspect prints JSON lines itself"),
+        Cmd::Certs { .. } => unreachable!("handled above"),
         Cmd::Topics { cmd: TopicsCmd::List } => return topics::list(&args.addr).await,
         Cmd::Topics { cmd: TopicsCmd::Describe { name } } => return topics::describe(&args.addr, name).await,
         Cmd::Files { cmd: FilesCmd::Describe { keys } } => return topics::describe_files(&args.addr, keys).await,
@@ -368,6 +426,7 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
         | Cmd::Health { .. }
         | Cmd::Check
         | Cmd::Inspect { .. }
+        | Cmd::Certs { .. }
         | Cmd::Topics { .. }
         | Cmd::Groups { .. }
         | Cmd::Files { .. }

@@ -13,11 +13,36 @@ pub const DEFAULT_METADATA_PARTITIONS: u32 = 8;
 pub struct NodeConfig {
     /// This node's id: unique in the cluster, never 0, never reused for another machine's data.
     pub node_id: u64,
-    /// Where the gRPC server (client, admin and Raft services) listens, `host:port`.
+    /// Where the client listener (CoordinatorService, AdminService, health) listens, `host:port`;
+    /// without `peer_listen` it serves the peers' traffic (RaftService, forwarded requests) too.
     pub listen: String,
-    /// The address other nodes and clients use to reach this node; defaults to `listen`.
+    /// The address clients (brokers, operators) use to reach this node; defaults to `listen`.
     #[serde(default)]
     pub advertise: Option<String>,
+    /// Where the peer listener (Raft messages, snapshots, requests forwarded by other nodes)
+    /// listens, `host:port`; unset: peers use the client listener. Every node of a cluster has one
+    /// or none.
+    #[serde(default)]
+    pub peer_listen: Option<String>,
+    /// The address other nodes reach this node's peer listener at (the address in `[[members]]`
+    /// and `coordctl add-node --address`); defaults to `peer_listen`, else to `advertise`.
+    #[serde(default)]
+    pub peer_advertise: Option<String>,
+    /// TLS on the client listener (and, without `peer_listen`, on the peers' connections too).
+    #[serde(default)]
+    pub tls: Option<diskless_tls::TlsFiles>,
+    /// TLS on the peer listener and on this node's connections to peers: the node's certificate,
+    /// presented both ways, and the CA of the cluster. A client certificate is always required,
+    /// and must name (in its alternative names or common name) the host of a member's address.
+    #[serde(default)]
+    pub peer_tls: Option<diskless_tls::TlsFiles>,
+    /// Which certificate identities may do what on the client listener (see `server::authz`);
+    /// unset: every client the listener admits may do everything.
+    #[serde(default)]
+    pub roles: Option<crate::server::authz::Roles>,
+    /// The largest snapshot a peer may stream to this node, in bytes; a larger stream is refused.
+    #[serde(default = "default_max_snapshot_bytes")]
+    pub max_snapshot_bytes: u64,
     /// The data directory (RocksDB and snapshots): the one-directory form of `data_dirs`.
     #[serde(default)]
     pub data_dir: Option<PathBuf>,
@@ -161,6 +186,10 @@ fn default_leader_balance_ms() -> u64 {
     10_000
 }
 
+fn default_max_snapshot_bytes() -> u64 {
+    64 << 30
+}
+
 fn default_max_request_bytes() -> usize {
     4 << 20
 }
@@ -182,6 +211,20 @@ impl NodeConfig {
     /// The address this node is reached at.
     pub fn advertised(&self) -> &str {
         self.advertise.as_deref().unwrap_or(&self.listen)
+    }
+
+    /// The address peers reach this node at: its address in the groups' membership.
+    pub fn peer_advertised(&self) -> &str {
+        self.peer_advertise.as_deref().or(self.peer_listen.as_deref()).unwrap_or_else(|| self.advertised())
+    }
+
+    /// The TLS settings of this node's connections to peers.
+    pub fn peer_client_tls(&self) -> Option<&diskless_tls::TlsFiles> {
+        if self.peer_listen.is_some() {
+            self.peer_tls.as_ref()
+        } else {
+            self.tls.as_ref()
+        }
     }
 
     /// Checks the values that have rules, with messages an operator can act on.
@@ -210,13 +253,31 @@ impl NodeConfig {
         anyhow::ensure!(!ids.contains(&0), "member ids must not be 0");
         if let Some(me) = self.members.iter().find(|m| m.id == self.node_id) {
             anyhow::ensure!(
-                me.addr == self.advertised(),
-                "members gives node {} the address {}, but it advertises {}",
+                me.addr == self.peer_advertised(),
+                "members gives node {} the address {}, but it advertises {} to peers",
                 self.node_id,
                 me.addr,
-                self.advertised()
+                self.peer_advertised()
             );
         }
+        if self.peer_listen.is_none() {
+            anyhow::ensure!(
+                self.peer_tls.is_none() && self.peer_advertise.is_none(),
+                "peer_tls and peer_advertise need a separate peer listener (peer_listen)"
+            );
+            anyhow::ensure!(
+                self.roles.is_none(),
+                "roles need a separate peer listener (peer_listen): peers' traffic must not pass the client roles"
+            );
+        }
+        if let Some(roles) = &self.roles {
+            anyhow::ensure!(
+                self.tls.as_ref().is_some_and(|t| t.require_client_cert),
+                "roles name certificate identities: they need tls with require_client_cert on the client listener"
+            );
+            roles.validate()?;
+        }
+        anyhow::ensure!(self.max_snapshot_bytes >= 1 << 20, "max_snapshot_bytes must be at least 1 MiB");
         let r = &self.raft;
         anyhow::ensure!(r.heartbeat_ms > 0, "raft.heartbeat_ms must be positive");
         anyhow::ensure!(

@@ -6,6 +6,7 @@
 //! leadership moves, periodic retention and leader balancing. It must not speak gRPC to clients
 //! (that is `server`) nor interpret commands (that is `state_machine`).
 
+mod addresses;
 mod backup;
 pub mod config;
 pub mod dirs;
@@ -99,6 +100,8 @@ pub struct Node {
     /// Where entries' time goes on this node (see `raft::stages`).
     stages: Arc<crate::raft::stages::Stages>,
     stop: tokio::sync::watch::Sender<bool>,
+    /// Member identities and client addresses (see `addresses`).
+    addresses: addresses::Addresses,
 }
 
 /// A replica that has heard nothing from a leader for this many maximum election timeouts serves
@@ -118,7 +121,11 @@ impl Node {
         let faults = Arc::new(crate::raft::faults::Faults::default());
         let opened = dirs::open(&config, faults.clone())?;
         let identity = Arc::new(opened.identity);
-        let peers = Arc::new(Peers::with_faults(identity.clone(), faults));
+        let peer_tls = match config.peer_client_tls() {
+            Some(files) => Some(diskless_tls::ClientTls::new(files).context("TLS settings of the peer connections")?),
+            None => None,
+        };
+        let peers = Arc::new(Peers::new(identity.clone(), faults, peer_tls));
         let raft_config = Arc::new(raft_config(&config)?);
         let stages = Arc::new(crate::raft::stages::Stages::default());
         let mut groups = Vec::with_capacity(n as usize);
@@ -152,6 +159,7 @@ impl Node {
             started: Instant::now(),
             stages,
             stop,
+            addresses: Default::default(),
         });
         for (g, rx) in queues.into_iter().enumerate() {
             tokio::spawn(gather_commits(Arc::downgrade(&node), g as u32, rx));
@@ -294,6 +302,7 @@ impl Node {
             cluster_id: self.identity.cluster_id().map(|c| c.to_vec()).unwrap_or_default(),
             num_metadata_partitions: self.num_groups(),
             now_ms: self.now_ms(),
+            client_address: self.config.advertised().to_string(),
         }
     }
 

@@ -1,6 +1,7 @@
 //! The Raft network: every group's messages to a peer share one gRPC (HTTP/2) connection.
 //!
-//! [`Peers`] keeps one lazily connected channel per peer address; [`NetworkFactory`] (one per
+//! [`Peers`] keeps one lazily connected channel per peer address (TLS with the node's certificate
+//! when `peer_tls` is set); [`NetworkFactory`] (one per
 //! group) hands openraft cheap per-target clients ([`Conn`]) that tag each message with the group.
 //! Requests are bincode-encoded openraft messages, each naming the replica it is for (node id and
 //! incarnation, see [`identity`](super::identity)) and the sender's cluster. Each call is bounded by openraft's time limit;
@@ -51,16 +52,14 @@ pub struct Peers {
     pub faults: Arc<Faults>,
     /// This node's identity: the cluster id its messages carry.
     pub identity: Arc<Identity>,
+    /// TLS to peers (the node's certificate, the cluster's CA), when configured.
+    tls: Option<Arc<diskless_tls::ClientTls>>,
 }
 
 impl Peers {
-    pub fn new(identity: Arc<Identity>) -> Peers {
-        Peers { channels: Mutex::new(HashMap::new()), faults: Arc::default(), identity }
-    }
-
     /// Peers sharing `faults` with the node's storage (the fsync threads of its directories).
-    pub fn with_faults(identity: Arc<Identity>, faults: Arc<Faults>) -> Peers {
-        Peers { channels: Mutex::new(HashMap::new()), faults, identity }
+    pub fn new(identity: Arc<Identity>, faults: Arc<Faults>, tls: Option<Arc<diskless_tls::ClientTls>>) -> Peers {
+        Peers { channels: Mutex::new(HashMap::new()), faults, identity, tls }
     }
 
     /// A client for the node at `addr` (`host:port`), connecting on first use.
@@ -80,7 +79,7 @@ impl Peers {
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_timeout(Duration::from_secs(5));
-        let channel = endpoint.connect_lazy();
+        let channel = diskless_tls::client::channel(endpoint, self.tls.clone());
         map.insert(addr.to_string(), channel.clone());
         Ok(channel)
     }

@@ -283,6 +283,10 @@ impl AdminService for AdminApi {
     }
 
     async fn status(&self, request: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+        if request.get_ref().with_digest {
+            // Hashing every state costs a full scan: an operator's call.
+            super::authz::require(&request, super::authz::Role::Admin)?;
+        }
         let req = request.into_inner();
         let with_digest = req.with_digest;
         let node = &self.node;
@@ -340,11 +344,21 @@ impl AdminService for AdminApi {
                 dir_offline: node.placed(g).is_ok_and(|p| p.is_offline()),
             });
         }
+        let listed: Vec<(u64, String)> = nodes.iter().map(|(id, (a, _))| (*id, a.clone())).collect();
+        let clients = node.client_addresses(&listed).await;
         let stats = node.wal_stats();
         Ok(Response::new(StatusResponse {
             node_id: node.id,
             num_metadata_partitions: node.num_groups(),
-            nodes: nodes.into_iter().map(|(node_id, (address, voter))| NodeInfo { node_id, address, voter }).collect(),
+            nodes: nodes
+                .into_iter()
+                .map(|(node_id, (peer_address, voter))| NodeInfo {
+                    node_id,
+                    address: clients.get(&node_id).cloned().unwrap_or_else(|| peer_address.clone()),
+                    voter,
+                    peer_address,
+                })
+                .collect(),
             groups,
             wal_syncs: stats.syncs.load(std::sync::atomic::Ordering::Relaxed),
             wal_synced_appends: stats.appends.load(std::sync::atomic::Ordering::Relaxed),

@@ -259,7 +259,7 @@ impl CoordinatorApi {
                 self.node().linearizable(g, timeout).await?;
                 let sm = self.node().state_machine(g)?;
                 let placed = self.node().placed(g)?;
-            let view = placed.db.read();
+                let view = placed.db.read();
                 let rows =
                     sm.list_groups(&view).map_err(|e| RouteError::Failed { group: g, message: e.to_string() })?;
                 Ok(ListGroupsResponse {

@@ -1,13 +1,17 @@
-//! The gRPC server of a node: `CoordinatorService` (brokers), `AdminService` (operators) and
-//! `RaftService` (peers), all on one listener, with gRPC health checking (`health`) and server
-//! reflection (so `grpcurl -plaintext host:port list` works).
+//! The gRPC servers of a node: the client listener (`CoordinatorService` for brokers,
+//! `AdminService` for operators, gRPC health checking (`health`) and server reflection, so
+//! `grpcurl host:port list` works) and, when configured, a separate peer listener
+//! (`RaftService`, and the coordinator and admin calls other nodes forward); without one, the
+//! client listener serves the peers too. Each listener may use TLS (`diskless_tls`); `authz`
+//! decides who may call what.
 //!
 //! Owns: serving, request size limits, graceful shutdown; every request passes the metrics layer
-//! (`metrics::grpc`). Routing and forwarding live in
+//! (`metrics::grpc`) and the authorization layer. Routing and forwarding live in
 //! `coordinator_service` (consumer groups' calls in `groups`); wire-type checks in `convert`; the topic reconciler (which routes like
 //! a client) in `reconciler`.
 
 mod admin_service;
+pub mod authz;
 mod convert;
 pub mod coordinator_service;
 mod groups;
@@ -23,31 +27,103 @@ use anyhow::Context;
 use diskless_proto::admin::admin_service_server::AdminServiceServer;
 use diskless_proto::internal::raft_service_server::RaftServiceServer;
 use diskless_proto::v1::coordinator_service_server::CoordinatorServiceServer;
+use diskless_tls::ServerTls;
 
 use crate::node::Node;
 
-/// Serves every service of `node` on `listener` until `shutdown` resolves.
+/// A node's bound listeners.
+pub struct Listeners {
+    pub client: tokio::net::TcpListener,
+    /// The peer listener, when the node has a separate one.
+    pub peer: Option<tokio::net::TcpListener>,
+}
+
+impl Listeners {
+    /// Binds the listen addresses of `config`.
+    pub async fn bind(config: &crate::node::NodeConfig) -> anyhow::Result<Listeners> {
+        let client = bind(&config.listen).await?;
+        let peer = match &config.peer_listen {
+            Some(p) => Some(bind(p).await?),
+            None => None,
+        };
+        Ok(Listeners { client, peer })
+    }
+}
+
+/// Serves every service of `node` on its listeners until `shutdown` resolves.
 pub async fn serve(
     node: Arc<Node>,
-    listener: tokio::net::TcpListener,
+    listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     if node.config.topic_reconcile_ms > 0 {
         let every = std::time::Duration::from_millis(node.config.topic_reconcile_ms);
         tokio::spawn(reconciler::run(Arc::downgrade(&node), every));
     }
+    crate::metrics::scrape::watch_leaders(&node);
+    let health = health::start(&node).await;
+    let client_tls = match &node.config.tls {
+        Some(f) => Some(ServerTls::new(f).context("TLS settings of the client listener")?),
+        None => None,
+    };
+    let (stop, _) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let client_gate =
+        authz::Gate::Client { roles: node.config.roles.clone().map(Arc::new), raft_here: listeners.peer.is_none() };
+    let client = serve_one(
+        &node,
+        diskless_tls::server::incoming(listeners.client, client_tls, "client"),
+        client_gate,
+        health.clone(),
+        stopped(stop.subscribe()),
+    );
+    let peer = match listeners.peer {
+        Some(l) => {
+            let tls = match &node.config.peer_tls {
+                Some(f) => Some(ServerTls::new(f).context("TLS settings of the peer listener")?),
+                None => None,
+            };
+            let gate = authz::Gate::Peer { node: Arc::downgrade(&node), tls: tls.is_some() };
+            let incoming = diskless_tls::server::incoming(l, tls, "peer");
+            Some(serve_one(&node, incoming, gate, health, stopped(stop.subscribe())))
+        }
+        None => None,
+    };
+    let peer = async move {
+        match peer {
+            Some(p) => p.await,
+            None => Ok(()),
+        }
+    };
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    });
+    tokio::try_join!(client, peer)?;
+    Ok(())
+}
+
+/// One listener's server: every service (the gate decides who reaches which).
+async fn serve_one<H>(
+    node: &Arc<Node>,
+    incoming: tokio_stream::wrappers::ReceiverStream<Result<diskless_tls::server::ServerConn, std::io::Error>>,
+    gate: authz::Gate,
+    health: tonic_health::pb::health_server::HealthServer<H>,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()>
+where
+    H: tonic_health::pb::health_server::Health,
+{
     let limit = node.config.max_request_bytes;
     let coordinator = CoordinatorServiceServer::new(coordinator_service::CoordinatorApi::new(node.clone()))
         .max_decoding_message_size(limit)
         .max_encoding_message_size(256 << 20);
-    crate::metrics::scrape::watch_leaders(&node);
     let admin = AdminServiceServer::new(admin_service::AdminApi::new(node.clone()));
     let raft = RaftServiceServer::new(raft_service::RaftApi::new(node.clone()))
         .max_decoding_message_size(256 << 20)
         .max_encoding_message_size(256 << 20);
-    // Responses are small and latency-bound: no Nagle on accepted connections (a server that is
-    // handed its listener does not apply its own TCP settings to them).
-    let health = health::start(&node).await;
     let reflection = |b: tonic_reflection::server::Builder<'static>| {
         b.register_encoded_file_descriptor_set(diskless_proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -65,10 +141,10 @@ pub async fn serve(
         .with_service_name("grpc.reflection.v1alpha.ServerReflection")
         .build_v1alpha()
         .context("reflection service")?;
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .layer(crate::metrics::grpc::GrpcMetricsLayer)
+        .layer(authz::AuthzLayer(gate))
         .add_service(coordinator)
         .add_service(admin)
         .add_service(raft)

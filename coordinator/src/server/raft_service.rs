@@ -3,6 +3,8 @@
 //! group's Raft, encodes the answer. Snapshots arrive as a stream of chunks written straight to a
 //! file in the group's snapshot directory, checked, then installed by a task of its own, so a
 //! sender that goes away mid-install (a leader change) cannot pull the file from under openraft.
+//! A stream past `max_snapshot_bytes`, or silent for `SNAPSHOT_IDLE_TIMEOUT`, is refused (its file
+//! removed). Who may send at all is decided before (`authz`: members only, with peer TLS).
 //! `Identify` tells peers who this node is (bootstrap and AddNode ask it).
 
 use std::sync::Arc;
@@ -116,7 +118,18 @@ impl RaftService for RaftApi {
         // However the transfer ends (error, or the sender going away), the partial file does not
         // stay behind.
         let cleanup = RemoveOnDrop(path.clone());
+        let limit = self.node.config.max_snapshot_bytes;
+        let mut received = first.data.len() as u64;
+        let too_large = |n: u64| {
+            std::io::Error::new(
+                std::io::ErrorKind::FileTooLarge,
+                format!("the stream passed max_snapshot_bytes ({n} > {limit} bytes): refused"),
+            )
+        };
         let result = async {
+            if received > limit {
+                return Err(too_large(received));
+            }
             let mut file = tokio::fs::File::create(&path).await?;
             file.write_all(&first.data).await?;
             // No limit on the whole transfer, only on a silence between two chunks.
@@ -129,6 +142,10 @@ impl RaftService for RaftApi {
                 })?;
                 let Some(chunk) = next else { break };
                 let chunk = chunk.map_err(std::io::Error::other)?;
+                received += chunk.data.len() as u64;
+                if received > limit {
+                    return Err(too_large(received));
+                }
                 file.write_all(&chunk.data).await?;
             }
             file.sync_all().await?;
@@ -138,7 +155,12 @@ impl RaftService for RaftApi {
         }
         .await;
         if let Err(e) = result {
-            return Err(Status::data_loss(format!("receiving a snapshot of metadata partition {group}: {e}")));
+            let message = format!("receiving a snapshot of metadata partition {group}: {e}");
+            if e.kind() == std::io::ErrorKind::FileTooLarge {
+                tracing::warn!(group, "{message}");
+                return Err(Status::resource_exhausted(message));
+            }
+            return Err(Status::data_loss(message));
         }
         // Received whole: openraft installs it from here on, in a task that outlives this request
         // (a cancelled request must not delete the file openraft is adopting), and removes the file
