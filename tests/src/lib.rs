@@ -106,6 +106,18 @@ pub fn coordctl(addr: &str) -> Command {
 }
 
 /// A loopback port free at the time of the call.
+/// Whether kcat, confluent-kafka and kafka-python are installed; in CI (`DISKLESS_CI`) they must
+/// be, elsewhere a test without them prints why it skips.
+pub fn kafka_clients_available() -> bool {
+    let have = |tool: &str, probe: &[&str]| Command::new(tool).args(probe).output().is_ok_and(|o| o.status.success());
+    let ready = have("kcat", &["-V"]) && have("python3", &["-c", "import confluent_kafka, kafka"]);
+    if !ready {
+        assert!(std::env::var_os("DISKLESS_CI").is_none(), "kcat, confluent-kafka and kafka-python are required in CI");
+        eprintln!("SKIPPED: install kcat (apt) and confluent-kafka + kafka-python (pip) to run the client tests");
+    }
+    ready
+}
+
 pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
     l.local_addr().expect("local addr").port()
