@@ -831,6 +831,13 @@ impl BrokerProc {
             assert!(Instant::now() < deadline, "broker does not answer: {}", self.log_tail());
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        // The gRPC port is bound before the Kafka listener: wait for that one too.
+        if let Some(k) = &self.kafka_addr {
+            while tokio::net::TcpStream::connect(k).await.is_err() {
+                assert!(Instant::now() < deadline, "the Kafka listener does not accept: {}", self.log_tail());
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
     }
 
     /// Starts the broker's process again (same configuration, same ports), without waiting.
@@ -1061,6 +1068,7 @@ pub async fn consume_all(broker: &mut BrokerClient, topic: &str, partition: i32)
 pub async fn create_topic_via(broker: &mut BrokerClient, name: &str, partitions: i32) {
     use diskless_proto::broker::CreateTopicRequest;
     let deadline = Instant::now() + Duration::from_secs(30);
+    let mut retried = false;
     loop {
         let r = broker
             .create_topic(CreateTopicRequest {
@@ -1072,9 +1080,11 @@ pub async fn create_topic_via(broker: &mut BrokerClient, name: &str, partitions:
             .await
             .expect("create topic rpc")
             .into_inner();
-        if r.error_code == 0 {
+        // TOPIC_ALREADY_EXISTS after a failed try: that try's creation completed after all.
+        if r.error_code == 0 || (r.error_code == 36 && retried) {
             return;
         }
+        retried = true;
         assert!(Instant::now() < deadline, "create topic {name}: {:?}", r.error_message);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

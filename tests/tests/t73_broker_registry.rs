@@ -94,10 +94,11 @@ async fn kafka_ready(addr: &str) {
 async fn a_second_live_broker_with_a_taken_id_is_refused_and_exits_naming_the_holder() {
     let c = Cluster::start(3, Options::default()).await;
     let storage = TestStorage::Local(c.path("objects"));
-    // A lease long enough to outlast the elections of a young cluster (its leaders move to their
-    // preferred nodes): a lapsed lease would let b take the id.
-    let options = BrokerOptions { kafka: true, broker_id: 41, lease_ms: 10_000, ..BrokerOptions::default() };
-    let a = BrokerProc::start(&c, "a", &storage, &options).await;
+    // a's lease outlasts the elections of a young cluster (its leaders move to their preferred
+    // nodes; a lapsed lease would let b take the id) and the whole test, so that a's record
+    // disappearing at the end can only be its unregistering. b gives up after its own lease.
+    let options = BrokerOptions { kafka: true, broker_id: 41, lease_ms: 60_000, ..BrokerOptions::default() };
+    let mut a = BrokerProc::start(&c, "a", &storage, &options).await;
     let ka = a.kafka_addr.clone().unwrap();
     kafka_ready(&ka).await;
     let mut client = c.client(1).await;
@@ -112,7 +113,7 @@ async fn a_second_live_broker_with_a_taken_id_is_refused_and_exits_naming_the_ho
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // b, with the same id at another address, is refused; after one lease it gives up and exits.
-    let mut b = BrokerProc::start(&c, "b", &storage, &options).await;
+    let mut b = BrokerProc::start(&c, "b", &storage, &BrokerOptions { lease_ms: 4_000, ..options.clone() }).await;
     let deadline = Instant::now() + Duration::from_secs(60);
     let status = loop {
         if let Some(s) = b.exited() {
@@ -128,7 +129,17 @@ async fn a_second_live_broker_with_a_taken_id_is_refused_and_exits_naming_the_ho
     // a still holds it.
     let r = client.list_brokers(ListBrokersRequest { timeout_ms: 5_000 }).await.unwrap().into_inner();
     let held: Vec<(i32, String)> = r.brokers.iter().map(|b| (b.broker_id, format!("{}:{}", b.host, b.port))).collect();
-    assert_eq!(held, vec![(41, ka)]);
+    assert_eq!(held, vec![(41, ka.clone())]);
+    // coordctl shows it.
+    let out = coordctl(c.addr(1)).args(["--json", "brokers"]).output().expect("run coordctl");
+    assert!(out.status.success(), "coordctl brokers: {}", String::from_utf8_lossy(&out.stderr));
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(listed["brokers"][0]["broker_id"], 41, "{listed}");
+    assert_eq!(format!("{}:{}", listed["brokers"][0]["host"].as_str().unwrap(), listed["brokers"][0]["port"]), ka);
+    // A clean shutdown gives the id back at once (its lease would run for a minute).
+    a.stop();
+    let r = client.list_brokers(ListBrokersRequest { timeout_ms: 5_000 }).await.unwrap().into_inner();
+    assert!(r.brokers.is_empty(), "{r:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,7 +237,7 @@ async fn a_group_consuming_across_two_brokers_survives_the_kill_of_its_coordinat
     let storage = TestStorage::Local(c.path("objects"));
     let options = BrokerOptions { kafka: true, commit_interval_ms: 20, ..BrokerOptions::default() };
     let mut a = BrokerProc::start(&c, "a", &storage, &options).await;
-    let mut b = BrokerProc::start(&c, "b", &storage, &options).await;
+    let mut b = BrokerProc::start(&c, "b", &storage, &BrokerOptions { lease_ms: 4_000, ..options.clone() }).await;
     let (ka, kb) = (a.kafka_addr.clone().unwrap(), b.kafka_addr.clone().unwrap());
     kafka_ready(&ka).await;
     kafka_ready(&kb).await;
