@@ -75,6 +75,18 @@ mod tests {
     const GROUP_PINNED: [u32; 4] = [5, 2, 5, 5];
 
     #[test]
+    fn rendezvous_scores_are_stable_across_releases() {
+        // Brokers of different releases must name the same leaders and coordinators.
+        let got: Vec<u64> = [(b"grp".as_slice(), 1), (b"grp".as_slice(), 2), (&partition_key(&[7; 16], 3)[..], 1)]
+            .iter()
+            .map(|(k, id)| rendezvous_score(k, *id))
+            .collect();
+        assert_eq!(got, RENDEZVOUS_PINNED);
+    }
+
+    const RENDEZVOUS_PINNED: [u64; 3] = [17985516924351676465, 644269045556125201, 14560814290717053684];
+
+    #[test]
     fn rendezvous_owners_spread_and_move_only_when_their_owner_goes() {
         let owner = |key: &[u8], ids: &[i32]| *ids.iter().max_by_key(|id| rendezvous_score(key, **id)).unwrap();
         let keys: Vec<[u8; 20]> = (0..600).map(|p| partition_key(&[9; 16], p)).collect();
