@@ -8,9 +8,9 @@
 //! an unknown API or an unsupported version closes the connection (what Kafka brokers do); nothing
 //! of such a request is committed.
 //!
-//! This broker is the leader of every partition in its Metadata answers, so a client produces to
-//! and fetches from the broker it bootstrapped from; any number of brokers may serve the same
-//! topics (the coordinators order everything).
+//! Metadata lists the live brokers of the registry (`crate::registry`) and names each partition's
+//! rendezvous owner among them its leader; any broker can serve any partition (the coordinators
+//! order everything), so this only spreads clients over the brokers.
 
 mod groups;
 mod handlers;
