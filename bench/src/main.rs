@@ -98,6 +98,10 @@ struct Args {
     /// Metadata partitions of the local cluster (the coordinator's default).
     #[arg(long, default_value_t = diskless_coordinator::node::config::DEFAULT_METADATA_PARTITIONS)]
     metadata_partitions: u32,
+    /// The local cluster with mutual TLS on its listener (nodes and clients present certificates of
+    /// a CA made for the run), to measure what TLS costs.
+    #[arg(long, conflicts_with = "coordinators")]
+    tls: bool,
     /// Where the local cluster's data goes (default: the system's temporary directory).
     #[arg(long)]
     data_dir: Option<PathBuf>,
@@ -234,10 +238,10 @@ async fn run(a: Args) -> anyhow::Result<()> {
         let load = load_average();
         let (sys, cluster) = if a.coordinators.is_empty() {
             eprintln!("starting a local 3-node coordinator cluster (fsync on) ...");
-            let c = ours::LocalCluster::start(a.metadata_partitions, a.data_dir.clone()).await?;
-            (System::Ours { addrs: c.addrs.clone() }, Some(c))
+            let c = ours::LocalCluster::start(a.metadata_partitions, a.data_dir.clone(), a.tls).await?;
+            (System::Ours { addrs: c.addrs.clone(), tls: c.client_tls.clone() }, Some(c))
         } else {
-            (System::Ours { addrs: a.coordinators.clone() }, None)
+            (System::Ours { addrs: a.coordinators.clone(), tls: None }, None)
         };
         let idle = match &cluster {
             Some(c) if idle => {
@@ -253,6 +257,9 @@ async fn run(a: Args) -> anyhow::Result<()> {
             }
             _ => serde_json::Value::Null,
         };
+        if a.tls {
+            res.notes.push("raft-coordinator: mutual TLS on every connection (clients and nodes)".to_string());
+        }
         measure(&sys, &plan, &mut p, &mut res).await?;
         drop(cluster);
         res.phases.push(serde_json::json!({
@@ -285,7 +292,7 @@ async fn run(a: Args) -> anyhow::Result<()> {
         }));
     }
 
-    let ours_name = System::Ours { addrs: vec![] }.name();
+    let ours_name = System::Ours { addrs: vec![], tls: None }.name();
     let mut baselines: Vec<&str> = vec![];
     for r in &res.rows {
         if r.system != ours_name && !baselines.contains(&r.system.as_str()) {

@@ -13,6 +13,8 @@ pub struct LocalCluster {
     _dir: tempfile::TempDir,
     children: Vec<Child>,
     pub addrs: Vec<String>,
+    /// With TLS: the certificate clients present (`bench`, of the run's CA).
+    pub client_tls: Option<std::sync::Arc<diskless_tls::ClientTls>>,
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -20,8 +22,10 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 impl LocalCluster {
-    /// Starts 3 nodes with `groups` metadata partitions under a temporary directory (or `base`).
-    pub async fn start(groups: u32, base: Option<PathBuf>) -> anyhow::Result<LocalCluster> {
+    /// Starts 3 nodes with `groups` metadata partitions under a temporary directory (or `base`);
+    /// with `tls`, every node's listener requires mutual TLS (a CA made for the run; the nodes
+    /// present their own certificates to each other).
+    pub async fn start(groups: u32, base: Option<PathBuf>, tls: bool) -> anyhow::Result<LocalCluster> {
         let dir = match base {
             Some(b) => tempfile::Builder::new().prefix("diskless-bench-").tempdir_in(b)?,
             None => tempfile::Builder::new().prefix("diskless-bench-").tempdir()?,
@@ -30,11 +34,39 @@ impl LocalCluster {
             (0..3).map(|_| free_port().map(|p| format!("127.0.0.1:{p}"))).collect::<Result<_, _>>()?;
         let members = addrs.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect::<Vec<_>>().join(",");
         let exe = std::env::current_exe()?;
+        let certs = dir.path().join("certs");
+        let client_tls = if tls {
+            std::fs::create_dir_all(&certs)?;
+            let ca = diskless_tls::certs::Ca::new("bench CA")?;
+            ca.write(&certs)?;
+            for i in 1..=addrs.len() {
+                ca.issue(&format!("node-{i}"), &["127.0.0.1", "localhost"])?.write(&certs, &format!("node-{i}"))?;
+            }
+            let files = ca.issue("bench", &[])?.write(&certs, "bench")?;
+            Some(diskless_tls::ClientTls::new(&files)?)
+        } else {
+            None
+        };
         let mut children = vec![];
         for (i, a) in addrs.iter().enumerate() {
             let log = std::fs::File::create(dir.path().join(format!("node-{}.log", i + 1)))?;
-            let child = Command::new(&exe)
-                .args(["node", "--node-id", &(i + 1).to_string(), "--listen", a, "--members", &members])
+            let mut cmd = Command::new(&exe);
+            cmd.args(["node", "--node-id", &(i + 1).to_string(), "--listen", a, "--members", &members]);
+            if tls {
+                let config = dir.path().join(format!("node-{}.toml", i + 1));
+                let file = |ext: &str| certs.join(format!("node-{}.{ext}", i + 1)).display().to_string();
+                std::fs::write(
+                    &config,
+                    format!(
+                        "[tls]\ncert = {:?}\nkey = {:?}\nca = {:?}\nrequire_client_cert = true\n",
+                        file("pem"),
+                        file("key"),
+                        certs.join("ca.pem").display().to_string()
+                    ),
+                )?;
+                cmd.arg("--config").arg(config);
+            }
+            let child = cmd
                 .arg("--data-dir")
                 .arg(dir.path().join(format!("node-{}", i + 1)))
                 .args(["--metadata-partitions", &groups.to_string()])
@@ -45,7 +77,7 @@ impl LocalCluster {
                 .context("start a coordinator node")?;
             children.push(child);
         }
-        let c = LocalCluster { _dir: dir, children, addrs };
+        let c = LocalCluster { _dir: dir, children, addrs, client_tls };
         c.wait_ready(Duration::from_secs(120)).await?;
         Ok(c)
     }
@@ -61,7 +93,7 @@ impl LocalCluster {
             let mut ok = true;
             for a in &self.addrs {
                 let leaders = async {
-                    let mut c = AdminServiceClient::connect(format!("http://{a}")).await.ok()?;
+                    let mut c = AdminServiceClient::new(crate::system::channel(a, &self.client_tls).ok()?);
                     let s =
                         c.status(StatusRequest { with_digest: false, ..Default::default() }).await.ok()?.into_inner();
                     Some(s.groups.iter().all(|g| g.leader != 0))

@@ -12,6 +12,14 @@ use uuid::Uuid;
 
 use crate::postgres;
 
+/// A channel to the node at `addr` (`host:port`), with mutual TLS when `tls` is given.
+pub fn channel(addr: &str, tls: &Option<Arc<diskless_tls::ClientTls>>) -> anyhow::Result<Channel> {
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
+        .tcp_nodelay(true)
+        .connect_timeout(std::time::Duration::from_secs(2));
+    Ok(diskless_tls::client::channel(endpoint, tls.clone()))
+}
+
 /// One batch coordinate of a commit: partition, record count and size in the file.
 #[derive(Debug, Clone, Copy)]
 pub struct Coord {
@@ -46,12 +54,11 @@ pub enum Reader {
 pub enum System {
     Ours {
         addrs: Vec<String>,
+        /// Mutual TLS to every node (`--tls`): the client certificate the bench presents.
+        tls: Option<Arc<diskless_tls::ClientTls>>,
     },
     /// `replicated`: the server has a synchronous standby (only the name differs here).
-    Pg {
-        url: String,
-        replicated: bool,
-    },
+    Pg { url: String, replicated: bool },
 }
 
 impl System {
@@ -105,12 +112,10 @@ impl System {
 
     /// Every node's stage figures (P50/P99 per stage), resetting them when `reset`.
     async fn node_stages(&self, reset: bool) -> anyhow::Result<Vec<(u64, Vec<diskless_proto::admin::StageLatency>)>> {
-        let System::Ours { addrs } = self else { return Ok(vec![]) };
+        let System::Ours { addrs, tls } = self else { return Ok(vec![]) };
         let mut out = vec![];
         for a in addrs {
-            let mut c = diskless_proto::admin::admin_service_client::AdminServiceClient::connect(format!("http://{a}"))
-                .await
-                .with_context(|| format!("connect to {a}"))?;
+            let mut c = diskless_proto::admin::admin_service_client::AdminServiceClient::new(channel(a, tls)?);
             let s = c
                 .status(diskless_proto::admin::StatusRequest { with_digest: false, reset_stages: reset })
                 .await
@@ -124,11 +129,16 @@ impl System {
     /// A new connection; `i` spreads connections over the nodes.
     pub async fn connect(&self, i: usize) -> anyhow::Result<Conn> {
         match self {
-            System::Ours { addrs } => {
-                let a = &addrs[i % addrs.len()];
-                let ch =
-                    tonic::transport::Endpoint::from_shared(format!("http://{a}"))?.tcp_nodelay(true).connect().await?;
-                let broker = Arc::new(diskless_broker_shim::coordinator::Coordinators::connect(addrs).await?);
+            System::Ours { addrs, tls } => {
+                let ch = channel(&addrs[i % addrs.len()], tls)?;
+                let broker = Arc::new(
+                    diskless_broker_shim::coordinator::Coordinators::connect_with(
+                        addrs,
+                        Default::default(),
+                        tls.clone(),
+                    )
+                    .await?,
+                );
                 Ok(Conn::Ours {
                     reader: Reader::Ours(
                         CoordinatorServiceClient::new(ch).max_decoding_message_size(256 << 20),
@@ -152,8 +162,8 @@ impl System {
     /// Creates a topic of `partitions` partitions.
     pub async fn create_topic(&self, topic: Uuid, partitions: i32) -> anyhow::Result<()> {
         match self {
-            System::Ours { addrs } => {
-                let mut c = CoordinatorServiceClient::connect(format!("http://{}", addrs[0])).await?;
+            System::Ours { addrs, tls } => {
+                let mut c = CoordinatorServiceClient::new(channel(&addrs[0], tls)?);
                 let r = c
                     .create_partitions(CreatePartitionsRequest {
                         topics: vec![create_partitions_request::CreatablePartitions {
