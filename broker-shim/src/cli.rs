@@ -145,7 +145,11 @@ pub fn main() -> anyhow::Result<()> {
             }
             tracing::info!("shutting down: committing what was accepted");
         };
-        let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        let tls = match &shim.config.tls {
+            Some(f) => Some(diskless_tls::ServerTls::new(f).context("[tls] of the broker API")?),
+            None => None,
+        };
+        let incoming = diskless_tls::server::incoming(listener, tls, "broker API");
         tonic::transport::Server::builder()
             .add_service(
                 BrokerServiceServer::new(BrokerApi::new(shim.clone()))

@@ -14,6 +14,11 @@ pub struct ShimConfig {
     /// Where the broker's own API listens, `host:port`.
     #[serde(default = "default_listen")]
     pub listen: String,
+    /// TLS on the broker's own gRPC API (`listen`): its certificate, key, the CA client
+    /// certificates must chain to, and whether clients must present one (default true), as the
+    /// coordinator's `[tls]`.
+    #[serde(default)]
+    pub tls: Option<diskless_tls::TlsFiles>,
     /// Coordinator nodes, `host:port` (any of them serves any request).
     pub coordinators: Vec<String>,
     /// Reach a node that advertises the key address through the value address instead (address

@@ -80,7 +80,8 @@ impl ServerTls {
                 Some(ca) => {
                     let verifier = WebPkiClientVerifier::builder(load_roots(ca)?);
                     let verifier = if f.require_client_cert { verifier } else { verifier.allow_unauthenticated() };
-                    ServerConfig::builder().with_client_cert_verifier(verifier.build().context("client certificate verifier")?)
+                    ServerConfig::builder()
+                        .with_client_cert_verifier(verifier.build().context("client certificate verifier")?)
                 }
                 None => ServerConfig::builder().with_no_client_auth(),
             };

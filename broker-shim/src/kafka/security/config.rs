@@ -115,7 +115,12 @@ impl crate::config::KafkaConfig {
         for l in &all {
             let p = l.security_protocol;
             anyhow::ensure!(seen.insert(l.listen.clone()), "two Kafka listeners on {}", l.listen);
-            anyhow::ensure!(!p.tls() || self.tls.is_some(), "the {} listener on {} needs [kafka.tls]", p.name(), l.listen);
+            anyhow::ensure!(
+                !p.tls() || self.tls.is_some(),
+                "the {} listener on {} needs [kafka.tls]",
+                p.name(),
+                l.listen
+            );
             anyhow::ensure!(
                 !p.sasl() || self.sasl.is_some(),
                 "the {} listener on {} needs [kafka.sasl]",
@@ -169,10 +174,8 @@ mod tests {
         assert!(e.to_string().contains("[kafka.tls]"), "{e}");
         let e = parse("[kafka]\nlisten = \"127.0.0.1:9092\"\nsecurity_protocol = \"SASL_PLAINTEXT\"\n").unwrap_err();
         assert!(e.to_string().contains("[kafka.sasl]"), "{e}");
-        let e = parse(
-            "[kafka]\nlisten = \"127.0.0.1:9092\"\n[[kafka.listeners]]\nlisten = \"127.0.0.1:9092\"\n",
-        )
-        .unwrap_err();
+        let e = parse("[kafka]\nlisten = \"127.0.0.1:9092\"\n[[kafka.listeners]]\nlisten = \"127.0.0.1:9092\"\n")
+            .unwrap_err();
         assert!(e.to_string().contains("two Kafka listeners"), "{e}");
     }
 }

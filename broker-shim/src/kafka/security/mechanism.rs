@@ -78,14 +78,17 @@ impl Exchange for PlainExchange {
     fn step(&mut self, token: &[u8]) -> Result<Step, AuthFailed> {
         let malformed = || AuthFailed("Invalid SASL/PLAIN response: expected authzid NUL authcid NUL password".into());
         let mut parts = token.split(|b| *b == 0);
-        let (Some(authzid), Some(user), Some(password), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+        let (Some(authzid), Some(user), Some(password), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
         else {
             return Err(malformed());
         };
         let user = std::str::from_utf8(user).map_err(|_| malformed())?;
         anyhow_free_ensure(!user.is_empty() && !password.is_empty(), malformed)?;
         if !authzid.is_empty() && authzid != user.as_bytes() {
-            return Err(AuthFailed("Authentication failed: client requested an authorization id that is different from username".into()));
+            return Err(AuthFailed(
+                "Authentication failed: client requested an authorization id that is different from username".into(),
+            ));
         }
         if self.credentials.check_password(user, password) {
             Ok(Step::Done { reply: vec![], user: user.to_string() })

@@ -70,7 +70,10 @@ async fn reply<S: AsyncWrite + Unpin>(stream: &mut S, r: anyhow::Result<Option<B
 
 /// Authenticates the client on `stream`; the user's name once it is, an error (the connection is
 /// to be closed) otherwise.
-pub async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(server: &SaslServer, stream: &mut S) -> anyhow::Result<String> {
+pub async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
+    server: &SaslServer,
+    stream: &mut S,
+) -> anyhow::Result<String> {
     tokio::time::timeout(AUTH_TIMEOUT, exchange(server, stream))
         .await
         .map_err(|_| anyhow::anyhow!("not authenticated within {AUTH_TIMEOUT:?}"))?
@@ -114,7 +117,8 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(server: &SaslServer, stream
                 let wanted = req.mechanism.to_string();
                 let mechanism = Mechanism::from_name(&wanted).filter(|m| server.mechanisms.contains(m));
                 let code = if mechanism.is_some() { 0 } else { UNSUPPORTED_SASL_MECHANISM };
-                let body = SaslHandshakeResponse::default().with_error_code(code).with_mechanisms(server.mechanism_names());
+                let body =
+                    SaslHandshakeResponse::default().with_error_code(code).with_mechanisms(server.mechanism_names());
                 reply(stream, encode(api, &header, v, &body)).await?;
                 let Some(mechanism) = mechanism else {
                     anyhow::bail!("SASL mechanism {wanted:?} is not enabled");
@@ -124,7 +128,9 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(server: &SaslServer, stream
             (ApiKey::SaslAuthenticate, Phase::Exchange { exchange, raw: false }) => {
                 let req = SaslAuthenticateRequest::decode(&mut frame, v).context("SaslAuthenticate")?;
                 let (body, outcome) = match exchange.step(&req.auth_bytes) {
-                    Ok(Step::Challenge(c)) => (SaslAuthenticateResponse::default().with_auth_bytes(Bytes::from(c)), None),
+                    Ok(Step::Challenge(c)) => {
+                        (SaslAuthenticateResponse::default().with_auth_bytes(Bytes::from(c)), None)
+                    }
                     Ok(Step::Done { reply, user }) => {
                         (SaslAuthenticateResponse::default().with_auth_bytes(Bytes::from(reply)), Some(Ok(user)))
                     }
@@ -151,7 +157,9 @@ pub fn illegal_state(api: ApiKey, header: &RequestHeader) -> anyhow::Result<Opti
     let v = header.request_api_version;
     let message = Some(StrBytes::from_static_str("SASL authentication is not expected on this connection now"));
     match api {
-        ApiKey::SaslHandshake => encode(api, header, v, &SaslHandshakeResponse::default().with_error_code(ILLEGAL_SASL_STATE)),
+        ApiKey::SaslHandshake => {
+            encode(api, header, v, &SaslHandshakeResponse::default().with_error_code(ILLEGAL_SASL_STATE))
+        }
         _ => encode(
             api,
             header,

@@ -126,7 +126,14 @@ impl ScramCredential {
 
 enum State {
     First,
-    Final { user: String, keys: Keys, gs2_header: String, nonce: String, client_first_bare: String, server_first: String },
+    Final {
+        user: String,
+        keys: Keys,
+        gs2_header: String,
+        nonce: String,
+        client_first_bare: String,
+        server_first: String,
+    },
     Over,
 }
 
@@ -199,7 +206,8 @@ impl Exchange for ScramExchange {
                 if let Some(a) = authzid.strip_prefix("a=") {
                     if unescape_name(a).as_deref() != Some(user.as_str()) {
                         return Err(AuthFailed(
-                            "Authentication failed: Invalid user credentials (authorization id differs from the user)".into(),
+                            "Authentication failed: Invalid user credentials (authorization id differs from the user)"
+                                .into(),
                         ));
                     }
                 } else if !authzid.is_empty() {
