@@ -244,7 +244,9 @@ impl Exchange for ScramExchange {
                 if binding.and_then(|b| B64.decode(b).ok()).as_deref() != Some(gs2_header.as_bytes()) {
                     return Err(malformed("channel binding in the client-final message"));
                 }
-                if got_nonce != Some(nonce.as_str()) {
+                // Kafka accepts a nonce that ends with the one it sent: librdkafka 2.0 sends its own
+                // nonce again in front of it. The proof covers the message as sent either way.
+                if !got_nonce.is_some_and(|n| n.ends_with(nonce.as_str())) {
                     return Err(malformed("nonce in the client-final message"));
                 }
                 let proof = B64.decode(proof).map_err(|_| malformed("proof"))?;
@@ -271,8 +273,19 @@ mod tests {
 
     /// The client side of RFC 5802, enough to drive the server in tests.
     fn client_final(hash: ScramHash, password: &str, client_first_bare: &str, server_first: &str) -> (String, Vec<u8>) {
+        client_final_with(hash, password, client_first_bare, server_first, "")
+    }
+
+    /// As librdkafka 2.0 does with `prefix` its client nonce: `r=<prefix><server nonce>`.
+    fn client_final_with(
+        hash: ScramHash,
+        password: &str,
+        client_first_bare: &str,
+        server_first: &str,
+        prefix: &str,
+    ) -> (String, Vec<u8>) {
         let mut fields = server_first.split(',');
-        let nonce = fields.next().unwrap().strip_prefix("r=").unwrap();
+        let nonce = format!("{prefix}{}", fields.next().unwrap().strip_prefix("r=").unwrap());
         let salt = B64.decode(fields.next().unwrap().strip_prefix("s=").unwrap()).unwrap();
         let iterations: u32 = fields.next().unwrap().strip_prefix("i=").unwrap().parse().unwrap();
         let salted = hash.salted_password(password.as_bytes(), &salt, iterations);
@@ -312,6 +325,19 @@ mod tests {
             let e = run(hash, "s3cret", "s3cret", "nobody").unwrap_err();
             assert!(e.0.contains("invalid credentials"), "{e}");
         }
+    }
+
+    #[test]
+    fn librdkafka_2_0_nonce_with_its_client_nonce_in_front_authenticates() {
+        let hash = ScramHash::Sha256;
+        let mut creds = Credentials::default();
+        creds.set("u", hash, ScramCredential::new(hash, "pw", 4096).unwrap());
+        let mut ex = ScramExchange::new(hash, std::sync::Arc::new(creds));
+        let bare = "n=u,r=-=abc~";
+        let Step::Challenge(first) = ex.step(format!("n,,{bare}").as_bytes()).unwrap() else { panic!() };
+        let first = String::from_utf8(first).unwrap();
+        let (fin, _) = client_final_with(hash, "pw", bare, &first, "-=abc~");
+        assert!(matches!(ex.step(fin.as_bytes()), Ok(Step::Done { .. })));
     }
 
     #[test]
