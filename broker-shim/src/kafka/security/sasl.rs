@@ -86,17 +86,17 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(server: &SaslServer, stream
             read_frame(stream, MAX_AUTH_FRAME).await?.context("connection closed before SASL authentication")?;
         if let Phase::Exchange { exchange, raw: true } = &mut phase {
             // Handshake v0: the frame is a bare token, and so is the answer.
-            return match exchange.step(&frame) {
+            match exchange.step(&frame) {
                 Ok(Step::Challenge(c)) => {
                     write_frame(stream, &c).await?;
                     continue;
                 }
                 Ok(Step::Done { reply, user }) => {
                     write_frame(stream, &reply).await?;
-                    Ok(user)
+                    return Ok(user);
                 }
-                Err(e) => Err(anyhow::anyhow!("SASL authentication failed: {e}")),
-            };
+                Err(e) => anyhow::bail!("SASL authentication failed: {e}"),
+            }
         }
         let header = decode_request_header_from_buffer(&mut frame).context("bad request header")?;
         let api = ApiKey::try_from(header.request_api_key)
@@ -166,5 +166,94 @@ pub fn illegal_state(api: ApiKey, header: &RequestHeader) -> anyhow::Result<Opti
             v,
             &SaslAuthenticateResponse::default().with_error_code(ILLEGAL_SASL_STATE).with_error_message(message),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kafka::security::credentials::Credentials;
+    use crate::kafka::security::scram::{ScramCredential, ScramHash};
+    use kafka_protocol::protocol::Encodable;
+    use tokio::io::AsyncReadExt;
+
+    fn server(dir: &std::path::Path) -> SaslServer {
+        let path = dir.join("users.toml");
+        let mut c = Credentials::default();
+        c.set("alice", ScramHash::Sha256, ScramCredential::new(ScramHash::Sha256, "pw", 4096).unwrap());
+        c.write(&path).unwrap();
+        SaslServer::new(&super::super::config::SaslConfig {
+            mechanisms: vec![Mechanism::Plain, Mechanism::ScramSha256],
+            credentials: path,
+        })
+        .unwrap()
+    }
+
+    fn frame<R: Encodable>(api: ApiKey, version: i16, correlation: i32, body: &R) -> Vec<u8> {
+        let header = RequestHeader::default()
+            .with_request_api_key(api as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation);
+        let hv = api.request_header_version(version);
+        let mut b = BytesMut::new();
+        header.encode(&mut b, hv).unwrap();
+        body.encode(&mut b, version).unwrap();
+        let mut out = (b.len() as i32).to_be_bytes().to_vec();
+        out.extend_from_slice(&b);
+        out
+    }
+
+    async fn read<S: AsyncRead + Unpin>(s: &mut S) -> Vec<u8> {
+        let mut size = [0u8; 4];
+        s.read_exact(&mut size).await.unwrap();
+        let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
+        s.read_exact(&mut body).await.unwrap();
+        body
+    }
+
+    #[tokio::test]
+    async fn handshake_v0_then_a_bare_plain_token_authenticates() {
+        let dir = tempfile::tempdir().unwrap();
+        let server = server(dir.path());
+        let (mut client, mut conn) = tokio::io::duplex(1 << 16);
+        let task = tokio::spawn(async move { authenticate(&server, &mut conn).await });
+        let hs = SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"));
+        client.write_all(&frame(ApiKey::SaslHandshake, 0, 1, &hs)).await.unwrap();
+        let mut answer = Bytes::from(read(&mut client).await);
+        let _ = ResponseHeader::decode(&mut answer, 0).unwrap();
+        let r = SaslHandshakeResponse::decode(&mut answer, 0).unwrap();
+        assert_eq!(r.error_code, 0);
+        let token = b"\0alice\0pw";
+        let mut bare = (token.len() as i32).to_be_bytes().to_vec();
+        bare.extend_from_slice(token);
+        client.write_all(&bare).await.unwrap();
+        assert_eq!(read(&mut client).await, Vec::<u8>::new(), "an empty last token");
+        assert_eq!(task.await.unwrap().unwrap(), "alice");
+    }
+
+    #[tokio::test]
+    async fn a_wrong_password_gets_58_and_other_requests_before_authentication_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let server = std::sync::Arc::new(server(dir.path()));
+        let (mut client, mut conn) = tokio::io::duplex(1 << 16);
+        let s = server.clone();
+        let task = tokio::spawn(async move { authenticate(&s, &mut conn).await });
+        let hs = SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"));
+        client.write_all(&frame(ApiKey::SaslHandshake, 1, 1, &hs)).await.unwrap();
+        read(&mut client).await;
+        let auth = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from_static(b"\0alice\0wrong"));
+        client.write_all(&frame(ApiKey::SaslAuthenticate, 2, 2, &auth)).await.unwrap();
+        let mut answer = Bytes::from(read(&mut client).await);
+        let _ = ResponseHeader::decode(&mut answer, ApiKey::SaslAuthenticate.response_header_version(2)).unwrap();
+        let r = SaslAuthenticateResponse::decode(&mut answer, 2).unwrap();
+        assert_eq!(r.error_code, SASL_AUTHENTICATION_FAILED);
+        assert!(r.error_message.unwrap().contains("invalid credentials"));
+        assert!(task.await.unwrap().is_err(), "the connection is to be closed");
+
+        let (mut client, mut conn) = tokio::io::duplex(1 << 16);
+        let task = tokio::spawn(async move { authenticate(&server, &mut conn).await });
+        client.write_all(&frame(ApiKey::Metadata, 4, 1, &MetadataRequest::default())).await.unwrap();
+        let e = task.await.unwrap().unwrap_err();
+        assert!(e.to_string().contains("before SASL authentication"), "{e}");
     }
 }
