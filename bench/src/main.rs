@@ -95,8 +95,8 @@ struct Args {
     /// and skip the idle CPU measurement.
     #[arg(long)]
     only: Vec<String>,
-    /// Metadata partitions of the local cluster.
-    #[arg(long, default_value_t = 8)]
+    /// Metadata partitions of the local cluster (the coordinator's default).
+    #[arg(long, default_value_t = diskless_coordinator::node::config::DEFAULT_METADATA_PARTITIONS)]
     metadata_partitions: u32,
     /// Where the local cluster's data goes (default: the system's temporary directory).
     #[arg(long)]
@@ -392,6 +392,7 @@ async fn measure(sys: &System, plan: &Plan, p: &mut Progress, res: &mut Results)
                 sys.before_measurement().await?;
                 let m = workload::commits(sys, topic, shape, clients, secs, None).await?;
                 res.rows.push(Row::new(&label, name, clients, &m));
+                note_stages(sys, &label, res).await?;
             }
             Step::CommitsOffered => {
                 let rc = plan.rate_clients;
@@ -399,6 +400,7 @@ async fn measure(sys: &System, plan: &Plan, p: &mut Progress, res: &mut Results)
                 sys.before_measurement().await?;
                 let m = workload::commits(sys, topic, shape, rc, secs, Some(plan.rate)).await?;
                 res.rows.push(Row::new(&label, name, rc, &m));
+                note_stages(sys, &label, res).await?;
             }
             Step::FanOut { clients } => {
                 if !fan_topic_created {
@@ -414,6 +416,7 @@ async fn measure(sys: &System, plan: &Plan, p: &mut Progress, res: &mut Results)
                 sys.before_measurement().await?;
                 let m = workload::commits(sys, fan_topic, fan, clients, secs, None).await?;
                 res.rows.push(Row::new(&label, name, clients, &m));
+                note_stages(sys, &label, res).await?;
             }
             Step::Reads(what, kind) => {
                 p.say(&format!("{name}: {what}, {readers} clients"));
@@ -433,6 +436,15 @@ async fn measure(sys: &System, plan: &Plan, p: &mut Progress, res: &mut Results)
             }
             Step::Depth => depth(sys, plan, p, res).await?,
         }
+    }
+    Ok(())
+}
+
+/// Notes where our entries' time went during the measurement `label` (P50/P99 and count per
+/// stage and node): the per-stage breakdown of commit latency.
+async fn note_stages(sys: &System, label: &str, res: &mut Results) -> anyhow::Result<()> {
+    if let Some(stages) = sys.stages().await? {
+        res.notes.push(format!("{} stages during \"{}\" (P50/P99, entries):\n{stages}", sys.name(), label.trim()));
     }
     Ok(())
 }

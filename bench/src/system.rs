@@ -22,9 +22,9 @@ pub struct Coord {
 
 /// A client connection of one system (one per simulated broker).
 pub enum Conn {
-    /// Commits go through the broker's client (each metadata partition's part straight to its
-    /// leader, as a broker does); reads to this connection's node.
-    Ours { reader: Reader, broker: Box<diskless_broker_shim::coordinator::Coordinators>, last_applied: Vec<GroupIndex> },
+    /// Commits and strict reads go through the broker's client (each metadata partition's part
+    /// straight to its leader, as a broker does); FindBatches to this connection's node.
+    Ours { reader: Reader, broker: Arc<diskless_broker_shim::coordinator::Coordinators>, last_applied: Vec<GroupIndex> },
     /// One connection with its statements prepared once, as a broker's connection pool would.
     Pg { client: Arc<tokio_postgres::Client>, commit: tokio_postgres::Statement, reader: Reader },
 }
@@ -33,8 +33,13 @@ pub enum Conn {
 /// (multiplexed on one HTTP/2 connection, or pipelined on one PostgreSQL connection).
 #[derive(Clone)]
 pub enum Reader {
-    Ours(CoordinatorServiceClient<Channel>),
-    Pg { client: Arc<tokio_postgres::Client>, find: tokio_postgres::Statement, offsets: tokio_postgres::Statement },
+    /// FindBatches to one node; strict reads through the broker's client (to the leader).
+    Ours(CoordinatorServiceClient<Channel>, Arc<diskless_broker_shim::coordinator::Coordinators>),
+    Pg {
+        client: Arc<tokio_postgres::Client>,
+        find: tokio_postgres::Statement,
+        offsets: tokio_postgres::Statement,
+    },
 }
 
 #[derive(Clone)]
@@ -59,12 +64,61 @@ impl System {
     }
 
     /// Called before every measurement: PostgreSQL writes its dirty pages out (CHECKPOINT), so
-    /// that no measurement pays for the previous one's; our cluster needs nothing.
+    /// that no measurement pays for the previous one's; our nodes start their stage timings
+    /// afresh (see [`stages`](Self::stages)).
     pub async fn before_measurement(&self) -> anyhow::Result<()> {
         match self {
-            System::Ours { .. } => Ok(()),
+            System::Ours { .. } => self.node_stages(true).await.map(drop),
             System::Pg { url, .. } => postgres::checkpoint(url).await,
         }
+    }
+
+    /// Where our log entries' time went on each node since the last measurement started
+    /// (`coordinator/src/raft/stages.rs`: append → durable → applied, apply, proposal), one line
+    /// per node; `None` for PostgreSQL.
+    pub async fn stages(&self) -> anyhow::Result<Option<String>> {
+        let nodes = self.node_stages(false).await?;
+        if nodes.is_empty() {
+            return Ok(None);
+        }
+        let lines = nodes
+            .iter()
+            .map(|(id, stages)| {
+                let figures = stages
+                    .iter()
+                    .map(|s| {
+                        format!(
+                            "{} {:.2}/{:.2} ms ({})",
+                            s.name,
+                            s.p50_us as f64 / 1000.0,
+                            s.p99_us as f64 / 1000.0,
+                            s.count
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                format!("  node {id}: {figures}")
+            })
+            .collect::<Vec<_>>();
+        Ok(Some(lines.join("\n")))
+    }
+
+    /// Every node's stage figures (P50/P99 per stage), resetting them when `reset`.
+    async fn node_stages(&self, reset: bool) -> anyhow::Result<Vec<(u64, Vec<diskless_proto::admin::StageLatency>)>> {
+        let System::Ours { addrs } = self else { return Ok(vec![]) };
+        let mut out = vec![];
+        for a in addrs {
+            let mut c = diskless_proto::admin::admin_service_client::AdminServiceClient::connect(format!("http://{a}"))
+                .await
+                .with_context(|| format!("connect to {a}"))?;
+            let s = c
+                .status(diskless_proto::admin::StatusRequest { with_digest: false, reset_stages: reset })
+                .await
+                .with_context(|| format!("status of {a}"))?
+                .into_inner();
+            out.push((s.node_id, s.stages));
+        }
+        Ok(out)
     }
 
     /// A new connection; `i` spreads connections over the nodes.
@@ -74,10 +128,13 @@ impl System {
                 let a = &addrs[i % addrs.len()];
                 let ch =
                     tonic::transport::Endpoint::from_shared(format!("http://{a}"))?.tcp_nodelay(true).connect().await?;
-                let broker = diskless_broker_shim::coordinator::Coordinators::connect(addrs).await?;
+                let broker = Arc::new(diskless_broker_shim::coordinator::Coordinators::connect(addrs).await?);
                 Ok(Conn::Ours {
-                    reader: Reader::Ours(CoordinatorServiceClient::new(ch).max_decoding_message_size(256 << 20)),
-                    broker: Box::new(broker),
+                    reader: Reader::Ours(
+                        CoordinatorServiceClient::new(ch).max_decoding_message_size(256 << 20),
+                        broker.clone(),
+                    ),
+                    broker,
                     last_applied: vec![],
                 })
             }
@@ -256,7 +313,7 @@ impl Reader {
         min_applied: Vec<GroupIndex>,
     ) -> anyhow::Result<usize> {
         match self {
-            Reader::Ours(client) => {
+            Reader::Ours(client, _) => {
                 let r = client
                     .clone()
                     .find_batches(FindBatchesRequest {
@@ -295,22 +352,13 @@ impl Reader {
     /// The high watermark, strictly.
     pub async fn latest(&self, topic: Uuid, partition: i32) -> anyhow::Result<i64> {
         match self {
-            Reader::Ours(client) => {
-                let r = client
-                    .clone()
-                    .list_offsets(ListOffsetsRequest {
-                        topics: vec![list_offsets_request::ListOffsetsTopic {
-                            topic_id: topic.as_bytes().to_vec(),
-                            partitions: vec![list_offsets_request::ListOffsetsPartition {
-                                partition_index: partition,
-                                timestamp: -1,
-                            }],
-                        }],
-                        timeout_ms: 10_000,
-                    })
-                    .await?
-                    .into_inner();
-                Ok(r.topics[0].partitions[0].offset)
+            Reader::Ours(_, broker) => {
+                // As a broker asks: straight to the metadata partition's leader.
+                let (_, offset) = broker
+                    .list_offset(*topic.as_bytes(), partition, -1)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("list offsets: {e:?}"))?;
+                Ok(offset)
             }
             Reader::Pg { client, offsets, .. } => {
                 let row = client.query_one(offsets, &[&topic, &partition]).await?;

@@ -136,12 +136,29 @@ pub fn main() -> anyhow::Result<()> {
         if let Some(m) = shim.start_metrics().await? {
             println!("diskless-broker metrics on http://{m}/metrics");
         }
-        let shutdown = async {
+        // The registry task ends early only when another live broker holds this broker's id.
+        let registry = shim.start_registry();
+        let (fatal_tx, mut fatal_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
+        let shutdown = async move {
             let mut term =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+            let registry_failed = async {
+                match registry {
+                    Some(task) => match task.await {
+                        Ok(Err(e)) => e,
+                        Ok(Ok(())) => std::future::pending().await,
+                        Err(e) => anyhow::anyhow!("the broker registry task failed: {e}"),
+                    },
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = term.recv() => {}
                 _ = tokio::signal::ctrl_c() => {}
+                e = registry_failed => {
+                    tracing::error!(error = %format!("{e:#}"), "stopping");
+                    let _ = fatal_tx.send(e);
+                }
             }
             tracing::info!("shutting down: committing what was accepted");
         };
@@ -158,7 +175,14 @@ pub fn main() -> anyhow::Result<()> {
             )
             .serve_with_incoming_shutdown(incoming, shutdown)
             .await?;
+        let fatal = fatal_rx.try_recv().ok();
+        if fatal.is_none() && shim.config.kafka.is_some() {
+            shim.registry.unregister().await;
+        }
         shim.shutdown().await;
-        anyhow::Ok(())
+        match fatal {
+            Some(e) => Err(e),
+            None => anyhow::Ok(()),
+        }
     })
 }

@@ -45,6 +45,9 @@ pub struct ShimConfig {
     /// The consumer-group coordinator (`[groups]`).
     #[serde(default)]
     pub groups: crate::groups::GroupConfig,
+    /// This broker in the coordinator cluster's broker registry (`[registry]`: rack, lease).
+    #[serde(default)]
+    pub registry: crate::registry::RegistryConfig,
     /// Accept `BrokerService.InjectStorageFault` (tests only): object storage goes through a
     /// wrapper that can delay, fail or hang its operations.
     #[serde(default)]
@@ -220,6 +223,7 @@ fn default_region() -> String {
 impl ShimConfig {
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(!self.coordinators.is_empty(), "coordinators lists no node");
+        self.registry.validate()?;
         anyhow::ensure!(
             (1024..=MAX_BUFFER_BYTES).contains(&self.produce.buffer_max_bytes),
             "produce.buffer_max_bytes must be 1024 to {MAX_BUFFER_BYTES} (a segment's byte offsets travel as int32), not {}",

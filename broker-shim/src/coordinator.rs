@@ -434,6 +434,21 @@ impl Coordinators {
             timeout_ms: 10_000,
         };
         let mut attempts = 0;
+        // Strict reads are served by the metadata partition's leader: ask it directly (no
+        // forwarding hop). Any node still routes the read when the leader is unknown or moved.
+        let g = diskless_proto::metadata_partition_for(&topic_id, partition.max(0), self.num_groups);
+        let leader = self.leaders.lock().unwrap_or_else(|e| e.into_inner()).get(g as usize).cloned().flatten();
+        if let Some(ch) = leader.as_deref().and_then(|a| self.channel_to(a)) {
+            let r = CoordinatorServiceClient::new(ch).list_offsets(req.clone()).await;
+            match r.map(|r| r.into_inner().topics.into_iter().flat_map(|t| t.partitions).next()) {
+                Ok(Some(p)) if p.error_code != diskless_proto::ErrorCode::NotLeaderOrFollower.wire() => {
+                    return KafkaError::from_wire(p.error_code, p.error_message)
+                        .map_or(Ok((p.timestamp, p.offset)), Err);
+                }
+                // Gone, or no longer the leader: learn the leaders again, ask any node meanwhile.
+                _ => self.refresh_leaders().await,
+            }
+        }
         loop {
             let resp = self
                 .call(|mut c| {

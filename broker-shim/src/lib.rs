@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod produce;
 pub mod producer_ids;
 pub mod records;
+pub mod registry;
 pub mod service;
 pub mod storage;
 pub mod wal;
@@ -43,6 +44,8 @@ pub struct Shim {
     pub store_faults: Option<Arc<storage::faulty::StoreFaults>>,
     /// The consumer groups this broker coordinates.
     pub groups: Arc<groups::GroupCoordinator>,
+    /// This broker in the broker registry; the live brokers.
+    pub registry: Arc<registry::Registry>,
     tasks: std::sync::Mutex<Option<produce::ProducerTasks>>,
     stop: tokio::sync::watch::Sender<bool>,
 }
@@ -87,6 +90,7 @@ impl Shim {
         tokio::spawn(cleaner.clone().run(stop_rx.clone()));
         let groups = groups::GroupCoordinator::new(coordinators.clone(), config.groups.clone(), config.broker_id);
         tokio::spawn(groups.clone().run(stop_rx));
+        let registry = registry::Registry::new(coordinators.clone(), config.registry.clone(), config.broker_id);
         tracing::info!(storage = %storage.describe, coordinators = ?config.coordinators, "broker shim started");
         Ok(Arc::new(Shim {
             config,
@@ -98,6 +102,7 @@ impl Shim {
             producer_ids,
             store_faults,
             groups,
+            registry,
             tasks: std::sync::Mutex::new(Some(tasks)),
             stop,
         }))
@@ -128,12 +133,40 @@ impl Shim {
             };
             let mut listener_state = kafka::Listener::new(self.clone(), config, addr);
             listener_state.security = shared.for_protocol(l.security_protocol);
+            if started.is_empty() {
+                // The registry holds one address per broker: the first listener's (what other
+                // brokers' Metadata and FindCoordinator answers name for this one).
+                self.registry.set_address(&listener_state.host, listener_state.port);
+            }
             let name = l.name.clone().unwrap_or_else(|| l.security_protocol.name().to_string());
             tokio::spawn(Arc::new(listener_state).serve(listener, self.stop.subscribe()));
             tracing::info!(%addr, listener = %name, protocol = l.security_protocol.name(), "Kafka listener started");
             started.push((name, addr));
         }
         Ok(started)
+    }
+
+    /// Registers this broker (advertised at the Kafka listener's address) and keeps its lease alive
+    /// until the shim stops; groups this broker no longer coordinates are dropped from memory as
+    /// the live brokers change. The task ends with an error when another live broker holds this
+    /// broker's id: the process should stop. Without a Kafka listener there is nothing to
+    /// advertise, and the broker does not register.
+    pub fn start_registry(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<anyhow::Result<()>>> {
+        self.config.kafka.as_ref()?;
+        let groups = self.groups.clone();
+        let moved = move |r: &registry::Registry| {
+            for id in groups.states().into_keys() {
+                if !r.owns_group(&id) {
+                    tracing::info!(
+                        group = id,
+                        coordinator = r.group_coordinator(&id).id,
+                        "group moved to another broker"
+                    );
+                    groups.release(&id);
+                }
+            }
+        };
+        Some(tokio::spawn(self.registry.clone().run(self.stop.subscribe(), moved)))
     }
 
     /// Starts the Prometheus listener if the configuration has one; returns its address.

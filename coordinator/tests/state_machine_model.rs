@@ -155,6 +155,27 @@ enum TOp {
     AllocateProducerIds {
         count: u32,
     },
+    /// Broker `broker - 1` (so -1 too) registers as incarnation `incarnation` at port 9000 + `port`.
+    RegisterBroker {
+        broker: u8,
+        incarnation: u8,
+        port: u8,
+        lease_ms: i64,
+    },
+    BrokerHeartbeat {
+        broker: u8,
+        incarnation: u8,
+        lease_ms: i64,
+    },
+    UnregisterBroker {
+        broker: u8,
+        incarnation: u8,
+    },
+}
+
+/// A broker lease: mostly valid, sometimes out of bounds.
+fn broker_lease() -> impl Strategy<Value = i64> {
+    prop_oneof![8 => 1i64..4_000, 1 => Just(0i64), 1 => Just(MAX_BROKER_LEASE_MS + 1)]
 }
 
 fn seq_choice() -> impl Strategy<Value = SeqChoice> {
@@ -246,6 +267,11 @@ fn top() -> impl Strategy<Value = TOp> {
             .prop_map(|(group, parts)| TOp::DeleteOffsets { group, parts }),
         2 => (prop_oneof![1 => Just(-1i64), 1 => Just(0i64), 3 => 0i64..5_000], prop_oneof![3 => 1u32..4, 1 => Just(0u32), 1 => Just(100u32)])
             .prop_map(|(retention_ms, budget)| TOp::ExpireOffsets { retention_ms, budget }),
+        2 => (0u8..5, 0u8..3, 0u8..3, broker_lease())
+            .prop_map(|(broker, incarnation, port, lease_ms)| TOp::RegisterBroker { broker, incarnation, port, lease_ms }),
+        3 => (0u8..5, 0u8..3, broker_lease())
+            .prop_map(|(broker, incarnation, lease_ms)| TOp::BrokerHeartbeat { broker, incarnation, lease_ms }),
+        1 => (0u8..5, 0u8..3).prop_map(|(broker, incarnation)| TOp::UnregisterBroker { broker, incarnation }),
     ]
 }
 
@@ -520,6 +546,23 @@ impl Driver {
             TOp::ExpireOffsets { retention_ms, budget } => {
                 Op::ExpireOffsets { retention_ms: *retention_ms, budget: *budget }
             }
+            TOp::RegisterBroker { broker, incarnation, port, lease_ms } => Op::RegisterBroker(RegisterBroker {
+                broker_id: i32::from(*broker) - 1,
+                host: "127.0.0.1".into(),
+                // Port 0 is refused.
+                port: if *port == 2 { 0 } else { 9000 + i32::from(*port) },
+                rack: (*port == 1).then(|| "az1".to_string()),
+                incarnation: u64::from(*incarnation),
+                lease_ms: *lease_ms,
+            }),
+            TOp::BrokerHeartbeat { broker, incarnation, lease_ms } => Op::BrokerHeartbeat {
+                broker_id: i32::from(*broker) - 1,
+                incarnation: u64::from(*incarnation),
+                lease_ms: *lease_ms,
+            },
+            TOp::UnregisterBroker { broker, incarnation } => {
+                Op::UnregisterBroker { broker_id: i32::from(*broker) - 1, incarnation: u64::from(*incarnation) }
+            }
             TOp::Confirm { take, live_too } => {
                 let mut keys: Vec<String> =
                     model.to_delete(usize::from(*take)).into_iter().map(|f| f.object_key).collect();
@@ -575,6 +618,7 @@ fn blank(o: Outcome) -> Outcome {
         Outcome::Group(r) => Outcome::Group(b(r)),
         Outcome::Offsets(v) => Outcome::Offsets(v.into_iter().map(b).collect()),
         Outcome::Groups(v) => Outcome::Groups(v.into_iter().map(b).collect()),
+        Outcome::Broker(r) => Outcome::Broker(r.map_err(|f| Failure::new(f.code, ""))),
         other => other,
     }
 }
@@ -674,6 +718,12 @@ fn compare_reads(real: &Real, model: &Model, seed: u64, full: bool) {
     }
     let limit = if full { 100_000 } else { (next() % 5) as usize };
     assert_eq!(real.sm.files_to_delete(&view, limit).unwrap(), model.to_delete(limit), "files to delete");
+    // The broker registry, whole and as seen live around each lease's end.
+    let brokers = real.sm.brokers(&view).unwrap();
+    assert_eq!(brokers, model.registry.brokers.clone().into_iter().collect::<Vec<_>>(), "brokers");
+    for t in brokers.iter().flat_map(|(_, b)| [b.lease_until_ms - 1, b.lease_until_ms]) {
+        assert_eq!(real.sm.live_brokers(&view, t).unwrap(), model.registry.live(t), "live brokers at {t}");
+    }
     // Consumer groups.
     assert_eq!(real.sm.list_groups(&view).unwrap(), model.groups.list(), "ListGroups");
     for id in GROUP_IDS {
@@ -698,9 +748,14 @@ static FENCES: std::sync::Mutex<[usize; 4]> = std::sync::Mutex::new([0; 4]);
 static FENCED_FORGOTTEN: AtomicUsize = AtomicUsize::new(0);
 /// Offset commits by Kafka error code, and offsets expired.
 static OFFSET_CODES: std::sync::Mutex<BTreeMap<i16, usize>> = std::sync::Mutex::new(BTreeMap::new());
+/// Broker registry answers by Kafka error code (0 = done).
+static BROKER_CODES: std::sync::Mutex<BTreeMap<i16, usize>> = std::sync::Mutex::new(BTreeMap::new());
 static OFFSETS_EXPIRED: AtomicUsize = AtomicUsize::new(0);
 
 fn count(outcome: &Outcome) {
+    if let Outcome::Broker(r) = outcome {
+        *BROKER_CODES.lock().unwrap().entry(r.as_ref().map_or_else(|f| f.code.code(), |_| 0)).or_default() += 1;
+    }
     if let Outcome::Offsets(v) = outcome {
         let mut codes = OFFSET_CODES.lock().unwrap();
         for r in v {
@@ -814,7 +869,13 @@ fn state_machine_matches_the_model_and_replicas_agree_byte_for_byte() {
         OFFSET_CODES.lock().unwrap(),
         OFFSETS_EXPIRED.load(Ordering::Relaxed)
     );
+    let brokers = BROKER_CODES.lock().unwrap().clone();
+    println!("broker registry answers by error code (0 = done): {brokers:?}");
     if cases >= 30 {
         assert!(n >= 10_000, "only {n} operations ran");
+        // Registrations, heartbeats and refusals of a taken id and of a stale lease all happened.
+        for code in [0, 77, 101] {
+            assert!(brokers.get(&code).is_some_and(|n| *n > 0), "no registry answer {code}: {brokers:?}");
+        }
     }
 }

@@ -38,11 +38,14 @@ pub enum ErrorCode {
     NonEmptyGroup = 68,
     GroupIdNotFound = 69,
     GroupSubscribedToTopic = 86,
+    // The broker registry (issue 15).
+    StaleBrokerEpoch = 77,
+    DuplicateBrokerRegistration = 101,
 }
 
 impl ErrorCode {
     /// Every code above, for exhaustive tests and lookups.
-    pub const ALL: [ErrorCode; 29] = [
+    pub const ALL: [ErrorCode; 31] = [
         ErrorCode::None,
         ErrorCode::UnknownServerError,
         ErrorCode::OffsetOutOfRange,
@@ -72,6 +75,8 @@ impl ErrorCode {
         ErrorCode::NonEmptyGroup,
         ErrorCode::GroupIdNotFound,
         ErrorCode::GroupSubscribedToTopic,
+        ErrorCode::StaleBrokerEpoch,
+        ErrorCode::DuplicateBrokerRegistration,
     ];
 
     /// The code as Kafka's `int16`.
@@ -121,6 +126,8 @@ impl ErrorCode {
             ErrorCode::NonEmptyGroup => "NON_EMPTY_GROUP",
             ErrorCode::GroupIdNotFound => "GROUP_ID_NOT_FOUND",
             ErrorCode::GroupSubscribedToTopic => "GROUP_SUBSCRIBED_TO_TOPIC",
+            ErrorCode::StaleBrokerEpoch => "STALE_BROKER_EPOCH",
+            ErrorCode::DuplicateBrokerRegistration => "DUPLICATE_BROKER_REGISTRATION",
         }
     }
 

@@ -10,7 +10,7 @@ pub mod error_code;
 pub mod partitioning;
 
 pub use error_code::ErrorCode;
-pub use partitioning::{metadata_partition_for, metadata_partition_for_group};
+pub use partitioning::{metadata_partition_for, metadata_partition_for_group, partition_key, rendezvous_score};
 
 /// The encoded `FileDescriptorSet` of every service above (server reflection; method names).
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/diskless_descriptor.bin"));

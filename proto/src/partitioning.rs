@@ -25,6 +25,24 @@ pub fn metadata_partition_for_group(group_id: &str, num_metadata_partitions: u32
     (splitmix64(u64::from(crc32c::crc32c(group_id.as_bytes()))) % u64::from(num_metadata_partitions)) as u32
 }
 
+/// The rendezvous (highest random weight) score of broker `broker_id` for `key`: of the live
+/// brokers, the one with the highest score owns the key (a topic-partition's leadership, a consumer
+/// group's coordination). Every broker computes the same owner from the same live set, and when a
+/// broker joins or leaves only the keys it gains or held move. CRC32C of the key, then the
+/// SplitMix64 finalizer over that and the broker id; fixed like the mappings above.
+pub fn rendezvous_score(key: &[u8], broker_id: i32) -> u64 {
+    splitmix64((u64::from(crc32c::crc32c(key)) << 32) ^ u64::from(broker_id as u32) ^ 0x5bd1_e995)
+}
+
+/// The key of a topic-partition for [`rendezvous_score`]: the topic id, then the partition index
+/// (big-endian).
+pub fn partition_key(topic_id: &[u8; 16], partition: i32) -> [u8; 20] {
+    let mut k = [0u8; 20];
+    k[..16].copy_from_slice(topic_id);
+    k[16..].copy_from_slice(&partition.to_be_bytes());
+    k
+}
+
 /// SplitMix64's output function: a bijective, well-mixing finalizer.
 fn splitmix64(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -55,6 +73,36 @@ mod tests {
     }
 
     const GROUP_PINNED: [u32; 4] = [5, 2, 5, 5];
+
+    #[test]
+    fn rendezvous_scores_are_stable_across_releases() {
+        // Brokers of different releases must name the same leaders and coordinators.
+        let got: Vec<u64> = [(b"grp".as_slice(), 1), (b"grp".as_slice(), 2), (&partition_key(&[7; 16], 3)[..], 1)]
+            .iter()
+            .map(|(k, id)| rendezvous_score(k, *id))
+            .collect();
+        assert_eq!(got, RENDEZVOUS_PINNED);
+    }
+
+    const RENDEZVOUS_PINNED: [u64; 3] = [17985516924351676465, 644269045556125201, 14560814290717053684];
+
+    #[test]
+    fn rendezvous_owners_spread_and_move_only_when_their_owner_goes() {
+        let owner = |key: &[u8], ids: &[i32]| *ids.iter().max_by_key(|id| rendezvous_score(key, **id)).unwrap();
+        let keys: Vec<[u8; 20]> = (0..600).map(|p| partition_key(&[9; 16], p)).collect();
+        let mut counts = [0u32; 3];
+        for k in &keys {
+            counts[owner(k, &[1, 2, 3]) as usize - 1] += 1;
+        }
+        assert!(counts.iter().all(|&c| (140..=260).contains(&c)), "{counts:?}");
+        for k in &keys {
+            let before = owner(k, &[1, 2, 3]);
+            let after = owner(k, &[1, 3]);
+            if before != 2 {
+                assert_eq!(after, before, "a key not held by the broker that left moved");
+            }
+        }
+    }
 
     #[test]
     fn partitions_spread_over_metadata_partitions() {

@@ -734,8 +734,12 @@ pub struct BrokerOptions {
     pub orphan_grace_ms: u64,
     /// Also serve the Kafka protocol (on a free port).
     pub kafka: bool,
-    /// The broker's id (KIP-1164's uploader broker id; the top bits of its producer ids).
+    /// The broker's id (KIP-1164's uploader broker id; its id in the broker registry, which refuses
+    /// two live brokers with one id). [`AUTO_BROKER_ID`]: the next unused id of this test process.
     pub broker_id: i32,
+    /// The broker's `[registry]` lease (short, so tests see a killed broker go quickly) and rack.
+    pub lease_ms: u64,
+    pub rack: Option<String>,
     /// The coordinator addresses the broker is given, instead of the cluster's nodes (proxies).
     pub coordinators: Option<Vec<String>>,
     /// Raw TOML lines appended to the top level of the broker's configuration.
@@ -751,18 +755,26 @@ impl Default for BrokerOptions {
             delete_grace_ms: 1_000,
             orphan_scan_interval_ms: 0,
             orphan_grace_ms: 600_000,
-            broker_id: 1,
+            broker_id: AUTO_BROKER_ID,
+            lease_ms: 4_000,
+            rack: None,
             coordinators: None,
             extra_toml: String::new(),
         }
     }
 }
 
+/// [`BrokerOptions::broker_id`]: give the broker an id no other broker of this test process has.
+pub const AUTO_BROKER_ID: i32 = -1;
+static NEXT_BROKER_ID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(1);
+
 /// A broker shim process.
 pub struct BrokerProc {
     pub addr: String,
     /// The Kafka listener's `host:port`, when asked for.
     pub kafka_addr: Option<String>,
+    /// Its broker id.
+    pub broker_id: i32,
     child: Option<Child>,
     config: PathBuf,
     log: PathBuf,
@@ -776,10 +788,16 @@ impl BrokerProc {
             Some(list) => list.iter().map(|a| format!("\"{a}\"")).collect(),
             None => cluster.ids().iter().map(|id| format!("\"{}\"", cluster.addr(*id))).collect(),
         };
+        let broker_id = match o.broker_id {
+            AUTO_BROKER_ID => NEXT_BROKER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            id => id,
+        };
+        let rack = o.rack.as_ref().map(|r| format!("rack = \"{r}\"\n")).unwrap_or_default();
         let config = format!(
             "broker_id = {}\nlisten = \"{addr}\"\ncoordinators = [{}]\n{}\n{}\n[produce]\ncommit_interval_ms = {}\n\n\
-             [cleanup]\ninterval_ms = {}\ndelete_grace_ms = {}\norphan_scan_interval_ms = {}\norphan_grace_ms = {}\n",
-            o.broker_id,
+             [cleanup]\ninterval_ms = {}\ndelete_grace_ms = {}\norphan_scan_interval_ms = {}\norphan_grace_ms = {}\n\n\
+             [registry]\nlease_ms = {}\nheartbeat_interval_ms = {}\nrefresh_interval_ms = 250\n{rack}",
+            broker_id,
             coordinators.join(", "),
             o.extra_toml,
             storage.toml(),
@@ -788,6 +806,8 @@ impl BrokerProc {
             o.delete_grace_ms,
             o.orphan_scan_interval_ms,
             o.orphan_grace_ms,
+            o.lease_ms,
+            (o.lease_ms / 6).max(1),
         );
         let kafka_addr = o.kafka.then(|| format!("127.0.0.1:{}", free_port()));
         let config = match &kafka_addr {
@@ -797,7 +817,7 @@ impl BrokerProc {
         let path = cluster.dir.path().join(format!("broker-{name}.toml"));
         std::fs::write(&path, config).expect("write broker config");
         let log = cluster.dir.path().join(format!("broker-{name}.log"));
-        let mut b = BrokerProc { addr, kafka_addr, child: None, config: path, log };
+        let mut b = BrokerProc { addr, kafka_addr, broker_id, child: None, config: path, log };
         b.restart().await;
         b
     }
@@ -810,6 +830,13 @@ impl BrokerProc {
         while self.client_opt().await.is_none() {
             assert!(Instant::now() < deadline, "broker does not answer: {}", self.log_tail());
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // The gRPC port is bound before the Kafka listener: wait for that one too.
+        if let Some(k) = &self.kafka_addr {
+            while tokio::net::TcpStream::connect(k).await.is_err() {
+                assert!(Instant::now() < deadline, "the Kafka listener does not accept: {}", self.log_tail());
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
     }
 
@@ -860,6 +887,11 @@ impl BrokerProc {
 
     pub async fn client(&self) -> BrokerClient {
         self.client_opt().await.expect("broker reachable")
+    }
+
+    /// The broker's whole log (stderr).
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     pub fn log_tail(&self) -> String {
@@ -1036,6 +1068,7 @@ pub async fn consume_all(broker: &mut BrokerClient, topic: &str, partition: i32)
 pub async fn create_topic_via(broker: &mut BrokerClient, name: &str, partitions: i32) {
     use diskless_proto::broker::CreateTopicRequest;
     let deadline = Instant::now() + Duration::from_secs(30);
+    let mut retried = false;
     loop {
         let r = broker
             .create_topic(CreateTopicRequest {
@@ -1047,9 +1080,11 @@ pub async fn create_topic_via(broker: &mut BrokerClient, name: &str, partitions:
             .await
             .expect("create topic rpc")
             .into_inner();
-        if r.error_code == 0 {
+        // TOPIC_ALREADY_EXISTS after a failed try: that try's creation completed after all.
+        if r.error_code == 0 || (r.error_code == 36 && retried) {
             return;
         }
+        retried = true;
         assert!(Instant::now() < deadline, "create topic {name}: {:?}", r.error_message);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -37,7 +37,7 @@ async fn kcat_confluent_kafka_and_kafka_python_consume_through_groups_with_exact
     // The broker that coordinated the groups dies; another broker serves the group `kgroup` from
     // what the cluster holds: kcat resumes exactly after the committed offsets.
     a.kill();
-    let b_options = BrokerOptions { broker_id: 2, ..options };
+    let b_options = options;
     let b = BrokerProc::start(&c, "b", &TestStorage::Local(c.path("objects")), &b_options).await;
     let kb = b.kafka_addr.clone().unwrap();
     // The broker answers gRPC before its Kafka listener is bound: wait for the listener.

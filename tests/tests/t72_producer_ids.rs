@@ -1,4 +1,5 @@
-//! Producer ids are unique across brokers: two brokers with the same (default) broker id, asked
+//! Producer ids are unique across brokers: two brokers (the registry refuses two live brokers with
+//! one id; producer ids never depended on broker ids), asked
 //! for producer ids at the same time through the Kafka protocol, never hand out one id twice — a
 //! second producer with the same id would have its first batches taken for duplicates and
 //! acknowledged without being stored.
@@ -47,7 +48,7 @@ async fn init_producer_id(stream: &mut TcpStream, correlation_id: i32) -> Result
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_brokers_with_the_same_broker_id_never_hand_out_the_same_producer_id() {
+async fn two_brokers_never_hand_out_the_same_producer_id() {
     let c = Cluster::start(3, Options::default()).await;
     let storage = TestStorage::Local(c.path("objects"));
     let options = BrokerOptions { kafka: true, ..BrokerOptions::default() };

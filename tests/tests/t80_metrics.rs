@@ -40,7 +40,7 @@ const NODE_METRICS: [&str; 28] = [
     "diskless_data_dir_size_bytes",
 ];
 
-const BROKER_METRICS: [&str; 19] = [
+const BROKER_METRICS: [&str; 20] = [
     "diskless_broker_produce_duration_seconds",
     "diskless_broker_produce_batches_total",
     "diskless_broker_commit_duration_seconds",
@@ -60,6 +60,7 @@ const BROKER_METRICS: [&str; 19] = [
     "diskless_broker_cleaner_files_deleted_total",
     "diskless_broker_cleaner_orphans_deleted_total",
     "diskless_broker_cleaner_backlog_files",
+    "diskless_broker_offset_commit_duration_seconds",
 ];
 
 /// The metric names a scrape declares (`# TYPE` lines), with a histogram's series names.

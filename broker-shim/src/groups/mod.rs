@@ -27,6 +27,8 @@ pub mod codes {
     pub const NONE: i16 = 0;
     pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
     pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    pub const NOT_COORDINATOR: i16 = 16;
+    pub const MEMBER_ID_REQUIRED: i16 = 79;
     pub const ILLEGAL_GENERATION: i16 = 22;
     pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
     pub const INVALID_GROUP_ID: i16 = 24;
@@ -93,6 +95,9 @@ pub struct JoinRequest {
     pub rebalance_timeout_ms: i32,
     pub protocol_type: String,
     pub protocols: Vec<(String, Bytes)>,
+    /// JoinGroup v4+ (KIP-394): a member without an id is given one with MEMBER_ID_REQUIRED and
+    /// joins again with it.
+    pub require_known_member_id: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -337,6 +342,9 @@ pub struct GroupCoordinator {
     identity: String,
     config: GroupConfig,
     groups: Mutex<HashMap<String, Group>>,
+    /// Member ids handed out with MEMBER_ID_REQUIRED, by (group, member), until they expire (the
+    /// session timeout asked for).
+    pending: Mutex<HashMap<(String, String), Instant>>,
 }
 
 fn member_id(client_id: &str) -> String {
@@ -347,7 +355,13 @@ impl GroupCoordinator {
     /// The coordinator of broker `broker_id` (a fresh incarnation per process).
     pub fn new(store: Arc<dyn GroupStore>, config: GroupConfig, broker_id: i32) -> Arc<GroupCoordinator> {
         let identity = format!("broker-{broker_id}-{}", uuid::Uuid::new_v4());
-        Arc::new(GroupCoordinator { store, identity, config, groups: Mutex::new(HashMap::new()) })
+        Arc::new(GroupCoordinator {
+            store,
+            identity,
+            config,
+            groups: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Group>> {
@@ -401,6 +415,16 @@ impl GroupCoordinator {
             return fail(INVALID_SESSION_TIMEOUT);
         }
         let now = Instant::now();
+        let session = Duration::from_millis(req.session_timeout_ms.max(0) as u64);
+        let was_pending = {
+            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            if req.member_id.is_empty() && req.group_instance_id.is_none() && req.require_known_member_id {
+                let id = member_id(&req.client_id);
+                pending.insert((req.group_id.clone(), id.clone()), now + session);
+                return JoinOutcome { error: MEMBER_ID_REQUIRED, member_id: id, ..Default::default() };
+            }
+            pending.remove(&(req.group_id.clone(), req.member_id.clone())).is_some_and(|until| until > now)
+        };
         let (tx, rx) = oneshot::channel();
         let mut store_now = None;
         let wait;
@@ -454,7 +478,7 @@ impl GroupCoordinator {
                         };
                     }
                 }
-            } else if !id.is_empty() && !g.members.contains_key(&id) {
+            } else if !id.is_empty() && !g.members.contains_key(&id) && !was_pending {
                 return fail(UNKNOWN_MEMBER_ID);
             }
             if id.is_empty() {
@@ -753,9 +777,17 @@ impl GroupCoordinator {
         }
     }
 
+    /// Drops a group from memory whatever its state (another broker coordinates it now): waiting
+    /// joins and syncs are answered REBALANCE_IN_PROGRESS, and the members find the new
+    /// coordinator, which loads the group from the cluster.
+    pub fn release(&self, group_id: &str) {
+        self.lock().remove(group_id);
+    }
+
     /// One pass of the timers: lapsed sessions, rebalances due.
     pub fn tick(&self) {
         let now = Instant::now();
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, until| *until > now);
         let delay = self.initial_delay();
         let mut to_store = vec![];
         {

@@ -46,6 +46,7 @@ fn join(member_id: &str, instance: Option<&str>, session_ms: i32) -> JoinRequest
         rebalance_timeout_ms: 2_000,
         protocol_type: "consumer".into(),
         protocols: vec![("range".into(), Bytes::from_static(b"sub"))],
+        require_known_member_id: false,
     }
 }
 
@@ -195,4 +196,24 @@ async fn a_deposed_coordinator_whose_generation_is_refused_reloads_the_group_fro
     assert_eq!(c.heartbeat("g", 1, &m.member_id).await, UNKNOWN_MEMBER_ID);
     let again = c.join(join("", None, 10_000)).await;
     assert_eq!(again.generation, 6);
+}
+
+#[tokio::test]
+async fn a_v4_join_without_a_member_id_is_given_one_and_joins_with_it() {
+    let store = Arc::new(FakeStore::default());
+    let c = GroupCoordinator::new(store.clone(), config(), 1);
+    let _stop = ticker(&c);
+    let first = c.join(JoinRequest { require_known_member_id: true, ..join("", None, 10_000) }).await;
+    assert_eq!(first.error, MEMBER_ID_REQUIRED);
+    assert!(!first.member_id.is_empty());
+    // An id nobody handed out is still unknown; the one handed out joins.
+    assert_eq!(c.join(join("made-up", None, 10_000)).await.error, UNKNOWN_MEMBER_ID);
+    let joined = c.join(JoinRequest { require_known_member_id: true, ..join(&first.member_id, None, 10_000) }).await;
+    assert_eq!((joined.error, joined.generation), (NONE, 1));
+    assert_eq!(joined.member_id, first.member_id);
+    // A static member needs no round trip.
+    let st = c
+        .join(JoinRequest { require_known_member_id: true, group_id: "g2".into(), ..join("", Some("i1"), 10_000) })
+        .await;
+    assert_ne!(st.error, MEMBER_ID_REQUIRED);
 }

@@ -36,17 +36,28 @@ fn cluster_code(code: i32) -> i16 {
     }
 }
 
+/// NOT_COORDINATOR unless this broker coordinates `group_id` (the client finds the coordinator
+/// again).
+fn owned(l: &Listener, group_id: &str) -> Result<(), i16> {
+    if l.shim.registry.owns_group(group_id) {
+        Ok(())
+    } else {
+        Err(NOT_COORDINATOR)
+    }
+}
+
 // ---------------------------------------------------------------- FindCoordinator
 
-/// Groups: this broker (every broker can coordinate any group; its state that matters is in the
-/// cluster). Transactions are not supported: COORDINATOR_NOT_AVAILABLE with a message.
+/// Groups: the live broker with the highest rendezvous score for the group id (the same answer
+/// from every broker that sees the same live brokers; `registry`). Transactions are not supported:
+/// COORDINATOR_NOT_AVAILABLE with a message.
 pub fn find_coordinator(l: &Listener, header: &RequestHeader, req: FindCoordinatorRequest) -> Reply {
     let v = header.request_api_version;
-    let me = BrokerId(l.broker_id);
     let why = "transactions are not supported by diskless brokers yet";
-    let answer = |key_type: i8| -> (i16, BrokerId, String, i32, Option<StrBytes>) {
+    let answer = |key_type: i8, key: &str| -> (i16, BrokerId, String, i32, Option<StrBytes>) {
         if key_type == 0 {
-            (NONE, me, l.host.clone(), l.port, None)
+            let b = l.shim.registry.group_coordinator(key);
+            (NONE, BrokerId(b.id), l.advertised_host_of(&b), l.advertised_port_of(&b), None)
         } else {
             (COORDINATOR_NOT_AVAILABLE, BrokerId(-1), String::new(), -1, Some(s(why)))
         }
@@ -56,7 +67,7 @@ pub fn find_coordinator(l: &Listener, header: &RequestHeader, req: FindCoordinat
             .coordinator_keys
             .iter()
             .map(|k| {
-                let (code, node, host, port, message) = answer(req.key_type);
+                let (code, node, host, port, message) = answer(req.key_type, k);
                 find_coordinator_response::Coordinator::default()
                     .with_key(k.clone())
                     .with_node_id(node)
@@ -68,7 +79,7 @@ pub fn find_coordinator(l: &Listener, header: &RequestHeader, req: FindCoordinat
             .collect();
         FindCoordinatorResponse::default().with_coordinators(coordinators)
     } else {
-        let (code, node, host, port, message) = answer(if v >= 1 { req.key_type } else { 0 });
+        let (code, node, host, port, message) = answer(if v >= 1 { req.key_type } else { 0 }, &req.key);
         let mut body = FindCoordinatorResponse::default()
             .with_error_code(code)
             .with_node_id(node)
@@ -97,8 +108,12 @@ pub async fn join_group(l: &Listener, header: &RequestHeader, req: JoinGroupRequ
         rebalance_timeout_ms: if v >= 1 { req.rebalance_timeout_ms } else { req.session_timeout_ms },
         protocol_type: req.protocol_type.to_string(),
         protocols: req.protocols.iter().map(|p| (p.name.to_string(), p.metadata.clone())).collect(),
+        require_known_member_id: v >= 4,
     };
-    let out = l.shim.groups.join(join).await;
+    let out = match owned(l, &join.group_id) {
+        Ok(()) => l.shim.groups.join(join).await,
+        Err(error) => crate::groups::JoinOutcome { error, member_id: join.member_id, ..Default::default() },
+    };
     let members = out
         .members
         .into_iter()
@@ -125,7 +140,10 @@ pub async fn join_group(l: &Listener, header: &RequestHeader, req: JoinGroupRequ
 pub async fn sync_group(l: &Listener, header: &RequestHeader, req: SyncGroupRequest) -> Reply {
     let v = header.request_api_version;
     let assignments = req.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.clone())).collect();
-    let out = l.shim.groups.sync(&req.group_id.0, req.generation_id, &req.member_id, assignments).await;
+    let out = match owned(l, &req.group_id.0) {
+        Ok(()) => l.shim.groups.sync(&req.group_id.0, req.generation_id, &req.member_id, assignments).await,
+        Err(error) => crate::groups::SyncOutcome { error, ..Default::default() },
+    };
     let mut body = SyncGroupResponse::default().with_error_code(out.error).with_assignment(out.assignment);
     if v >= 5 {
         body =
@@ -136,7 +154,10 @@ pub async fn sync_group(l: &Listener, header: &RequestHeader, req: SyncGroupRequ
 
 pub async fn heartbeat(l: &Listener, header: &RequestHeader, req: HeartbeatRequest) -> Reply {
     let v = header.request_api_version;
-    let code = l.shim.groups.heartbeat(&req.group_id.0, req.generation_id, &req.member_id).await;
+    let code = match owned(l, &req.group_id.0) {
+        Ok(()) => l.shim.groups.heartbeat(&req.group_id.0, req.generation_id, &req.member_id).await,
+        Err(code) => code,
+    };
     encode(ApiKey::Heartbeat, header, v, &HeartbeatResponse::default().with_error_code(code))
 }
 
@@ -150,7 +171,11 @@ pub async fn leave_group(l: &Listener, header: &RequestHeader, req: LeaveGroupRe
     } else {
         vec![(req.member_id.to_string(), None)]
     };
-    let body = match l.shim.groups.leave(&req.group_id.0, &who).await {
+    let left = match owned(l, &req.group_id.0) {
+        Ok(()) => l.shim.groups.leave(&req.group_id.0, &who).await,
+        Err(code) => Err(code),
+    };
+    let body = match left {
         Err(code) => LeaveGroupResponse::default().with_error_code(code),
         Ok(codes) if v >= 3 => LeaveGroupResponse::default().with_members(
             who.iter()
@@ -188,7 +213,10 @@ pub async fn offset_commit(l: &Listener, header: &RequestHeader, req: OffsetComm
     let mut answers: Vec<(String, Vec<(i32, i16)>)> = vec![];
     let mut sent: Vec<(usize, usize)> = vec![];
     let mut offsets = vec![];
-    let check = l.shim.groups.check_commit(&group_id, generation, &member_id).await;
+    let check = match owned(l, &group_id) {
+        Ok(()) => l.shim.groups.check_commit(&group_id, generation, &member_id).await,
+        Err(code) => Err(code),
+    };
     for (ti, t) in req.topics.iter().enumerate() {
         let name = t.name.0.to_string();
         let meta = l.topic(&name).await;
@@ -271,6 +299,7 @@ pub async fn offset_commit(l: &Listener, header: &RequestHeader, req: OffsetComm
 type Fetched = Result<Vec<(String, i32, i64, i32, Option<String>, i16)>, i16>;
 
 async fn fetch_group(l: &Listener, group_id: &str, wanted: Option<Vec<(String, Vec<i32>)>>) -> Fetched {
+    owned(l, group_id)?;
     let catalog = l.shim.coordinators.refresh_topics().await.map_err(|_| COORDINATOR_LOAD_IN_PROGRESS)?;
     let by_name: HashMap<&str, &crate::coordinator::TopicMeta> = catalog.iter().map(|t| (t.name.as_str(), t)).collect();
     let by_id: HashMap<[u8; 16], &str> = catalog.iter().map(|t| (t.id, t.name.as_str())).collect();
@@ -451,6 +480,8 @@ pub async fn list_groups(l: &Listener, header: &RequestHeader, req: ListGroupsRe
         all.insert(e.group_id, (protocol_type, state));
     }
     all.extend(live.into_iter().filter(|(_, (t, _))| !t.is_empty()));
+    // As Kafka: each broker lists the groups it coordinates (admin clients ask every broker).
+    all.retain(|id, _| l.shim.registry.owns_group(id));
     let filter: Vec<String> = req.states_filter.iter().map(|s| s.to_lowercase()).collect();
     let groups = all
         .into_iter()
@@ -476,7 +507,11 @@ pub async fn describe_groups(l: &Listener, header: &RequestHeader, req: Describe
     let mut groups = vec![];
     for id in &req.groups {
         let mut g = describe_groups_response::DescribedGroup::default().with_group_id(id.clone());
-        match l.shim.groups.describe(&id.0).await {
+        let described = match owned(l, &id.0) {
+            Ok(()) => l.shim.groups.describe(&id.0).await,
+            Err(code) => Err(code),
+        };
+        match described {
             Err(code) => g = g.with_error_code(code),
             Ok(d) => {
                 let dead = d.protocol_type.is_empty() && d.members.is_empty();
@@ -511,7 +546,9 @@ pub async fn delete_groups(l: &Listener, header: &RequestHeader, req: DeleteGrou
     let mut ask = vec![];
     for id in &req.groups_names {
         let id = id.0.to_string();
-        if l.shim.groups.has_members(&id) {
+        if let Err(code) = owned(l, &id) {
+            results.insert(id, code);
+        } else if l.shim.groups.has_members(&id) {
             results.insert(id, NON_EMPTY_GROUP);
         } else {
             ask.push(id);
@@ -557,6 +594,9 @@ pub async fn delete_groups(l: &Listener, header: &RequestHeader, req: DeleteGrou
 pub async fn offset_delete(l: &Listener, header: &RequestHeader, req: OffsetDeleteRequest) -> Reply {
     let v = header.request_api_version;
     let group_id = req.group_id.0.to_string();
+    if let Err(code) = owned(l, &group_id) {
+        return encode(ApiKey::OffsetDelete, header, v, &OffsetDeleteResponse::default().with_error_code(code));
+    }
     let busy = l.shim.groups.has_members(&group_id);
     let mut answers: Vec<(TopicName, Vec<(i32, i16)>)> = vec![];
     let mut sent = vec![];

@@ -321,16 +321,24 @@ async fn metadata(l: &Listener, header: &RequestHeader, req: MetadataRequest) ->
         Some(list) if list.is_empty() && v == 0 => None,
         Some(list) => Some(list.iter().filter_map(|t| t.name.as_ref().map(|n| n.as_str().to_string())).collect()),
     };
+    // Every live broker; each partition led by its rendezvous owner among them (all serve it),
+    // the others listed as replicas so clients know them (a preferred read replica is one).
     let me = kafka_protocol::messages::BrokerId(l.broker_id);
+    let live = l.shim.registry.brokers();
     let describe = |t: &TopicMeta| {
         let partitions = (0..t.partitions)
             .map(|p| {
+                let leader = crate::registry::owner(&diskless_proto::partition_key(&t.id, p), &live)
+                    .map_or(l.broker_id, |b| b.id);
+                let mut replicas = vec![kafka_protocol::messages::BrokerId(leader)];
+                replicas
+                    .extend(live.iter().filter(|b| b.id != leader).map(|b| kafka_protocol::messages::BrokerId(b.id)));
                 metadata_response::MetadataResponsePartition::default()
                     .with_partition_index(p)
-                    .with_leader_id(me)
+                    .with_leader_id(kafka_protocol::messages::BrokerId(leader))
                     .with_leader_epoch(0)
-                    .with_replica_nodes(vec![me])
-                    .with_isr_nodes(vec![me])
+                    .with_replica_nodes(replicas.clone())
+                    .with_isr_nodes(replicas)
             })
             .collect();
         let mut topic = metadata_response::MetadataResponseTopic::default()
@@ -353,11 +361,20 @@ async fn metadata(l: &Listener, header: &RequestHeader, req: MetadataRequest) ->
             })
             .collect(),
     };
-    let broker = metadata_response::MetadataResponseBroker::default()
-        .with_node_id(me)
-        .with_host(StrBytes::from_string(l.host.clone()))
-        .with_port(l.port);
-    let mut body = MetadataResponse::default().with_brokers(vec![broker]).with_topics(topics);
+    let brokers = live
+        .iter()
+        .map(|b| {
+            let mut m = metadata_response::MetadataResponseBroker::default()
+                .with_node_id(kafka_protocol::messages::BrokerId(b.id))
+                .with_host(StrBytes::from_string(l.advertised_host_of(b)))
+                .with_port(l.advertised_port_of(b));
+            if v >= 1 {
+                m = m.with_rack(b.rack.clone().map(StrBytes::from_string));
+            }
+            m
+        })
+        .collect();
+    let mut body = MetadataResponse::default().with_brokers(brokers).with_topics(topics);
     if v >= 1 {
         body = body.with_controller_id(me);
     }
@@ -396,7 +413,24 @@ async fn fetch(l: &Listener, header: &RequestHeader, req: FetchRequest) -> Reply
             wants.push(Want { topic: t.topic.clone(), partition: p.partition, resolved });
         }
     }
-    let asks: Vec<FetchPartition> = wants.iter().filter_map(|w| w.resolved.as_ref().ok().copied()).collect();
+    // KIP-392: a client in another rack than this broker's is pointed at a live broker of its own
+    // rack, when there is one (`preferred_read_replica`, no records); the others are served here.
+    let client_rack = if v >= 11 { req.rack_id.to_string() } else { String::new() };
+    let (me, live) = (l.shim.registry.me(), l.shim.registry.brokers());
+    let mut preferred: Vec<Option<i32>> = vec![];
+    for w in &wants {
+        let p = match &w.resolved {
+            Ok(f) => crate::registry::preferred_replica(&me, &live, &client_rack, &f.topic_id, f.partition),
+            Err(_) => None,
+        };
+        preferred.push(p);
+    }
+    let asks: Vec<FetchPartition> = wants
+        .iter()
+        .zip(&preferred)
+        .filter(|(_, p)| p.is_none())
+        .filter_map(|(w, _)| w.resolved.as_ref().ok().copied())
+        .collect();
     let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_FETCH_WAIT);
     let max_bytes = if req.max_bytes <= 0 { i32::MAX } else { req.max_bytes };
     let fetched = loop {
@@ -405,7 +439,9 @@ async fn fetch(l: &Listener, header: &RequestHeader, req: FetchRequest) -> Reply
             Err(_) => true,
             Ok(v) => {
                 let bytes: usize = v.iter().map(|f| f.records.len()).sum();
-                bytes >= req.min_bytes.max(1) as usize || v.iter().any(|f| f.error.is_some())
+                bytes >= req.min_bytes.max(1) as usize
+                    || v.iter().any(|f| f.error.is_some())
+                    || preferred.iter().any(Option::is_some)
             }
         };
         if done || Instant::now() >= deadline {
@@ -427,8 +463,15 @@ async fn fetch(l: &Listener, header: &RequestHeader, req: FetchRequest) -> Reply
         }
     };
     let mut responses: Vec<fetch_response::FetchableTopicResponse> = vec![];
-    for w in wants {
+    for (w, preferred) in wants.into_iter().zip(preferred) {
         let data = match w.resolved {
+            Ok(_) if preferred.is_some() => fetch_response::PartitionData::default()
+                .with_partition_index(w.partition)
+                .with_high_watermark(-1)
+                .with_last_stable_offset(-1)
+                .with_log_start_offset(-1)
+                .with_preferred_read_replica(kafka_protocol::messages::BrokerId(preferred.unwrap_or(-1)))
+                .with_records(Some(Bytes::new())),
             Err(e) => fetch_response::PartitionData::default()
                 .with_partition_index(w.partition)
                 .with_error_code(e.code.code())

@@ -8,9 +8,9 @@
 //! an unknown API or an unsupported version closes the connection (what Kafka brokers do); nothing
 //! of such a request is committed.
 //!
-//! This broker is the leader of every partition in its Metadata answers, so a client produces to
-//! and fetches from the broker it bootstrapped from; any number of brokers may serve the same
-//! topics (the coordinators order everything).
+//! Metadata lists the live brokers of the registry (`crate::registry`) and names each partition's
+//! rendezvous owner among them its leader; any broker can serve any partition (the coordinators
+//! order everything), so this only spreads clients over the brokers.
 
 mod groups;
 mod handlers;
@@ -165,6 +165,26 @@ impl Listener {
         tracing::trace!(?api, version, correlation, "request");
         let fut = handlers::dispatch(self, api, header, frame).await?;
         Ok(Box::pin(async move { (correlation, fut.await) }))
+    }
+}
+
+impl Listener {
+    /// Where clients of this listener reach broker `b`: this broker at this listener's address
+    /// (each listener advertises itself), another at its registered address (its first listener).
+    pub(crate) fn advertised_host_of(&self, b: &crate::registry::LiveBroker) -> String {
+        if b.id == self.broker_id {
+            self.host.clone()
+        } else {
+            b.host.clone()
+        }
+    }
+
+    pub(crate) fn advertised_port_of(&self, b: &crate::registry::LiveBroker) -> i32 {
+        if b.id == self.broker_id {
+            self.port
+        } else {
+            b.port
+        }
     }
 }
 

@@ -91,6 +91,7 @@ fn table_name(k: &[u8]) -> String {
         Some(sk::GROUP) => "consumer_groups",
         Some(sk::OFFSET) => "committed_offsets",
         Some(sk::OFFSET_BY_TOPIC) => "committed_offsets_by_topic",
+        Some(sk::BROKER) => "brokers",
         Some(sk::META) => "meta",
         Some(sk::APPLIED) => "applied",
         _ => return format!("unknown:{}", display_key(k.get(4..5).unwrap_or_default())),
@@ -138,6 +139,9 @@ fn key_line(g: u32, k: &[u8], v: &[u8]) -> serde_json::Value {
         Some(sk::FENCED) => (json!({ "object_key": text(5) }), decoded::<FencedRecord>(k, v)),
         Some(sk::TOPIC_NAME) => (json!({ "name": text(5) }), decoded::<uuid::Uuid>(k, v)),
         Some(sk::GROUP) => (json!({ "group_id": text(5) }), decoded::<crate::state_machine::GroupRecord>(k, v)),
+        Some(sk::BROKER) => {
+            (json!({ "broker_id": Keys::decode_broker(k) }), decoded::<crate::state_machine::BrokerRecord>(k, v))
+        }
         Some(sk::OFFSET) => match Keys::decode_offset(k) {
             Some((group_id, tp)) => (
                 json!({ "group_id": group_id, "topic_id": tp.topic_id, "partition": tp.partition }),

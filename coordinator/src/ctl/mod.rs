@@ -8,6 +8,7 @@
 //! it must not hold cluster logic of its own beyond comparing what the nodes answer. `inspect`
 //! prints JSON lines (one object per line) with or without `--json`.
 
+mod brokers;
 mod cluster;
 mod dirs;
 mod groups;
@@ -116,6 +117,8 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: TopicsCmd,
     },
+    /// The live brokers of the broker registry: id, Kafka address, rack, lease.
+    Brokers,
     /// Consumer groups as the cluster holds them: generations, members, committed offsets.
     Groups {
         #[command(subcommand)]
@@ -411,6 +414,7 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
             return Ok(Report::ok(serde_json::to_value(&r)?, lines(&r.progress)));
         }
         Cmd::Groups { cmd: GroupsCmd::List } => return groups::list(&args.addr).await,
+        Cmd::Brokers => return brokers::list(&args.addr).await,
         Cmd::Groups { cmd: GroupsCmd::Describe { group_id } } => return groups::describe(&args.addr, group_id).await,
         _ => {}
     }
@@ -429,6 +433,7 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
         | Cmd::Certs { .. }
         | Cmd::Topics { .. }
         | Cmd::Groups { .. }
+        | Cmd::Brokers
         | Cmd::Files { .. }
         | Cmd::Dirs { .. }
         | Cmd::Snapshot { cmd: Some(_) } => unreachable!("handled above"),

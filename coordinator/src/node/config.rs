@@ -5,8 +5,12 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-/// `diskless.metadata.topic.num.partitions`'s default.
-pub const DEFAULT_METADATA_PARTITIONS: u32 = 8;
+/// `diskless.metadata.topic.num.partitions`'s default: one per node of a 3-node quorum. A commit
+/// usually touches every metadata partition, and its cost is per Raft entry (one per partition
+/// touched), so more partitions make each commit dearer; with leaders balanced, 3 partitions make
+/// a commit one entry per node. More pay only where the nodes have the cores to apply that many
+/// groups in parallel (README, "What a commit costs"). Fixed when the cluster is created.
+pub const DEFAULT_METADATA_PARTITIONS: u32 = 3;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -312,7 +316,7 @@ mod tests {
     #[test]
     fn a_minimal_file_gets_defaults_and_unknown_keys_are_refused() {
         let c: NodeConfig = toml::from_str("node_id = 1\nlisten = \"127.0.0.1:7001\"\ndata_dir = \"d\"").unwrap();
-        assert_eq!(c.num_metadata_partitions, 8);
+        assert_eq!(c.num_metadata_partitions, DEFAULT_METADATA_PARTITIONS);
         assert_eq!(c.advertised(), "127.0.0.1:7001");
         c.validate().unwrap();
         assert_eq!(c.dirs(), vec![PathBuf::from("d")]);

@@ -447,7 +447,7 @@ impl Node {
     }
 
     /// The wall clock in milliseconds, as this node stamps commands (plus a test clock offset).
-    fn now_ms(&self) -> i64 {
+    pub fn now_ms(&self) -> i64 {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
         now + self.peers.faults.clock_offset_ms()
     }

@@ -1,10 +1,14 @@
 //! The Raft log of one group, in the `raft` column family of its data directory's RocksDB.
 //!
 //! Appends are written unsynced, readable at once, and acknowledged through [`WalSyncer`] after the
-//! shared fsync. The vote is written synced (rare). The committed log id is persisted (unsynced:
-//! losing it only means re-applying less after a power cut, never serving older state than the
-//! applied state, which is synced before any log is purged). Purging first fsyncs the WAL, so the
-//! applied state a snapshot was built from is durable before the log behind it goes.
+//! shared fsync. The vote is written synced (rare). The committed log id is *not* persisted on
+//! every advance (openraft's `save_committed` is optional: it only lets a restarted replica apply
+//! committed entries before a leader tells it the commit index again). Writing it cost one
+//! RocksDB write per entry on every replica for a restart-time nicety; the applied state is
+//! written with every apply instead (see `sm_store`). A key written by earlier versions is still
+//! read: it is at most the true commit index, so applying up to it stays correct. Purging first
+//! fsyncs the WAL, so the applied state a snapshot was built from is durable before the log
+//! behind it goes.
 
 use std::fmt::Debug;
 use std::io;
@@ -125,17 +129,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(())
     }
 
-    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
-        match committed {
-            Some(c) => {
-                let dir = self.home.enter().await;
-                dir.check()?;
-                Self::put(&dir.db, &keys::committed(self.group), &c, false).map_err(|e| dir.failed(e))?;
-                self.home.note_keys(true, [&keys::committed(self.group)]);
-                Ok(())
-            }
-            None => Ok(()),
-        }
+    async fn save_committed(&mut self, _committed: Option<LogId>) -> Result<(), io::Error> {
+        // Not persisted (see the module note): a leader re-sends the commit index.
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {

@@ -1233,6 +1233,31 @@ impl CoordinatorService for CoordinatorApi {
         self.serve_delete_offsets(r).await
     }
 
+    async fn register_broker(
+        &self,
+        r: Request<RegisterBrokerRequest>,
+    ) -> Result<Response<RegisterBrokerResponse>, Status> {
+        self.serve_register_broker(r).await
+    }
+
+    async fn broker_heartbeat(
+        &self,
+        r: Request<BrokerHeartbeatRequest>,
+    ) -> Result<Response<BrokerHeartbeatResponse>, Status> {
+        self.serve_broker_heartbeat(r).await
+    }
+
+    async fn unregister_broker(
+        &self,
+        r: Request<UnregisterBrokerRequest>,
+    ) -> Result<Response<UnregisterBrokerResponse>, Status> {
+        self.serve_unregister_broker(r).await
+    }
+
+    async fn list_brokers(&self, r: Request<ListBrokersRequest>) -> Result<Response<ListBrokersResponse>, Status> {
+        self.serve_list_brokers(r).await
+    }
+
     async fn list_topics(&self, request: Request<ListTopicsRequest>) -> Result<Response<ListTopicsResponse>, Status> {
         let fwd = forwarded_group(&request);
         let req = request.into_inner();

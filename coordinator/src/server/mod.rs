@@ -18,6 +18,7 @@ mod groups;
 pub mod health;
 mod raft_service;
 mod reconciler;
+mod registry;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -74,6 +74,25 @@ pub enum Op {
     /// commit (and no group change) for `retention_ms` are forgotten, then groups left without
     /// members or offsets; at most `budget` offsets examined per command, from a stored cursor.
     ExpireOffsets { retention_ms: i64, budget: u32 },
+    /// A broker registers (metadata partition 0 only): refused while another incarnation at another
+    /// address holds the id with a lease still running at the entry's "now".
+    RegisterBroker(RegisterBroker),
+    /// A registered broker extends its lease; refused (STALE_BROKER_EPOCH) when the lease lapsed
+    /// or another incarnation holds the id: the broker registers again.
+    BrokerHeartbeat { broker_id: i32, incarnation: u64, lease_ms: i64 },
+    /// A broker shutting down cleanly gives its id back.
+    UnregisterBroker { broker_id: i32, incarnation: u64 },
+}
+
+/// A broker's registration: who it is, where clients reach it, for how long.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RegisterBroker {
+    pub broker_id: i32,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+    pub incarnation: u64,
+    pub lease_ms: i64,
 }
 
 /// An OffsetCommit for one group.
@@ -213,6 +232,8 @@ pub enum Outcome {
         groups_expired: u64,
         more: bool,
     },
+    /// RegisterBroker, BrokerHeartbeat: the lease's end; UnregisterBroker: 0.
+    Broker(Result<i64, Failure>),
 }
 
 /// Producer ids `[first, first + len)`, for one broker to hand out.
@@ -283,6 +304,13 @@ impl std::fmt::Display for Command {
             Op::DeleteGroups { .. } => "DeleteGroups",
             Op::DeleteOffsets { .. } => "DeleteOffsets",
             Op::ExpireOffsets { .. } => "ExpireOffsets",
+            Op::RegisterBroker(r) => return write!(f, "RegisterBroker({}) at {}", r.broker_id, self.now_ms),
+            Op::BrokerHeartbeat { broker_id, .. } => {
+                return write!(f, "BrokerHeartbeat({broker_id}) at {}", self.now_ms)
+            }
+            Op::UnregisterBroker { broker_id, .. } => {
+                return write!(f, "UnregisterBroker({broker_id}) at {}", self.now_ms)
+            }
         };
         write!(f, "{name} at {}", self.now_ms)
     }

@@ -23,6 +23,7 @@
 //! | `K` | consumer groups (those this metadata partition holds) | group id bytes | `GroupRecord` |
 //! | `O` | committed offsets | group id (u16 length, bytes), topic id, partition | `OffsetRecord` |
 //! | `W` | committed offsets by topic | topic id, group id (u16 length, bytes) | empty |
+//! | `H` | the broker registry (metadata partition 0 only) | broker id | `BrokerRecord` |
 //! | `M` | metadata-partition values | name | per name |
 //! | `A` | applied log id and membership (written by the Raft layer with each entry) | — | openraft's |
 //!
@@ -52,6 +53,7 @@ pub const META: u8 = b'M';
 pub const GROUP: u8 = b'K';
 pub const OFFSET: u8 = b'O';
 pub const OFFSET_BY_TOPIC: u8 = b'W';
+pub const BROKER: u8 = b'H';
 pub const APPLIED: u8 = b'A';
 
 /// Names under the `M` table.
@@ -329,6 +331,18 @@ impl Keys {
     /// The group id of a `W` key.
     pub fn decode_offset_by_topic(key: &[u8]) -> Option<String> {
         String::from_utf8(key.get(23..)?.to_vec()).ok()
+    }
+
+    /// A registered broker (`H`); ids are never negative (checked before they reach here).
+    pub fn broker(&self, broker_id: i32) -> Vec<u8> {
+        let mut k = self.start(BROKER, 4);
+        k.extend_from_slice(&broker_id.to_be_bytes());
+        k
+    }
+
+    /// The broker id of an `H` key.
+    pub fn decode_broker(key: &[u8]) -> Option<i32> {
+        Some(i32::from_be_bytes(key.get(5..9)?.try_into().ok()?))
     }
 
     pub fn meta(&self, name: &[u8]) -> Vec<u8> {

@@ -26,6 +26,7 @@ mod groups;
 mod producer_ids;
 mod producer_state;
 mod purge;
+mod registry;
 mod retention;
 mod tables;
 mod time_index;
@@ -49,11 +50,13 @@ mod producer_ids_test;
 #[cfg(test)]
 mod queries_test;
 #[cfg(test)]
+mod registry_test;
+#[cfg(test)]
 mod retention_test;
 
 pub use command::{
     AlterTopic, Command, CommitBatch, CommitFile, CommitOffsets, CommittedBatch, CreateTopic, DeleteRecordsPartition,
-    ErrorCode, Failure, FenceAnswer, OffsetCommit, Op, Outcome, ProducerIdBlock, RetentionReport,
+    ErrorCode, Failure, FenceAnswer, OffsetCommit, Op, Outcome, ProducerIdBlock, RegisterBroker, RetentionReport,
 };
 pub use create_partitions::{validate_topic_name, MAX_PARTITIONS};
 pub use files::{FileState, FileToDelete, MAX_FILES_TO_DELETE};
@@ -61,7 +64,8 @@ pub use keys::TopicPartition;
 pub use producer_ids::{MAX_PRODUCER_ID_BLOCK, PRODUCER_ID_AUTHORITY};
 pub use queries::{FetchBudget, OffsetAndTimestamp, PartitionBatches, MAX_BATCHES_PER_FETCH};
 pub use records::BatchRecord;
-pub use records::{GroupRecord, MemberRecord, OffsetRecord};
+pub use records::{BrokerRecord, GroupRecord, MemberRecord, OffsetRecord};
+pub use registry::{MAX_BROKER_LEASE_MS, REGISTRY_AUTHORITY};
 pub use time_index::FANOUT as TIME_INDEX_FANOUT;
 
 use sha2::{Digest, Sha256};
@@ -166,6 +170,13 @@ impl StateMachine {
                 let (offsets_expired, groups_expired, more) = groups::expire(self, txn, now, *retention_ms, *budget)?;
                 Outcome::ExpireOffsets { offsets_expired, groups_expired, more }
             }
+            Op::RegisterBroker(r) => Outcome::Broker(registry::register(self, txn, now, r)?),
+            Op::BrokerHeartbeat { broker_id, incarnation, lease_ms } => {
+                Outcome::Broker(registry::heartbeat(self, txn, now, *broker_id, *incarnation, *lease_ms)?)
+            }
+            Op::UnregisterBroker { broker_id, incarnation } => {
+                Outcome::Broker(registry::unregister(self, txn, now, *broker_id, *incarnation)?)
+            }
         })
     }
 
@@ -223,6 +234,17 @@ impl StateMachine {
     /// Every group this metadata partition holds (with its record, if it has one), by id.
     pub fn list_groups(&self, view: &dyn KvRead) -> Result<Vec<(String, Option<GroupRecord>)>, StorageError> {
         groups::list(view, &self.keys)
+    }
+
+    /// Every broker of the registry with its record, by id, live or not (metadata partition 0;
+    /// empty elsewhere). Live ones: `lease_until_ms > now`, see [`StateMachine::live_brokers`].
+    pub fn brokers(&self, view: &dyn KvRead) -> Result<Vec<(i32, BrokerRecord)>, StorageError> {
+        registry::all(view, &self.keys)
+    }
+
+    /// The brokers whose lease runs at `now` (the reader's clock: a read is not a log entry), by id.
+    pub fn live_brokers(&self, view: &dyn KvRead, now_ms: i64) -> Result<Vec<(i32, BrokerRecord)>, StorageError> {
+        Ok(registry::all(view, &self.keys)?.into_iter().filter(|(_, b)| b.lease_until_ms > now_ms).collect())
     }
 
     /// DisklessDescribeFiles for one object key.

@@ -192,3 +192,20 @@ pub struct OffsetRecord {
     /// When it was committed (the command's "now").
     pub commit_ms: i64,
 }
+
+/// A registered broker (the registry lives in metadata partition 0): where clients reach it and
+/// until when its lease runs. Live while the time of the entry being applied (or of a read) is
+/// before `lease_until_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerRecord {
+    /// The advertised Kafka listener.
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+    /// Drawn by the broker process when it starts: tells a restart from a second process.
+    pub incarnation: u64,
+    /// When this incarnation registered (the command's "now").
+    pub registered_ms: i64,
+    /// The lease: the command's "now" of the last registration or heartbeat plus its lease.
+    pub lease_until_ms: i64,
+}

@@ -5,6 +5,7 @@
 //! model follows the choice documented in the state machine's modules.
 
 mod groups;
+mod registry;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -72,6 +73,8 @@ pub struct Model {
     deleted_ids: BTreeSet<Uuid>,
     /// Consumer groups and their committed offsets.
     pub groups: groups::Groups,
+    /// The broker registry (metadata partition 0 only).
+    pub registry: registry::Registry,
 }
 
 fn fail<T>(code: ErrorCode) -> Result<T, Failure> {
@@ -103,6 +106,7 @@ impl Model {
             next_producer_id: 0,
             deleted_ids: BTreeSet::new(),
             groups: groups::Groups::default(),
+            registry: registry::Registry::default(),
         }
     }
 
@@ -159,6 +163,13 @@ impl Model {
                 Outcome::Offsets(self.groups.delete_offsets(group_id, partitions))
             }
             Op::ExpireOffsets { retention_ms, budget } => self.groups.expire(now, *retention_ms, *budget),
+            Op::RegisterBroker(r) => Outcome::Broker(self.registry.register(self.group == 0, now, r)),
+            Op::BrokerHeartbeat { broker_id, incarnation, lease_ms } => {
+                Outcome::Broker(self.registry.heartbeat(self.group == 0, now, *broker_id, *incarnation, *lease_ms))
+            }
+            Op::UnregisterBroker { broker_id, incarnation } => {
+                Outcome::Broker(self.registry.unregister(self.group == 0, now, *broker_id, *incarnation))
+            }
         }
     }
 

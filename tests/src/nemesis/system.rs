@@ -104,6 +104,8 @@ impl System {
                 delete_grace_ms: 45_000,
                 orphan_scan_interval_ms: 5_000,
                 orphan_grace_ms: 60_000,
+                lease_ms: 3_000,
+                rack: None,
             };
             let process = BrokerProc::start(&cluster, &format!("b{number}"), &storage, &o).await;
             let (addr, kafka_addr) = (process.addr.clone(), process.kafka_addr.clone().expect("a Kafka listener"));

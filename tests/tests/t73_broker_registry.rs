@@ -1,0 +1,310 @@
+//! The broker registry with real brokers: a second live broker with a taken id is refused and
+//! exits naming the holder; Metadata lists every live broker, spreads partition leadership over
+//! them and drops a killed broker once its lease lapsed; FindCoordinator answers the same owner
+//! from every broker, and the others answer NOT_COORDINATOR; a client in another rack is pointed
+//! at a broker of its rack (`preferred_read_replica`); and a confluent-kafka group consuming across
+//! two brokers goes on through the survivor when the broker coordinating it is killed -9 (see
+//! `tests/python/coordinator_failover.py`).
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, BytesMut};
+use diskless_cluster_tests::*;
+use diskless_proto::v1::ListBrokersRequest;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// One request over a fresh connection to `addr`, at `version`.
+async fn call<Req, Resp>(addr: &str, api: ApiKey, version: i16, req: &Req) -> Resp
+where
+    Req: Encodable + HeaderVersion,
+    Resp: Decodable + HeaderVersion,
+{
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    let header = RequestHeader::default()
+        .with_request_api_key(api as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(1)
+        .with_client_id(Some(StrBytes::from_static_str("t73")));
+    let mut body = BytesMut::new();
+    header.encode(&mut body, Req::header_version(version)).expect("encode header");
+    req.encode(&mut body, version).expect("encode request");
+    let mut frame = BytesMut::new();
+    frame.put_i32(body.len() as i32);
+    frame.extend_from_slice(&body);
+    stream.write_all(&frame).await.expect("send");
+    let len = stream.read_i32().await.expect("response size");
+    let mut buf = vec![0u8; len as usize];
+    stream.read_exact(&mut buf).await.expect("response");
+    let mut buf = bytes::Bytes::from(buf);
+    ResponseHeader::decode(&mut buf, Resp::header_version(version)).expect("response header");
+    Resp::decode(&mut buf, version).expect("decode response")
+}
+
+async fn metadata(addr: &str, topic: &str) -> MetadataResponse {
+    let req = MetadataRequest::default().with_topics(Some(vec![metadata_request::MetadataRequestTopic::default()
+        .with_name(Some(TopicName(StrBytes::from_string(topic.into()))))]));
+    call(addr, ApiKey::Metadata, 12, &req).await
+}
+
+fn broker_ids(m: &MetadataResponse) -> BTreeSet<i32> {
+    m.brokers.iter().map(|b| b.node_id.0).collect()
+}
+
+fn leaders(m: &MetadataResponse) -> Vec<i32> {
+    m.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.leader_id.0)).collect()
+}
+
+async fn coordinator_of(addr: &str, group: &str) -> i32 {
+    let req = FindCoordinatorRequest::default()
+        .with_key_type(0)
+        .with_coordinator_keys(vec![StrBytes::from_string(group.into())]);
+    let r: FindCoordinatorResponse = call(addr, ApiKey::FindCoordinator, 4, &req).await;
+    assert_eq!(r.coordinators[0].error_code, 0, "{r:?}");
+    r.coordinators[0].node_id.0
+}
+
+/// Waits until Metadata from `addr` lists exactly `want`.
+async fn wait_for_brokers(addr: &str, topic: &str, want: &BTreeSet<i32>) -> MetadataResponse {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let m = metadata(addr, topic).await;
+        if &broker_ids(&m) == want {
+            return m;
+        }
+        assert!(Instant::now() < deadline, "Metadata from {addr} lists {:?}, not {want:?}", broker_ids(&m));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn kafka_ready(addr: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(addr).await.is_err() {
+        assert!(Instant::now() < deadline, "Kafka listener {addr} never accepted a connection");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_live_broker_with_a_taken_id_is_refused_and_exits_naming_the_holder() {
+    let c = Cluster::start(3, Options::default()).await;
+    let storage = TestStorage::Local(c.path("objects"));
+    // a's lease outlasts the elections of a young cluster (its leaders move to their preferred
+    // nodes; a lapsed lease would let b take the id) and the whole test, so that a's record
+    // disappearing at the end can only be its unregistering. b gives up after its own lease.
+    let options = BrokerOptions { kafka: true, broker_id: 41, lease_ms: 60_000, ..BrokerOptions::default() };
+    let mut a = BrokerProc::start(&c, "a", &storage, &options).await;
+    let ka = a.kafka_addr.clone().unwrap();
+    kafka_ready(&ka).await;
+    let mut client = c.client(1).await;
+    // a registers.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = client.list_brokers(ListBrokersRequest { timeout_ms: 5_000 }).await.unwrap().into_inner();
+        if r.brokers.iter().any(|b| b.broker_id == 41) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "broker a never registered: {r:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // b, with the same id at another address, is refused; after one lease it gives up and exits.
+    let mut b = BrokerProc::start(&c, "b", &storage, &BrokerOptions { lease_ms: 4_000, ..options.clone() }).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = b.exited() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "broker b still runs: {}", b.log_tail());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(!status.success(), "broker b exited with {status}");
+    let log = b.log_text();
+    let line = log.lines().find(|l| l.contains("broker id 41 is taken")).unwrap_or_else(|| panic!("{}", b.log_tail()));
+    assert!(line.contains(&ka), "the message names the holder's address {ka}: {line}");
+    // a still holds it.
+    let r = client.list_brokers(ListBrokersRequest { timeout_ms: 5_000 }).await.unwrap().into_inner();
+    let held: Vec<(i32, String)> = r.brokers.iter().map(|b| (b.broker_id, format!("{}:{}", b.host, b.port))).collect();
+    assert_eq!(held, vec![(41, ka.clone())]);
+    // coordctl shows it.
+    let out = coordctl(c.addr(1)).args(["--json", "brokers"]).output().expect("run coordctl");
+    assert!(out.status.success(), "coordctl brokers: {}", String::from_utf8_lossy(&out.stderr));
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(listed["brokers"][0]["broker_id"], 41, "{listed}");
+    assert_eq!(format!("{}:{}", listed["brokers"][0]["host"].as_str().unwrap(), listed["brokers"][0]["port"]), ka);
+    // A clean shutdown gives the id back at once (its lease would run for a minute).
+    a.stop();
+    let r = client.list_brokers(ListBrokersRequest { timeout_ms: 5_000 }).await.unwrap().into_inner();
+    assert!(r.brokers.is_empty(), "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_lists_the_live_brokers_spreads_leaders_and_drops_a_killed_broker_after_its_lease() {
+    let c = Cluster::start(3, Options::default()).await;
+    let storage = TestStorage::Local(c.path("objects"));
+    let a = BrokerProc::start(
+        &c,
+        "a",
+        &storage,
+        &BrokerOptions { kafka: true, rack: Some("rack-a".into()), ..BrokerOptions::default() },
+    )
+    .await;
+    let mut b = BrokerProc::start(
+        &c,
+        "b",
+        &storage,
+        &BrokerOptions { kafka: true, rack: Some("rack-b".into()), ..BrokerOptions::default() },
+    )
+    .await;
+    let (ka, kb) = (a.kafka_addr.clone().unwrap(), b.kafka_addr.clone().unwrap());
+    kafka_ready(&ka).await;
+    kafka_ready(&kb).await;
+    let mut broker = a.client().await;
+    create_topic_via(&mut broker, "spread", 16).await;
+    let both: BTreeSet<i32> = [a.broker_id, b.broker_id].into();
+    let from_a = wait_for_brokers(&ka, "spread", &both).await;
+    let from_b = wait_for_brokers(&kb, "spread", &both).await;
+    // Addresses and racks as registered.
+    for (id, addr, rack) in [(a.broker_id, &ka, "rack-a"), (b.broker_id, &kb, "rack-b")] {
+        let m = from_a.brokers.iter().find(|x| x.node_id.0 == id).expect("listed");
+        assert_eq!(format!("{}:{}", m.host, m.port), *addr);
+        assert_eq!(m.rack.as_ref().map(|r| r.to_string()).as_deref(), Some(rack));
+    }
+    // Leadership: the same on both brokers, spread over both.
+    assert_eq!(leaders(&from_a), leaders(&from_b));
+    assert_eq!(leaders(&from_a).into_iter().collect::<BTreeSet<_>>(), both, "{:?}", leaders(&from_a));
+    // Group coordinators: the same answer from both; both coordinate some groups; the other
+    // broker answers NOT_COORDINATOR.
+    let mut owners = BTreeSet::new();
+    for g in 0..12 {
+        let group = format!("group-{g}");
+        let owner = coordinator_of(&ka, &group).await;
+        assert_eq!(owner, coordinator_of(&kb, &group).await, "{group}");
+        owners.insert(owner);
+        let other = if owner == a.broker_id { &kb } else { &ka };
+        let hb = HeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.clone())))
+            .with_generation_id(1)
+            .with_member_id(StrBytes::from_static_str("m"));
+        let r: HeartbeatResponse = call(other, ApiKey::Heartbeat, 4, &hb).await;
+        assert_eq!(r.error_code, 16, "{group}: NOT_COORDINATOR from the other broker");
+    }
+    assert_eq!(owners, both);
+    // A client in rack-b fetching from a (rack-a) is pointed at b; from b it is served.
+    let fetch = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_rack_id(StrBytes::from_static_str("rack-b"))
+        .with_topics(vec![fetch_request::FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_static_str("spread")))
+            .with_partitions(
+                (0..4)
+                    .map(|p| {
+                        fetch_request::FetchPartition::default()
+                            .with_partition(p)
+                            .with_fetch_offset(0)
+                            .with_partition_max_bytes(1 << 20)
+                    })
+                    .collect(),
+            )]);
+    let r: FetchResponse = call(&ka, ApiKey::Fetch, 11, &fetch).await;
+    for p in &r.responses[0].partitions {
+        assert_eq!(p.preferred_read_replica.0, b.broker_id, "{p:?}");
+    }
+    let r: FetchResponse = call(&kb, ApiKey::Fetch, 11, &fetch).await;
+    for p in &r.responses[0].partitions {
+        assert_eq!((p.error_code, p.preferred_read_replica.0), (0, -1), "{p:?}");
+    }
+    // b dies: once its lease lapsed, a lists only itself and leads everything.
+    b.kill();
+    let alone = wait_for_brokers(&ka, "spread", &[a.broker_id].into()).await;
+    assert!(leaders(&alone).iter().all(|l| *l == a.broker_id), "{:?}", leaders(&alone));
+    assert_eq!(coordinator_of(&ka, "group-0").await, a.broker_id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_consuming_across_two_brokers_survives_the_kill_of_its_coordinator() {
+    if !kafka_clients_available() {
+        return;
+    }
+    let c = Cluster::start(3, Options::default()).await;
+    let storage = TestStorage::Local(c.path("objects"));
+    let options = BrokerOptions { kafka: true, commit_interval_ms: 20, ..BrokerOptions::default() };
+    let mut a = BrokerProc::start(&c, "a", &storage, &options).await;
+    let mut b = BrokerProc::start(&c, "b", &storage, &BrokerOptions { lease_ms: 4_000, ..options.clone() }).await;
+    let (ka, kb) = (a.kafka_addr.clone().unwrap(), b.kafka_addr.clone().unwrap());
+    kafka_ready(&ka).await;
+    kafka_ready(&kb).await;
+    let mut broker = a.client().await;
+    create_topic_via(&mut broker, "failover", 6).await;
+    let both: BTreeSet<i32> = [a.broker_id, b.broker_id].into();
+    wait_for_brokers(&ka, "failover", &both).await;
+    wait_for_brokers(&kb, "failover", &both).await;
+    let group = "failover-group";
+    let coordinator = coordinator_of(&ka, group).await;
+    assert_eq!(coordinator, coordinator_of(&kb, group).await);
+
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/coordinator_failover.py");
+    // librdkafka logs every failed connection to the dead broker: a file, not a pipe that fills.
+    let stderr_path = c.path("failover-stderr.log");
+    let mut child = Command::new("python3")
+        .arg(script)
+        .arg(format!("{ka},{kb}"))
+        .arg("failover")
+        .arg(group)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&stderr_path).expect("stderr file"))
+        .spawn()
+        .expect("run python3");
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (lines_tx, mut lines_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let mut out = vec![];
+    let deadline = Instant::now() + Duration::from_secs(400);
+    let mut killed = false;
+    loop {
+        let line = tokio::time::timeout(deadline.saturating_duration_since(Instant::now()), lines_rx.recv()).await;
+        let Ok(Some(line)) = line else { break };
+        if line == "PHASE1" && !killed {
+            // The broker coordinating the group dies while the group consumes.
+            if coordinator == a.broker_id {
+                a.kill();
+            } else {
+                b.kill();
+            }
+            killed = true;
+            writeln!(stdin, "GO").unwrap();
+            stdin.flush().unwrap();
+        }
+        out.push(line);
+    }
+    let _ = child.kill();
+    let status = child.wait().unwrap();
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    let stdout = out.join("\n");
+    for line in out.iter().filter(|l| l.starts_with("FIGURE")) {
+        println!("{line}");
+    }
+    assert!(killed, "the consumers never reached the kill\n{stdout}");
+    assert!(
+        status.success() && stdout.contains("FAILOVER CHECKS PASSED"),
+        "failover checks failed\n--- stdout\n{stdout}\n--- stderr (tail)\n{}",
+        &stderr[stderr.len().saturating_sub(3000)..]
+    );
+    // The survivor coordinates the group now.
+    let survivor = if coordinator == a.broker_id { &kb } else { &ka };
+    let other = if coordinator == a.broker_id { b.broker_id } else { a.broker_id };
+    assert_eq!(coordinator_of(survivor, group).await, other);
+}
