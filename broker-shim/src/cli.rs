@@ -7,7 +7,7 @@ use crate::config::{ShimConfig, StorageConfig};
 use crate::service::BrokerApi;
 use crate::Shim;
 use anyhow::Context;
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use diskless_proto::broker::broker_service_server::BrokerServiceServer;
 
 #[derive(Debug, Parser)]
@@ -27,6 +27,65 @@ struct Args {
     storage_dir: Option<PathBuf>,
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     log: String,
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Adds or replaces a user's salted SCRAM credentials in a Kafka SASL credentials file
+    /// (`[kafka.sasl] credentials`; brokers read it again when it changes). The password is read
+    /// from standard input (one line) unless --password is given.
+    ScramCredential {
+        /// The credentials file (created when missing).
+        #[arg(long)]
+        file: PathBuf,
+        #[arg(long)]
+        user: String,
+        #[arg(long, env = "DISKLESS_SCRAM_PASSWORD", hide_env_values = true)]
+        password: Option<String>,
+        /// SCRAM-SHA-256, SCRAM-SHA-512 or both (PLAIN clients are checked against either).
+        #[arg(long, value_delimiter = ',', default_value = "SCRAM-SHA-256,SCRAM-SHA-512")]
+        mechanisms: Vec<String>,
+        #[arg(long, default_value_t = 8192)]
+        iterations: u32,
+        /// Remove the user instead.
+        #[arg(long)]
+        delete: bool,
+    },
+}
+
+fn scram_credential(cmd: Cmd) -> anyhow::Result<()> {
+    use crate::kafka::security::credentials::Credentials;
+    use crate::kafka::security::scram::{ScramCredential, ScramHash};
+    let Cmd::ScramCredential { file, user, password, mechanisms, iterations, delete } = cmd;
+    let mut creds = Credentials::read(&file)?;
+    if delete {
+        anyhow::ensure!(creds.users.remove(&user).is_some(), "{} has no user {user:?}", file.display());
+        creds.write(&file)?;
+        println!("removed {user} from {}", file.display());
+        return Ok(());
+    }
+    let password = match password {
+        Some(p) => p,
+        None => {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).context("read the password from standard input")?;
+            line.trim_end_matches(['\r', '\n']).to_string()
+        }
+    };
+    anyhow::ensure!(!password.is_empty() && !user.is_empty(), "an empty user name or password");
+    for m in &mechanisms {
+        let hash = match m.as_str() {
+            "SCRAM-SHA-256" => ScramHash::Sha256,
+            "SCRAM-SHA-512" => ScramHash::Sha512,
+            other => anyhow::bail!("unknown SCRAM mechanism {other:?} (SCRAM-SHA-256 or SCRAM-SHA-512)"),
+        };
+        creds.set(&user, hash, ScramCredential::new(hash, &password, iterations)?);
+    }
+    creds.write(&file)?;
+    println!("set {} credentials of {user} in {}", mechanisms.join(" and "), file.display());
+    Ok(())
 }
 
 fn config(a: &Args) -> anyhow::Result<ShimConfig> {
@@ -52,7 +111,10 @@ fn config(a: &Args) -> anyhow::Result<ShimConfig> {
 
 /// The server binary's `main`.
 pub fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let mut args = Args::parse();
+    if let Some(cmd) = args.cmd.take() {
+        return scram_credential(cmd);
+    }
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log).unwrap_or_else(|_| "info".into());
     tracing_subscriber::fmt()
@@ -68,8 +130,8 @@ pub fn main() -> anyhow::Result<()> {
         let addr = listener.local_addr()?;
         let shim = Shim::start(config).await?;
         println!("diskless-broker listening on {addr}");
-        if let Some(kafka) = shim.start_kafka().await? {
-            println!("diskless-broker Kafka listener on {kafka}");
+        for (name, addr) in shim.start_kafka_listeners().await? {
+            println!("diskless-broker Kafka listener {name} on {addr}");
         }
         if let Some(m) = shim.start_metrics().await? {
             println!("diskless-broker metrics on http://{m}/metrics");
@@ -100,7 +162,11 @@ pub fn main() -> anyhow::Result<()> {
             }
             tracing::info!("shutting down: committing what was accepted");
         };
-        let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        let tls = match &shim.config.tls {
+            Some(f) => Some(diskless_tls::ServerTls::new(f).context("[tls] of the broker API")?),
+            None => None,
+        };
+        let incoming = diskless_tls::server::incoming(listener, tls, "broker API");
         tonic::transport::Server::builder()
             .add_service(
                 BrokerServiceServer::new(BrokerApi::new(shim.clone()))

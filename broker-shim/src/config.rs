@@ -14,6 +14,11 @@ pub struct ShimConfig {
     /// Where the broker's own API listens, `host:port`.
     #[serde(default = "default_listen")]
     pub listen: String,
+    /// TLS on the broker's own gRPC API (`listen`): its certificate, key, the CA client
+    /// certificates must chain to, and whether clients must present one (default true), as the
+    /// coordinator's `[tls]`.
+    #[serde(default)]
+    pub tls: Option<diskless_tls::TlsFiles>,
     /// Coordinator nodes, `host:port` (any of them serves any request).
     pub coordinators: Vec<String>,
     /// Reach a node that advertises the key address through the value address instead (address
@@ -70,6 +75,19 @@ pub struct KafkaConfig {
     /// Requests a connection may have in flight (answered in order).
     #[serde(default = "default_inflight")]
     pub max_in_flight_per_connection: usize,
+    /// The security protocol of the `listen` listener (default PLAINTEXT).
+    #[serde(default)]
+    pub security_protocol: crate::kafka::security::SecurityProtocol,
+    /// More listeners (`[[kafka.listeners]]`), each its own address, advertised address and
+    /// security protocol, as Kafka's `listeners`.
+    #[serde(default)]
+    pub listeners: Vec<crate::kafka::security::ListenerConfig>,
+    /// The certificate of the SSL and SASL_SSL listeners (`[kafka.tls]`).
+    #[serde(default)]
+    pub tls: Option<crate::kafka::security::KafkaTlsConfig>,
+    /// SASL mechanisms and credentials of the SASL_PLAINTEXT and SASL_SSL listeners (`[kafka.sasl]`).
+    #[serde(default)]
+    pub sasl: Option<crate::kafka::security::SaslConfig>,
 }
 
 fn default_cluster_id() -> String {
@@ -213,6 +231,9 @@ impl ShimConfig {
         );
         anyhow::ensure!(self.produce.max_parallel_uploads >= 1, "produce.max_parallel_uploads must be at least 1");
         anyhow::ensure!(self.produce.commit_interval_ms >= 1, "produce.commit_interval_ms must be at least 1");
+        if let Some(k) = &self.kafka {
+            k.validate_security()?;
+        }
         // Safety does not depend on the grace periods (an object is fenced through the
         // coordinators' logs before it is deleted); they decide who is inconvenienced.
         let reader_bound = 15_000 + CLOCK_SKEW_MARGIN_MS;

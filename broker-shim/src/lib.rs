@@ -108,18 +108,42 @@ impl Shim {
         }))
     }
 
-    /// Starts the Kafka listener if the configuration has one; returns its address.
+    /// Starts the Kafka listeners if the configuration has them; returns the first one's address.
     pub async fn start_kafka(self: &Arc<Self>) -> anyhow::Result<Option<std::net::SocketAddr>> {
-        let Some(k) = self.config.kafka.clone() else { return Ok(None) };
-        let listener = tokio::net::TcpListener::bind(&k.listen)
-            .await
-            .map_err(|e| anyhow::anyhow!("Kafka listener on {}: {e}", k.listen))?;
-        let addr = listener.local_addr()?;
-        let l = Arc::new(kafka::Listener::new(self.clone(), k, addr));
-        self.registry.set_address(&l.host, l.port);
-        tokio::spawn(l.serve(listener, self.stop.subscribe()));
-        tracing::info!(%addr, "Kafka listener started");
-        Ok(Some(addr))
+        Ok(self.start_kafka_listeners().await?.first().map(|(_, addr)| *addr))
+    }
+
+    /// Starts every Kafka listener (`[kafka]` `listen`, then `[[kafka.listeners]]`), each with
+    /// its security protocol; returns their names and addresses.
+    pub async fn start_kafka_listeners(self: &Arc<Self>) -> anyhow::Result<Vec<(String, std::net::SocketAddr)>> {
+        let Some(k) = self.config.kafka.clone() else { return Ok(vec![]) };
+        let shared = kafka::security::Shared::new(&k)?;
+        let mut started = vec![];
+        for l in k.all_listeners() {
+            let listener = tokio::net::TcpListener::bind(&l.listen)
+                .await
+                .map_err(|e| anyhow::anyhow!("Kafka listener on {}: {e}", l.listen))?;
+            let addr = listener.local_addr()?;
+            let config = config::KafkaConfig {
+                listen: l.listen.clone(),
+                advertised_host: l.advertised_host.clone(),
+                advertised_port: l.advertised_port,
+                security_protocol: l.security_protocol,
+                ..k.clone()
+            };
+            let mut listener_state = kafka::Listener::new(self.clone(), config, addr);
+            listener_state.security = shared.for_protocol(l.security_protocol);
+            if started.is_empty() {
+                // The registry holds one address per broker: the first listener's (what other
+                // brokers' Metadata and FindCoordinator answers name for this one).
+                self.registry.set_address(&listener_state.host, listener_state.port);
+            }
+            let name = l.name.clone().unwrap_or_else(|| l.security_protocol.name().to_string());
+            tokio::spawn(Arc::new(listener_state).serve(listener, self.stop.subscribe()));
+            tracing::info!(%addr, listener = %name, protocol = l.security_protocol.name(), "Kafka listener started");
+            started.push((name, addr));
+        }
+        Ok(started)
     }
 
     /// Registers this broker (advertised at the Kafka listener's address) and keeps its lease alive

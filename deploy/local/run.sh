@@ -7,7 +7,9 @@
 #   deploy/local/run.sh            # build (first time: RocksDB takes minutes), start, show status
 #   DATA=/tmp/q PROFILE=release deploy/local/run.sh
 #   deploy/local/run.sh --tls      # mutual TLS: a CA and certificates in $DATA/certs (coordctl
-#                                  # certs), peer listeners on 127.0.0.1:7101-7103, roles
+#                                  # certs), peer listeners on 127.0.0.1:7101-7103, roles; the
+#                                  # broker also gets a SASL_SSL Kafka listener on :9094 (SCRAM
+#                                  # user "demo", password $KAFKA_PASSWORD, default demo-secret)
 #
 # Ctrl-C stops the nodes (SIGTERM: clean shutdown). Running it again restarts the same cluster
 # from its data (bootstrapping is idempotent). Logs: $DATA/node-N.log.
@@ -26,6 +28,8 @@ GROUPS_N=${METADATA_PARTITIONS:-3}
 BASE_PORT=${BASE_PORT:-7001}
 BROKER_PORT=${BROKER_PORT:-9192}
 KAFKA_PORT=${KAFKA_PORT:-9092}
+KAFKA_SASL_PORT=${KAFKA_SASL_PORT:-9094}   # with --tls: a SASL_SSL Kafka listener
+KAFKA_PASSWORD=${KAFKA_PASSWORD:-demo-secret}
 METRICS_PORT=${METRICS_PORT:-9101}   # nodes: METRICS_PORT..+2; broker: METRICS_PORT + 8
 PEER_PORT=${PEER_PORT:-7101}         # with --tls: the nodes' peer listeners, PEER_PORT..+2
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/diskless-target}
@@ -44,6 +48,10 @@ if [ "$TLS" = 1 ]; then
   # A CA (kept across runs), a certificate per node naming its host, the broker and the operator.
   [ -f "$CERTS/node-1.pem" ] || "$BIN/coordctl" certs --dir "$CERTS" \
     node-1:127.0.0.1,localhost node-2:127.0.0.1,localhost node-3:127.0.0.1,localhost broker-1 operator >/dev/null
+  # The Kafka listener's certificate (same CA), and a SCRAM user for the SASL_SSL listener.
+  [ -f "$CERTS/kafka.pem" ] || "$BIN/coordctl" certs --dir "$CERTS" kafka:127.0.0.1,localhost >/dev/null
+  [ -f "$DATA/kafka-users.toml" ] || echo "$KAFKA_PASSWORD" |
+    "$BIN/diskless-broker" scram-credential --file "$DATA/kafka-users.toml" --user demo >/dev/null
   CTL+=(--cacert "$CERTS/ca.pem" --cert "$CERTS/operator.pem" --key "$CERTS/operator.key")
 fi
 member_port() { if [ "$TLS" = 1 ]; then echo $((PEER_PORT + $1 - 1)); else echo $((BASE_PORT + $1 - 1)); fi; }
@@ -112,6 +120,18 @@ if [ "$TLS" = 1 ]; then
 cert = "$CERTS/broker-1.pem"
 key = "$CERTS/broker-1.key"
 ca = "$CERTS/ca.pem"
+
+[[kafka.listeners]]
+name = "SASL_SSL"
+listen = "127.0.0.1:$KAFKA_SASL_PORT"
+security_protocol = "SASL_SSL"
+
+[kafka.tls]
+cert = "$CERTS/kafka.pem"
+key = "$CERTS/kafka.key"
+
+[kafka.sasl]
+credentials = "$DATA/kafka-users.toml"
 TOML
 fi
 "$BIN/diskless-broker" --config "$DATA/broker.toml" >>"$DATA/broker.log" 2>&1 &
@@ -124,6 +144,8 @@ Broker shim running: Kafka protocol on 127.0.0.1:$KAFKA_PORT, its own gRPC API o
   status:    ${CTL[*]} --addr 127.0.0.1:$BASE_PORT status
   metrics:   curl -s 127.0.0.1:$METRICS_PORT/metrics (nodes :$METRICS_PORT-$((METRICS_PORT + 2)), broker :$((METRICS_PORT + 8)))
   kcat:      kcat -b 127.0.0.1:$KAFKA_PORT -L
+$([ "$TLS" = 1 ] && echo "  SASL_SSL:  kcat -b 127.0.0.1:$KAFKA_SASL_PORT -X security.protocol=SASL_SSL -X sasl.mechanisms=SCRAM-SHA-256 \\
+               -X sasl.username=demo -X sasl.password=$KAFKA_PASSWORD -X ssl.ca.location=$CERTS/ca.pem -L")
   demo:      $BIN/diskless-demo create --topic demo --partitions 4
              $BIN/diskless-demo produce --topic demo --partitions 4 --messages 1000
              $BIN/diskless-demo consume --topic demo --partition 0

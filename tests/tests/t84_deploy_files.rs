@@ -176,6 +176,16 @@ fn systemd_units_are_hardened_and_verify() {
     node.validate().expect("node.example.toml validates");
     assert!(node.dirs().len() == 2, "the example shows two data directories");
     assert!(node.dirs().iter().all(|d| d.starts_with("/var/lib/diskless")), "the unit lets the node write only there");
+    let broker: ShimConfig =
+        toml::from_str(&std::fs::read_to_string(root().join("deploy/systemd/broker.example.toml")).unwrap())
+            .expect("broker.example.toml is a broker configuration");
+    broker.validate().expect("broker.example.toml validates");
+    let kafka = broker.kafka.as_ref().expect("the example has Kafka listeners");
+    assert!(
+        kafka.all_listeners().iter().any(|l| l.security_protocol.sasl() && l.security_protocol.tls()),
+        "the example shows a SASL_SSL listener"
+    );
+    assert!(broker.tls.is_some() && broker.coordinator_tls.is_some(), "the example secures the broker's gRPC sides");
     if have("systemd-analyze") {
         let out = Command::new("systemd-analyze").args(["verify", "--man=no"]).args(&copies).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);

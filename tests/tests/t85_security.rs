@@ -251,3 +251,57 @@ async fn a_broker_reaches_secure_nodes_over_tls() {
     let got = consume_all(&mut client, "tls-events", 1).await.unwrap();
     assert_eq!(got.len(), 5);
 }
+
+/// A 4th node joins a 3-node mTLS cluster: `coordctl add-node` as the broker identity is refused
+/// (PERMISSION_DENIED, membership unchanged); as the operator it adds the node's peer address to
+/// every group over mutual TLS, the new node becomes a voter everywhere, and it serves what was
+/// committed before it joined to a broker identity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_joins_an_mtls_cluster_with_coordctl_add_node() {
+    let mut c = Cluster::start(3, options()).await;
+    let mut broker = CoordinatorServiceClient::new(channel(c.addr(1), as_(&c.tls_files("broker-1"))));
+    let topic = topic_id(7);
+    create_topic(&mut broker, &topic, "before-join", 2).await;
+    commit_all(&mut broker, "obj-before", &topic, &[(0, 4), (1, 2)]).await;
+
+    let member = c.spawn_new_node(4);
+    let add = |who: &str| {
+        let mut cmd = c.coordctl_as(c.addr(1), who);
+        cmd.args(["add-node", "--id", "4", "--address", &member]);
+        cmd
+    };
+    let out = add("broker-1").output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success() && said.contains("does not hold the role admin"), "{said}");
+    assert!(c.status(1, false).await.groups.iter().all(|g| !g.voters.contains(&4) && !g.learners.contains(&4)));
+
+    let out = tokio::task::spawn_blocking({
+        let mut cmd = add("operator");
+        move || cmd.output().unwrap()
+    })
+    .await
+    .unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "add-node as the operator: {said}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = c.status(4, false).await;
+        if !s.groups.is_empty() && s.groups.iter().all(|g| g.voters.contains(&4) && g.voters.len() == 4) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node 4 is not a voter everywhere: {:?}", s.groups);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // Node 4 serves, over mutual TLS, what was committed before it joined.
+    let mut via_4 = CoordinatorServiceClient::new(channel(c.addr(4), as_(&c.tls_files("broker-1"))));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match high_watermark(&mut via_4, &topic, 0).await {
+            Ok(4) => break,
+            other => assert!(Instant::now() < deadline, "node 4 does not serve the topic: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    commit_all(&mut via_4, "obj-after", &topic, &[(1, 3)]).await;
+    assert_eq!(high_watermark(&mut broker, &topic, 1).await.unwrap(), 5);
+}

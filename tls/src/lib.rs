@@ -16,7 +16,7 @@ pub mod server;
 pub use client::ClientTls;
 pub use config::TlsFiles;
 pub use identity::PeerIdentity;
-pub use server::{ConnInfo, ServerTls};
+pub use server::{ConnInfo, PlainServerTls, ServerTls};
 
 /// rustls needs one process-wide crypto provider when several are compiled in (object_store's
 /// dependencies bring aws-lc-rs); installs aws-lc-rs unless one is installed already.

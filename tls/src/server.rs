@@ -55,7 +55,59 @@ pub(crate) fn load_roots(path: &std::path::Path) -> anyhow::Result<Arc<RootCertS
     Ok(Arc::new(roots))
 }
 
+/// A TLS listener for another protocol than gRPC (the broker's Kafka listener): the client CA is
+/// optional, and no ALPN protocol is offered.
+#[derive(Debug, Clone)]
+pub struct PlainServerTls {
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+    /// The CA client certificates must chain to; none: clients present no certificate.
+    pub ca: Option<std::path::PathBuf>,
+    /// Refuse clients without a certificate of `ca`.
+    pub require_client_cert: bool,
+}
+
 impl ServerTls {
+    /// A listener's TLS settings from [`PlainServerTls`], reloaded when the files change.
+    pub fn without_alpn(s: &PlainServerTls) -> anyhow::Result<Arc<ServerTls>> {
+        crate::install_crypto_provider();
+        anyhow::ensure!(s.ca.is_some() || !s.require_client_cert, "require_client_cert needs a ca");
+        let f = s.clone();
+        let mut paths = vec![s.cert.clone(), s.key.clone()];
+        paths.extend(s.ca.clone());
+        let config = Reloading::new("server certificate", paths, move || {
+            let builder = match &f.ca {
+                Some(ca) => {
+                    let verifier = WebPkiClientVerifier::builder(load_roots(ca)?);
+                    let verifier = if f.require_client_cert { verifier } else { verifier.allow_unauthenticated() };
+                    ServerConfig::builder()
+                        .with_client_cert_verifier(verifier.build().context("client certificate verifier")?)
+                }
+                None => ServerConfig::builder().with_no_client_auth(),
+            };
+            builder
+                .with_single_cert(load_certs(&f.cert)?, load_key(&f.key)?)
+                .with_context(|| format!("certificate {} with key {}", f.cert.display(), f.key.display()))
+        })?;
+        Ok(Arc::new(ServerTls { config, require_client_cert: s.require_client_cert }))
+    }
+
+    /// Runs the server side of a TLS handshake on `stream` (with the handshake time limit); the
+    /// client certificate's identity, if it presented one.
+    pub async fn accept(
+        &self,
+        stream: TcpStream,
+    ) -> anyhow::Result<(tokio_rustls::server::TlsStream<TcpStream>, Option<PeerIdentity>)> {
+        let acceptor = tokio_rustls::TlsAcceptor::from(self.config.get());
+        let s = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+            .await
+            .map_err(|_| anyhow::anyhow!("TLS handshake not done in {HANDSHAKE_TIMEOUT:?}"))?
+            .context("TLS handshake refused")?;
+        let identity =
+            s.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(|c| PeerIdentity::from_der(c).ok());
+        Ok((s, identity))
+    }
+
     pub fn new(files: &TlsFiles) -> anyhow::Result<Arc<ServerTls>> {
         crate::install_crypto_provider();
         let f = files.clone();

@@ -57,7 +57,7 @@ pub fn find_coordinator(l: &Listener, header: &RequestHeader, req: FindCoordinat
     let answer = |key_type: i8, key: &str| -> (i16, BrokerId, String, i32, Option<StrBytes>) {
         if key_type == 0 {
             let b = l.shim.registry.group_coordinator(key);
-            (NONE, BrokerId(b.id), b.host, b.port, None)
+            (NONE, BrokerId(b.id), l.advertised_host_of(&b), l.advertised_port_of(&b), None)
         } else {
             (COORDINATOR_NOT_AVAILABLE, BrokerId(-1), String::new(), -1, Some(s(why)))
         }

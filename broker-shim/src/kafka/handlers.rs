@@ -366,8 +366,8 @@ async fn metadata(l: &Listener, header: &RequestHeader, req: MetadataRequest) ->
         .map(|b| {
             let mut m = metadata_response::MetadataResponseBroker::default()
                 .with_node_id(kafka_protocol::messages::BrokerId(b.id))
-                .with_host(StrBytes::from_string(b.host.clone()))
-                .with_port(b.port);
+                .with_host(StrBytes::from_string(l.advertised_host_of(b)))
+                .with_port(l.advertised_port_of(b));
             if v >= 1 {
                 m = m.with_rack(b.rack.clone().map(StrBytes::from_string));
             }

@@ -14,6 +14,7 @@
 
 mod groups;
 mod handlers;
+pub mod security;
 mod versions;
 
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{decode_request_header_from_buffer, Encodable};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::config::KafkaConfig;
@@ -37,6 +38,8 @@ pub struct Listener {
     pub host: String,
     pub port: i32,
     pub broker_id: i32,
+    /// TLS and SASL of this listener's connections (see `security`).
+    pub security: security::ListenerSecurity,
 }
 
 /// An encoded response (header and body, without the size prefix), or none (acks=0 produce).
@@ -47,7 +50,7 @@ impl Listener {
         let host = config.advertised_host.clone().unwrap_or_else(|| bound.ip().to_string());
         let port = i32::from(config.advertised_port.unwrap_or(bound.port()));
         let broker_id = shim.config.broker_id;
-        Listener { shim, config, host, port, broker_id }
+        Listener { shim, config, host, port, broker_id, security: security::ListenerSecurity::default() }
     }
 
     /// Accepts connections until `stop` fires.
@@ -60,7 +63,7 @@ impl Listener {
                         let mut stop = stop.clone();
                         tokio::spawn(async move {
                             tokio::select! {
-                                r = me.connection(stream) => {
+                                r = me.accept(stream) => {
                                     if let Err(e) = r {
                                         tracing::info!(%peer, error = %format!("{e:#}"), "Kafka connection closed");
                                     }
@@ -79,9 +82,15 @@ impl Listener {
         }
     }
 
-    async fn connection(self: Arc<Self>, stream: TcpStream) -> anyhow::Result<()> {
+    /// A new connection: TLS and SASL as the listener's security protocol says, then requests.
+    async fn accept(self: Arc<Self>, stream: TcpStream) -> anyhow::Result<()> {
         stream.set_nodelay(true)?;
-        let (mut rd, mut wr) = stream.into_split();
+        let security = self.security.clone();
+        security.secure(stream, |stream, _principal| self.connection(stream)).await
+    }
+
+    async fn connection<S: AsyncRead + AsyncWrite + Send + 'static>(self: Arc<Self>, stream: S) -> anyhow::Result<()> {
+        let (mut rd, mut wr) = tokio::io::split(stream);
         let limit = self.config.max_in_flight_per_connection.max(1);
         // Frames are read by their own task: a read must never be cancelled half-way (a select!
         // that dropped `read_exact` would lose the bytes it had read). The channel's bound makes
@@ -135,6 +144,11 @@ impl Listener {
             .map_err(|_| anyhow::anyhow!("unknown API key {}", header.request_api_key))?;
         let version = header.request_api_version;
         let correlation = header.correlation_id;
+        if matches!(api, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate) {
+            // Authentication happens before the first request (`security`), never again.
+            let reply = security::sasl::illegal_state(api, &header);
+            return Ok(Box::pin(async move { (correlation, reply) }));
+        }
         if api == ApiKey::ApiVersions {
             // Answered even for versions we do not speak, so the client can pick one.
             let reply = handlers::api_versions(&header);
@@ -154,6 +168,26 @@ impl Listener {
     }
 }
 
+impl Listener {
+    /// Where clients of this listener reach broker `b`: this broker at this listener's address
+    /// (each listener advertises itself), another at its registered address (its first listener).
+    pub(crate) fn advertised_host_of(&self, b: &crate::registry::LiveBroker) -> String {
+        if b.id == self.broker_id {
+            self.host.clone()
+        } else {
+            b.host.clone()
+        }
+    }
+
+    pub(crate) fn advertised_port_of(&self, b: &crate::registry::LiveBroker) -> i32 {
+        if b.id == self.broker_id {
+            self.port
+        } else {
+            b.port
+        }
+    }
+}
+
 /// Stops the connection's reader task when the connection ends.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
@@ -164,7 +198,7 @@ impl Drop for AbortOnDrop {
 }
 
 /// Reads one size-prefixed frame; `None` at a clean end of stream.
-async fn read_frame(rd: &mut tokio::net::tcp::OwnedReadHalf, max: usize) -> anyhow::Result<Option<Bytes>> {
+pub(crate) async fn read_frame<R: AsyncRead + Unpin>(rd: &mut R, max: usize) -> anyhow::Result<Option<Bytes>> {
     let mut size = [0u8; 4];
     match rd.read_exact(&mut size).await {
         Ok(_) => {}

@@ -28,6 +28,10 @@ pub fn supported(api: ApiKey) -> Option<VersionRange> {
         ApiKey::DescribeGroups => cap(DescribeGroupsRequest::VERSIONS, 5),
         ApiKey::DeleteGroups => DeleteGroupsRequest::VERSIONS,
         ApiKey::OffsetDelete => OffsetDeleteRequest::VERSIONS,
+        // Answered before authentication on SASL listeners (`security::sasl`), with
+        // ILLEGAL_SASL_STATE elsewhere.
+        ApiKey::SaslHandshake => SaslHandshakeRequest::VERSIONS,
+        ApiKey::SaslAuthenticate => SaslAuthenticateRequest::VERSIONS,
         // Accepted only to be refused (UNSUPPORTED_VERSION) and never advertised: KIP-848 clients
         // fall back to the classic protocol.
         ApiKey::ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest::VERSIONS,
@@ -36,7 +40,7 @@ pub fn supported(api: ApiKey) -> Option<VersionRange> {
 }
 
 /// Every API this broker answers, for ApiVersions.
-pub const APIS: [ApiKey; 20] = [
+pub const APIS: [ApiKey; 22] = [
     ApiKey::ApiVersions,
     ApiKey::Metadata,
     ApiKey::Produce,
@@ -57,4 +61,6 @@ pub const APIS: [ApiKey; 20] = [
     ApiKey::DescribeGroups,
     ApiKey::DeleteGroups,
     ApiKey::OffsetDelete,
+    ApiKey::SaslHandshake,
+    ApiKey::SaslAuthenticate,
 ];
