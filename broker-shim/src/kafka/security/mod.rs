@@ -99,12 +99,37 @@ impl ListenerSecurity {
             None => Box::new(tcp),
         };
         if let Some(sasl) = &self.sasl {
-            let user = sasl::authenticate(sasl, &mut stream).await?;
+            let user = match sasl::authenticate(sasl, &mut stream).await {
+                Ok(user) => user,
+                Err(e) => {
+                    close_gracefully(&mut stream).await;
+                    return Err(e);
+                }
+            };
             tracing::debug!(%user, protocol = self.protocol.name(), "Kafka client authenticated");
             principal.user = Some(user);
         }
         serve(stream, principal).await
     }
+}
+
+/// How long a refused client is given to read the failure answer and hang up itself before the
+/// connection is closed (Kafka's `connection.failed.authentication.delay.ms` plays this part).
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Ends a connection whose authentication failed without losing the failure answer already
+/// written: waits (at most [`CLOSE_GRACE`]) for the client to read it and hang up, dropping what it
+/// still sends, and only then closes. Closing at once — even cleanly, with TLS's close_notify —
+/// makes some clients (kafka-python) see the end of the stream before they parse the answer and
+/// report a lost connection instead of SASL_AUTHENTICATION_FAILED.
+async fn close_gracefully<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let hang_up = async {
+        let mut sink = [0u8; 1024];
+        while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
+    };
+    let _ = tokio::time::timeout(CLOSE_GRACE, hang_up).await;
+    let _ = tokio::time::timeout(CLOSE_GRACE, stream.shutdown()).await;
 }
 
 /// A connection's stream: TCP, or TLS over TCP.
