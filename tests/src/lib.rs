@@ -105,7 +105,6 @@ pub fn coordctl(addr: &str) -> Command {
     c
 }
 
-/// A loopback port free at the time of the call.
 /// Whether kcat, confluent-kafka and kafka-python are installed; in CI (`DISKLESS_CI`) they must
 /// be, elsewhere a test without them prints why it skips.
 pub fn kafka_clients_available() -> bool {
@@ -118,6 +117,35 @@ pub fn kafka_clients_available() -> bool {
     ready
 }
 
+/// Runs the client script `tests/python/<script>` with `args`; asserts that it exited 0 having
+/// printed `passed`, and prints the `FIGURE` lines it reported. Returns its output.
+pub async fn run_python_checks(script: &str, args: Vec<String>, passed: &str) -> String {
+    let path = format!("{}/python/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = tokio::task::spawn_blocking(move || Command::new("python3").arg(path).args(args).output())
+        .await
+        .expect("the python3 task")
+        .expect("run python3");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_checks_passed(script, out.status.success(), &stdout, &stderr, passed);
+    stdout
+}
+
+/// Asserts that a client script succeeded (`ok`) and printed `passed`, showing its output and the
+/// tail of its stderr otherwise; prints the `FIGURE` lines it reported.
+pub fn assert_checks_passed(script: &str, ok: bool, stdout: &str, stderr: &str, passed: &str) {
+    for line in stdout.lines().filter(|l| l.starts_with("FIGURE")) {
+        println!("{line}");
+    }
+    let mut from = stderr.len().saturating_sub(3000);
+    while !stderr.is_char_boundary(from) {
+        from += 1;
+    }
+    let tail = &stderr[from..];
+    assert!(ok && stdout.contains(passed), "{script}: checks failed\n--- stdout\n{stdout}\n--- stderr (tail)\n{tail}");
+}
+
+/// A loopback port free at the time of the call.
 pub fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
     l.local_addr().expect("local addr").port()

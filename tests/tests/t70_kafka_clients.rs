@@ -3,7 +3,6 @@
 //! Also: bad input on the Kafka port closes that connection and the broker stays up.
 
 use std::io::{Read, Write};
-use std::process::Command;
 use std::time::Duration;
 
 use diskless_cluster_tests::*;
@@ -17,19 +16,8 @@ async fn kcat_kafka_python_and_confluent_kafka_produce_and_consume_through_two_b
     let options = BrokerOptions { kafka: true, commit_interval_ms: 50, ..BrokerOptions::default() };
     let a = BrokerProc::start(&c, "a", &TestStorage::Local(c.path("objects")), &options).await;
     let b = BrokerProc::start(&c, "b", &TestStorage::Local(c.path("objects")), &options).await;
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/kafka_clients.py");
     let (ka, kb) = (a.kafka_addr.clone().unwrap(), b.kafka_addr.clone().unwrap());
-    let out = tokio::task::spawn_blocking(move || Command::new("python3").arg(script).arg(ka).arg(kb).output())
-        .await
-        .unwrap()
-        .expect("run python3");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("ALL CLIENT CHECKS PASSED"),
-        "client checks failed\n--- stdout\n{stdout}\n--- stderr (tail)\n{}",
-        &stderr[stderr.len().saturating_sub(3000)..]
-    );
+    run_python_checks("kafka_clients.py", vec![ka, kb], "ALL CLIENT CHECKS PASSED").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

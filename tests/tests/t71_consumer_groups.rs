@@ -18,22 +18,8 @@ async fn kcat_confluent_kafka_and_kafka_python_consume_through_groups_with_exact
     let c = Cluster::start(3, Options::default()).await;
     let options = BrokerOptions { kafka: true, commit_interval_ms: 20, ..BrokerOptions::default() };
     let mut a = BrokerProc::start(&c, "a", &TestStorage::Local(c.path("objects")), &options).await;
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/consumer_groups.py");
     let ka = a.kafka_addr.clone().unwrap();
-    let out = tokio::task::spawn_blocking(move || Command::new("python3").arg(script).arg(ka).output())
-        .await
-        .unwrap()
-        .expect("run python3");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    for line in stdout.lines().filter(|l| l.starts_with("FIGURE")) {
-        println!("{line}");
-    }
-    assert!(
-        out.status.success() && stdout.contains("ALL GROUP CHECKS PASSED"),
-        "group checks failed\n--- stdout\n{stdout}\n--- stderr (tail)\n{}",
-        &stderr[stderr.len().saturating_sub(3000)..]
-    );
+    run_python_checks("consumer_groups.py", vec![ka], "ALL GROUP CHECKS PASSED").await;
     // The broker that coordinated the groups dies; another broker serves the group `kgroup` from
     // what the cluster holds: kcat resumes exactly after the committed offsets.
     a.kill();

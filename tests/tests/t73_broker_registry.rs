@@ -294,15 +294,8 @@ async fn a_group_consuming_across_two_brokers_survives_the_kill_of_its_coordinat
     let status = child.wait().unwrap();
     let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
     let stdout = out.join("\n");
-    for line in out.iter().filter(|l| l.starts_with("FIGURE")) {
-        println!("{line}");
-    }
     assert!(killed, "the consumers never reached the kill\n{stdout}");
-    assert!(
-        status.success() && stdout.contains("FAILOVER CHECKS PASSED"),
-        "failover checks failed\n--- stdout\n{stdout}\n--- stderr (tail)\n{}",
-        &stderr[stderr.len().saturating_sub(3000)..]
-    );
+    assert_checks_passed("coordinator_failover.py", status.success(), &stdout, &stderr, "FAILOVER CHECKS PASSED");
     // The survivor coordinates the group now.
     let survivor = if coordinator == a.broker_id { &kb } else { &ka };
     let other = if coordinator == a.broker_id { b.broker_id } else { a.broker_id };

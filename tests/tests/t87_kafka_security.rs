@@ -116,19 +116,8 @@ async fn kafka_clients_over_tls_and_sasl_and_wrong_passwords_are_refused() {
     .unwrap();
     assert!(closed, "Metadata before authentication closes the connection");
 
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/kafka_security.py");
-    let args = [ssl, sasl_ssl, sasl_plain, tls.ca.display().to_string(), "alice".into(), PASSWORD.into()];
-    let out = tokio::task::spawn_blocking(move || Command::new("python3").arg(script).args(args).output())
-        .await
-        .unwrap()
-        .expect("run python3");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("ALL SECURITY CHECKS PASSED"),
-        "client checks failed\n--- stdout\n{stdout}\n--- stderr (tail)\n{}",
-        &stderr[stderr.len().saturating_sub(3000)..]
-    );
+    let args = vec![ssl, sasl_ssl, sasl_plain, tls.ca.display().to_string(), "alice".into(), PASSWORD.into()];
+    run_python_checks("kafka_security.py", args, "ALL SECURITY CHECKS PASSED").await;
 }
 
 /// The broker's own gRPC API (BrokerService) with `[tls]` (the coordinator listeners' settings):
