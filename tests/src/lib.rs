@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod kafka_wire;
 pub mod nemesis;
 
 use diskless_proto::admin::admin_service_client::AdminServiceClient;
@@ -1020,6 +1021,7 @@ fn raw_http(port: u16, request: &str) -> std::io::Result<String> {
 
 pub use diskless_broker_shim::records::{self as kafka_records, Idempotence, Message, NOT_IDEMPOTENT};
 pub use kafka_protocol::records::Compression;
+pub use kafka_wire::{kafka_call, kafka_request};
 
 /// A record batch of `values` (keys `k<value>`), for `BrokerService.Produce`.
 pub fn batch_of(values: &[String]) -> Vec<u8> {

@@ -6,41 +6,16 @@
 
 use std::collections::BTreeSet;
 
-use bytes::{Buf, BufMut, BytesMut};
 use diskless_cluster_tests::*;
-use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse, RequestHeader, ResponseHeader};
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse};
 use tokio::net::TcpStream;
 
 const VERSION: i16 = 4;
 
 /// One InitProducerId over an open Kafka connection: the producer id (or the error code).
 async fn init_producer_id(stream: &mut TcpStream, correlation_id: i32) -> Result<i64, i16> {
-    let header = RequestHeader::default()
-        .with_request_api_key(ApiKey::InitProducerId as i16)
-        .with_request_api_version(VERSION)
-        .with_correlation_id(correlation_id)
-        .with_client_id(Some(StrBytes::from_static_str("t72")));
-    let mut body = BytesMut::new();
-    header.encode(&mut body, InitProducerIdRequest::header_version(VERSION)).expect("encode header");
-    InitProducerIdRequest::default()
-        .with_transactional_id(None)
-        .with_transaction_timeout_ms(60_000)
-        .encode(&mut body, VERSION)
-        .expect("encode request");
-    let mut frame = BytesMut::new();
-    frame.put_i32(body.len() as i32);
-    frame.extend_from_slice(&body);
-    stream.write_all(&frame).await.expect("send");
-    let len = stream.read_i32().await.expect("response size");
-    let mut buf = vec![0u8; len as usize];
-    stream.read_exact(&mut buf).await.expect("response");
-    let mut buf = bytes::Bytes::from(buf);
-    let h = ResponseHeader::decode(&mut buf, InitProducerIdResponse::header_version(VERSION)).expect("header");
-    assert_eq!(h.correlation_id, correlation_id);
-    let r = InitProducerIdResponse::decode(&mut buf, VERSION).expect("decode response");
-    assert!(!buf.has_remaining());
+    let req = InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(60_000);
+    let r: InitProducerIdResponse = kafka_request(stream, ApiKey::InitProducerId, VERSION, correlation_id, &req).await;
     if r.error_code != 0 {
         return Err(r.error_code);
     }

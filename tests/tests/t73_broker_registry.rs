@@ -11,45 +11,16 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bytes::{BufMut, BytesMut};
 use diskless_cluster_tests::*;
 use diskless_proto::v1::ListBrokersRequest;
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use kafka_protocol::protocol::StrBytes;
 use tokio::net::TcpStream;
-
-/// One request over a fresh connection to `addr`, at `version`.
-async fn call<Req, Resp>(addr: &str, api: ApiKey, version: i16, req: &Req) -> Resp
-where
-    Req: Encodable + HeaderVersion,
-    Resp: Decodable + HeaderVersion,
-{
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    let header = RequestHeader::default()
-        .with_request_api_key(api as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(1)
-        .with_client_id(Some(StrBytes::from_static_str("t73")));
-    let mut body = BytesMut::new();
-    header.encode(&mut body, Req::header_version(version)).expect("encode header");
-    req.encode(&mut body, version).expect("encode request");
-    let mut frame = BytesMut::new();
-    frame.put_i32(body.len() as i32);
-    frame.extend_from_slice(&body);
-    stream.write_all(&frame).await.expect("send");
-    let len = stream.read_i32().await.expect("response size");
-    let mut buf = vec![0u8; len as usize];
-    stream.read_exact(&mut buf).await.expect("response");
-    let mut buf = bytes::Bytes::from(buf);
-    ResponseHeader::decode(&mut buf, Resp::header_version(version)).expect("response header");
-    Resp::decode(&mut buf, version).expect("decode response")
-}
 
 async fn metadata(addr: &str, topic: &str) -> MetadataResponse {
     let req = MetadataRequest::default().with_topics(Some(vec![metadata_request::MetadataRequestTopic::default()
         .with_name(Some(TopicName(StrBytes::from_string(topic.into()))))]));
-    call(addr, ApiKey::Metadata, 12, &req).await
+    kafka_call(addr, ApiKey::Metadata, 12, &req).await
 }
 
 fn broker_ids(m: &MetadataResponse) -> BTreeSet<i32> {
@@ -64,7 +35,7 @@ async fn coordinator_of(addr: &str, group: &str) -> i32 {
     let req = FindCoordinatorRequest::default()
         .with_key_type(0)
         .with_coordinator_keys(vec![StrBytes::from_string(group.into())]);
-    let r: FindCoordinatorResponse = call(addr, ApiKey::FindCoordinator, 4, &req).await;
+    let r: FindCoordinatorResponse = kafka_call(addr, ApiKey::FindCoordinator, 4, &req).await;
     assert_eq!(r.coordinators[0].error_code, 0, "{r:?}");
     r.coordinators[0].node_id.0
 }
@@ -190,7 +161,7 @@ async fn metadata_lists_the_live_brokers_spreads_leaders_and_drops_a_killed_brok
             .with_group_id(GroupId(StrBytes::from_string(group.clone())))
             .with_generation_id(1)
             .with_member_id(StrBytes::from_static_str("m"));
-        let r: HeartbeatResponse = call(other, ApiKey::Heartbeat, 4, &hb).await;
+        let r: HeartbeatResponse = kafka_call(other, ApiKey::Heartbeat, 4, &hb).await;
         assert_eq!(r.error_code, 16, "{group}: NOT_COORDINATOR from the other broker");
     }
     assert_eq!(owners, both);
@@ -213,11 +184,11 @@ async fn metadata_lists_the_live_brokers_spreads_leaders_and_drops_a_killed_brok
                     })
                     .collect(),
             )]);
-    let r: FetchResponse = call(&ka, ApiKey::Fetch, 11, &fetch).await;
+    let r: FetchResponse = kafka_call(&ka, ApiKey::Fetch, 11, &fetch).await;
     for p in &r.responses[0].partitions {
         assert_eq!(p.preferred_read_replica.0, b.broker_id, "{p:?}");
     }
-    let r: FetchResponse = call(&kb, ApiKey::Fetch, 11, &fetch).await;
+    let r: FetchResponse = kafka_call(&kb, ApiKey::Fetch, 11, &fetch).await;
     for p in &r.responses[0].partitions {
         assert_eq!((p.error_code, p.preferred_read_replica.0), (0, -1), "{p:?}");
     }
