@@ -167,7 +167,9 @@ pub fn main() -> anyhow::Result<()> {
             None => None,
         };
         let incoming = diskless_tls::server::incoming(listener, tls, "broker API");
+        let health = crate::health::start(&shim).await;
         tonic::transport::Server::builder()
+            .add_service(health)
             .add_service(
                 BrokerServiceServer::new(BrokerApi::new(shim.clone()))
                     .max_decoding_message_size(64 << 20)

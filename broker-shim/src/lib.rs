@@ -15,6 +15,7 @@ pub mod coordinator;
 pub mod error;
 pub mod fetch;
 pub mod groups;
+pub mod health;
 pub mod kafka;
 pub mod metrics;
 pub mod produce;
@@ -176,6 +177,11 @@ impl Shim {
     }
 
     /// Stops accepting work, commits what was accepted, stops the cleaner.
+    /// Becomes `true` when the broker starts shutting down.
+    pub fn stopping(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+
     pub async fn shutdown(self: Arc<Self>) {
         let _ = self.stop.send(true);
         let tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner()).take();

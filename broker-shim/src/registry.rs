@@ -104,6 +104,8 @@ pub struct Registry {
     me: Mutex<LiveBroker>,
     /// The live brokers of the last ListBrokers, by id.
     live: Mutex<Vec<LiveBroker>>,
+    /// When the registration was last granted or renewed (sent at), if ever.
+    renewed: Mutex<Option<Instant>>,
 }
 
 const CALL_TIMEOUT_MS: i32 = 5_000;
@@ -118,6 +120,7 @@ impl Registry {
             incarnation: uuid::Uuid::new_v4().as_u64_pair().0,
             me: Mutex::new(me),
             live: Mutex::new(vec![]),
+            renewed: Mutex::new(None),
         })
     }
 
@@ -126,6 +129,18 @@ impl Registry {
         let mut me = self.me.lock().unwrap_or_else(|e| e.into_inner());
         me.host = host.to_string();
         me.port = port;
+    }
+
+    /// Whether this broker's registration holds: granted or renewed less than one lease ago, as
+    /// this broker's clock measures from when it sent the request (so never later than the
+    /// registry's own reckoning, which starts when the request applies). The broker's health.
+    pub fn lease_held(&self) -> bool {
+        let renewed = *self.renewed.lock().unwrap_or_else(|e| e.into_inner());
+        renewed.is_some_and(|t| t.elapsed() < Duration::from_millis(self.config.lease_ms))
+    }
+
+    fn renewed_at(&self, sent: Instant) {
+        *self.renewed.lock().unwrap_or_else(|e| e.into_inner()) = Some(sent);
     }
 
     pub fn me(&self) -> LiveBroker {
@@ -260,9 +275,10 @@ impl Registry {
                 _ = stop.changed() => return Ok(()),
                 _ = tokio::time::sleep_until(next_beat.into()) => {
                     next_beat = Instant::now() + heartbeat_every;
+                    let sent = Instant::now();
                     if registered {
                         match self.heartbeat().await {
-                            Ok(r) if r.error_code == 0 => {}
+                            Ok(r) if r.error_code == 0 => self.renewed_at(sent),
                             Ok(r) if r.error_code == ErrorCode::StaleBrokerEpoch.wire() => {
                                 tracing::warn!(message = ?r.error_message, "broker lease lost: registering again");
                                 registered = false;
@@ -275,6 +291,7 @@ impl Registry {
                     }
                     match self.register().await {
                         Ok(r) if r.error_code == 0 => {
+                            self.renewed_at(sent);
                             tracing::info!(broker_id = self.broker_id, incarnation = %format!("{:016x}", self.incarnation), "registered in the broker registry");
                             registered = true;
                             refused_since = None;

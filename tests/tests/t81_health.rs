@@ -1,7 +1,9 @@
 //! gRPC health checking and server reflection on a node's listener: NOT_SERVING while the cluster
 //! cannot form (a member missing), SERVING once every metadata partition has a leader, and
 //! NOT_SERVING again on a node whose two peers are stopped — while the admin service stays
-//! SERVING, so an operator can still ask why. Reflection lists the services (`grpcurl list`).
+//! SERVING, so an operator can still ask why. Reflection lists the services (`grpcurl list`). A
+//! broker is SERVING while its registration in the broker registry holds, NOT_SERVING once the
+//! coordinators are gone past its lease, and SERVING again when they return.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -84,4 +86,57 @@ async fn health_follows_the_quorum_and_reflection_lists_the_services() {
     // And back once a peer returns.
     c.spawn(2);
     wait_for(&c, 1, ServingStatus::Serving).await;
+}
+
+const BROKER: &str = "diskless.broker.v1.BrokerService";
+
+async fn broker_status(addr: &str, service: &str) -> ServingStatus {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("broker address")
+        .connect()
+        .await
+        .expect("connect to the broker API");
+    let r = HealthClient::new(channel)
+        .check(HealthCheckRequest { service: service.into() })
+        .await
+        .expect("health check")
+        .into_inner();
+    ServingStatus::try_from(r.status).expect("a known status")
+}
+
+/// Waits until the broker's overall health is `want` (bounded; the bound is not what is tested).
+async fn wait_for_broker(b: &BrokerProc, want: ServingStatus) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let now = broker_status(&b.addr, "").await;
+        if now == want {
+            assert_eq!(broker_status(&b.addr, BROKER).await, want, "the broker service agrees");
+            return;
+        }
+        assert!(Instant::now() < deadline, "broker is still {now:?}, not {want:?}: {}", b.log_tail());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_broker_is_serving_while_its_registration_holds() {
+    let mut c = Cluster::start(3, Options::default()).await;
+    let storage = TestStorage::Local(c.path("objects"));
+    let b = BrokerProc::start(&c, "b", &storage, &BrokerOptions { kafka: true, lease_ms: 3_000, ..Default::default() })
+        .await;
+    wait_for_broker(&b, ServingStatus::Serving).await;
+
+    // The coordinators go: once the broker's lease would have lapsed, it is not serving.
+    for id in c.ids() {
+        c.kill(id);
+    }
+    let gone = Instant::now();
+    wait_for_broker(&b, ServingStatus::NotServing).await;
+    assert!(gone.elapsed() >= Duration::from_millis(1_000), "not before its last renewal aged");
+
+    // They come back (same data): the broker renews its registration and serves again.
+    for id in c.ids() {
+        c.spawn(id);
+    }
+    wait_for_broker(&b, ServingStatus::Serving).await;
 }
