@@ -132,14 +132,12 @@ impl Shim {
                 security_protocol: l.security_protocol,
                 ..k.clone()
             };
-            let mut listener_state = kafka::Listener::new(self.clone(), config, addr);
-            listener_state.security = shared.for_protocol(l.security_protocol);
-            if started.is_empty() {
-                // The registry holds one address per broker: the first listener's (what other
-                // brokers' Metadata and FindCoordinator answers name for this one).
-                self.registry.set_address(&listener_state.host, listener_state.port);
-            }
             let name = l.name.clone().unwrap_or_else(|| l.security_protocol.name().to_string());
+            let mut listener_state = kafka::Listener::new(self.clone(), name.clone(), config, addr);
+            listener_state.security = shared.for_protocol(l.security_protocol);
+            // Every listener is registered by name; the first is also the broker's address for
+            // clients of a listener another broker lacks.
+            self.registry.add_listener(&name, &listener_state.host, listener_state.port);
             tokio::spawn(Arc::new(listener_state).serve(listener, self.stop.subscribe()));
             tracing::info!(%addr, listener = %name, protocol = l.security_protocol.name(), "Kafka listener started");
             started.push((name, addr));

@@ -67,9 +67,22 @@ impl RegistryConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveBroker {
     pub id: i32,
+    /// Its first Kafka listener's advertised address.
     pub host: String,
     pub port: i32,
     pub rack: Option<String>,
+    /// Every Kafka listener by name, as registered.
+    pub listeners: Vec<coord::BrokerListener>,
+}
+
+impl LiveBroker {
+    /// The address of its listener named `name`, else its first listener's.
+    pub fn address_on(&self, name: &str) -> (String, i32) {
+        match self.listeners.iter().find(|l| l.name == name) {
+            Some(l) => (l.host.clone(), l.port),
+            None => (self.host.clone(), self.port),
+        }
+    }
 }
 
 /// The broker with the highest rendezvous score for `key` (the first of equals by id).
@@ -112,7 +125,8 @@ const CALL_TIMEOUT_MS: i32 = 5_000;
 
 impl Registry {
     pub fn new(coordinators: Arc<Coordinators>, config: RegistryConfig, broker_id: i32) -> Arc<Registry> {
-        let me = LiveBroker { id: broker_id, host: String::new(), port: -1, rack: config.rack.clone() };
+        let me =
+            LiveBroker { id: broker_id, host: String::new(), port: -1, rack: config.rack.clone(), listeners: vec![] };
         Arc::new(Registry {
             coordinators,
             config,
@@ -124,11 +138,15 @@ impl Registry {
         })
     }
 
-    /// Sets the address clients reach this broker at (the Kafka listener's advertised one).
-    pub fn set_address(&self, host: &str, port: i32) {
+    /// Adds a Kafka listener clients reach this broker through (its advertised address); the first
+    /// one added is also the broker's address for clients of a listener other brokers lack.
+    pub fn add_listener(&self, name: &str, host: &str, port: i32) {
         let mut me = self.me.lock().unwrap_or_else(|e| e.into_inner());
-        me.host = host.to_string();
-        me.port = port;
+        if me.listeners.is_empty() {
+            me.host = host.to_string();
+            me.port = port;
+        }
+        me.listeners.push(coord::BrokerListener { name: name.to_string(), host: host.to_string(), port });
     }
 
     /// Whether this broker's registration holds: granted or renewed less than one lease ago, as
@@ -191,7 +209,13 @@ impl Registry {
                 let live = resp
                     .brokers
                     .into_iter()
-                    .map(|b| LiveBroker { id: b.broker_id, host: b.host, port: b.port, rack: b.rack })
+                    .map(|b| LiveBroker {
+                        id: b.broker_id,
+                        host: b.host,
+                        port: b.port,
+                        rack: b.rack,
+                        listeners: b.listeners,
+                    })
                     .collect();
                 *self.live.lock().unwrap_or_else(|e| e.into_inner()) = live;
                 true
@@ -217,6 +241,7 @@ impl Registry {
             incarnation: self.incarnation,
             lease_ms: self.config.lease_ms as i64,
             timeout_ms: CALL_TIMEOUT_MS,
+            listeners: me.listeners,
         };
         self.coordinators
             .call(|mut c| {
@@ -328,7 +353,7 @@ mod tests {
     use super::*;
 
     fn b(id: i32, rack: &str) -> LiveBroker {
-        LiveBroker { id, host: "h".into(), port: 9092, rack: Some(rack.into()) }
+        LiveBroker { id, host: "h".into(), port: 9092, rack: Some(rack.into()), listeners: vec![] }
     }
 
     #[test]

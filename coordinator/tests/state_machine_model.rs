@@ -155,7 +155,8 @@ enum TOp {
     AllocateProducerIds {
         count: u32,
     },
-    /// Broker `broker - 1` (so -1 too) registers as incarnation `incarnation` at port 9000 + `port`.
+    /// Broker `broker - 1` (so -1 too) registers as incarnation `incarnation` at port 9000 + `port`
+    /// (port 2: port 0, refused; 3: two listeners with one name, refused; 4: two named listeners).
     RegisterBroker {
         broker: u8,
         incarnation: u8,
@@ -267,7 +268,7 @@ fn top() -> impl Strategy<Value = TOp> {
             .prop_map(|(group, parts)| TOp::DeleteOffsets { group, parts }),
         2 => (prop_oneof![1 => Just(-1i64), 1 => Just(0i64), 3 => 0i64..5_000], prop_oneof![3 => 1u32..4, 1 => Just(0u32), 1 => Just(100u32)])
             .prop_map(|(retention_ms, budget)| TOp::ExpireOffsets { retention_ms, budget }),
-        2 => (0u8..5, 0u8..3, 0u8..3, broker_lease())
+        2 => (0u8..5, 0u8..3, 0u8..5, broker_lease())
             .prop_map(|(broker, incarnation, port, lease_ms)| TOp::RegisterBroker { broker, incarnation, port, lease_ms }),
         3 => (0u8..5, 0u8..3, broker_lease())
             .prop_map(|(broker, incarnation, lease_ms)| TOp::BrokerHeartbeat { broker, incarnation, lease_ms }),
@@ -554,6 +555,17 @@ impl Driver {
                 rack: (*port == 1).then(|| "az1".to_string()),
                 incarnation: u64::from(*incarnation),
                 lease_ms: *lease_ms,
+                listeners: match port {
+                    3 | 4 => vec![
+                        NamedListener { name: "PLAINTEXT".into(), host: "127.0.0.1".into(), port: 9003 },
+                        NamedListener {
+                            name: if *port == 3 { "PLAINTEXT" } else { "EXTERNAL" }.into(),
+                            host: "10.0.0.1".into(),
+                            port: 19000 + i32::from(*port),
+                        },
+                    ],
+                    _ => vec![],
+                },
             }),
             TOp::BrokerHeartbeat { broker, incarnation, lease_ms } => Op::BrokerHeartbeat {
                 broker_id: i32::from(*broker) - 1,

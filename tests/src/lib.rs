@@ -773,6 +773,8 @@ pub struct BrokerOptions {
     pub coordinators: Option<Vec<String>>,
     /// Raw TOML lines appended to the top level of the broker's configuration.
     pub extra_toml: String,
+    /// Raw TOML appended after the `[kafka]` section (with `kafka`): e.g. `[[kafka.listeners]]`.
+    pub kafka_toml: String,
 }
 
 impl Default for BrokerOptions {
@@ -789,6 +791,7 @@ impl Default for BrokerOptions {
             rack: None,
             coordinators: None,
             extra_toml: String::new(),
+            kafka_toml: String::new(),
         }
     }
 }
@@ -840,7 +843,7 @@ impl BrokerProc {
         );
         let kafka_addr = o.kafka.then(|| format!("127.0.0.1:{}", free_port()));
         let config = match &kafka_addr {
-            Some(k) => format!("{config}\n[kafka]\nlisten = \"{k}\"\n"),
+            Some(k) => format!("{config}\n[kafka]\nlisten = \"{k}\"\n{}", o.kafka_toml),
             None => config,
         };
         let path = cluster.dir.path().join(format!("broker-{name}.toml"));

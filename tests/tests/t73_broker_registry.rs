@@ -1,5 +1,6 @@
 //! The broker registry with real brokers: a second live broker with a taken id is refused and
-//! exits naming the holder; Metadata lists every live broker, spreads partition leadership over
+//! exits naming the holder; Metadata lists every live broker (each by its address on the listener
+//! the client came through: brokers register every named listener), spreads partition leadership over
 //! them and drops a killed broker once its lease lapsed; FindCoordinator answers the same owner
 //! from every broker, and the others answer NOT_COORDINATOR; a client in another rack is pointed
 //! at a broker of its rack (`preferred_read_replica`); and a confluent-kafka group consuming across
@@ -117,23 +118,27 @@ async fn a_second_live_broker_with_a_taken_id_is_refused_and_exits_naming_the_ho
 async fn metadata_lists_the_live_brokers_spreads_leaders_and_drops_a_killed_broker_after_its_lease() {
     let c = Cluster::start(3, Options::default()).await;
     let storage = TestStorage::Local(c.path("objects"));
+    // Each broker also has a second listener, EXTERNAL.
+    let external = |addr: &str| format!("[[kafka.listeners]]\nname = \"EXTERNAL\"\nlisten = \"{addr}\"\n");
+    let (xa, xb) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
     let a = BrokerProc::start(
         &c,
         "a",
         &storage,
-        &BrokerOptions { kafka: true, rack: Some("rack-a".into()), ..BrokerOptions::default() },
+        &BrokerOptions { kafka: true, rack: Some("rack-a".into()), kafka_toml: external(&xa), ..Default::default() },
     )
     .await;
     let mut b = BrokerProc::start(
         &c,
         "b",
         &storage,
-        &BrokerOptions { kafka: true, rack: Some("rack-b".into()), ..BrokerOptions::default() },
+        &BrokerOptions { kafka: true, rack: Some("rack-b".into()), kafka_toml: external(&xb), ..Default::default() },
     )
     .await;
     let (ka, kb) = (a.kafka_addr.clone().unwrap(), b.kafka_addr.clone().unwrap());
     kafka_ready(&ka).await;
     kafka_ready(&kb).await;
+    kafka_ready(&xa).await;
     let mut broker = a.client().await;
     create_topic_via(&mut broker, "spread", 16).await;
     let both: BTreeSet<i32> = [a.broker_id, b.broker_id].into();
@@ -144,6 +149,12 @@ async fn metadata_lists_the_live_brokers_spreads_leaders_and_drops_a_killed_brok
         let m = from_a.brokers.iter().find(|x| x.node_id.0 == id).expect("listed");
         assert_eq!(format!("{}:{}", m.host, m.port), *addr);
         assert_eq!(m.rack.as_ref().map(|r| r.to_string()).as_deref(), Some(rack));
+    }
+    // Through a's EXTERNAL listener, every broker is named by its EXTERNAL address.
+    let via_external = wait_for_brokers(&xa, "spread", &both).await;
+    for (id, addr) in [(a.broker_id, &xa), (b.broker_id, &xb)] {
+        let m = via_external.brokers.iter().find(|x| x.node_id.0 == id).expect("listed");
+        assert_eq!(format!("{}:{}", m.host, m.port), *addr, "broker {id} through EXTERNAL");
     }
     // Leadership: the same on both brokers, spread over both.
     assert_eq!(leaders(&from_a), leaders(&from_b));

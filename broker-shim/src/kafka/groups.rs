@@ -57,7 +57,8 @@ pub fn find_coordinator(l: &Listener, header: &RequestHeader, req: FindCoordinat
     let answer = |key_type: i8, key: &str| -> (i16, BrokerId, String, i32, Option<StrBytes>) {
         if key_type == 0 {
             let b = l.shim.registry.group_coordinator(key);
-            (NONE, BrokerId(b.id), l.advertised_host_of(&b), l.advertised_port_of(&b), None)
+            let (host, port) = l.advertised_of(&b);
+            (NONE, BrokerId(b.id), host, port, None)
         } else {
             (COORDINATOR_NOT_AVAILABLE, BrokerId(-1), String::new(), -1, Some(s(why)))
         }

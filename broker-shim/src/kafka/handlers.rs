@@ -364,10 +364,11 @@ async fn metadata(l: &Listener, header: &RequestHeader, req: MetadataRequest) ->
     let brokers = live
         .iter()
         .map(|b| {
+            let (host, port) = l.advertised_of(b);
             let mut m = metadata_response::MetadataResponseBroker::default()
                 .with_node_id(kafka_protocol::messages::BrokerId(b.id))
-                .with_host(StrBytes::from_string(l.advertised_host_of(b)))
-                .with_port(l.advertised_port_of(b));
+                .with_host(StrBytes::from_string(host))
+                .with_port(port);
             if v >= 1 {
                 m = m.with_rack(b.rack.clone().map(StrBytes::from_string));
             }

@@ -35,6 +35,9 @@ use crate::Shim;
 pub struct Listener {
     pub shim: Arc<Shim>,
     pub config: KafkaConfig,
+    /// Its name (`[[kafka.listeners]] name`, else its security protocol's): Metadata and
+    /// FindCoordinator name the other brokers by their listener of the same name.
+    pub name: String,
     pub host: String,
     pub port: i32,
     pub broker_id: i32,
@@ -46,11 +49,11 @@ pub struct Listener {
 type Reply = anyhow::Result<Option<BytesMut>>;
 
 impl Listener {
-    pub fn new(shim: Arc<Shim>, config: KafkaConfig, bound: std::net::SocketAddr) -> Listener {
+    pub fn new(shim: Arc<Shim>, name: String, config: KafkaConfig, bound: std::net::SocketAddr) -> Listener {
         let host = config.advertised_host.clone().unwrap_or_else(|| bound.ip().to_string());
         let port = i32::from(config.advertised_port.unwrap_or(bound.port()));
         let broker_id = shim.config.broker_id;
-        Listener { shim, config, host, port, broker_id, security: security::ListenerSecurity::default() }
+        Listener { shim, config, name, host, port, broker_id, security: security::ListenerSecurity::default() }
     }
 
     /// Accepts connections until `stop` fires.
@@ -171,20 +174,14 @@ impl Listener {
 impl Listener {
     /// Where clients of this listener reach broker `b`: this broker at this listener's address
     /// (each listener advertises itself), another at its registered address (its first listener).
-    pub(crate) fn advertised_host_of(&self, b: &crate::registry::LiveBroker) -> String {
+    /// Where a client of this listener reaches broker `b`: this listener's own address for this
+    /// broker; for another, its listener of the same name, else its first one (a broker that
+    /// registered without that listener).
+    pub(crate) fn advertised_of(&self, b: &crate::registry::LiveBroker) -> (String, i32) {
         if b.id == self.broker_id {
-            self.host.clone()
-        } else {
-            b.host.clone()
+            return (self.host.clone(), self.port);
         }
-    }
-
-    pub(crate) fn advertised_port_of(&self, b: &crate::registry::LiveBroker) -> i32 {
-        if b.id == self.broker_id {
-            self.port
-        } else {
-            b.port
-        }
+        b.address_on(&self.name)
     }
 }
 

@@ -26,6 +26,7 @@ pub async fn list(addr: &str) -> anyhow::Result<Report> {
         rows.push(json!({
             "broker_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack,
             "incarnation": incarnation, "registered_ms": b.registered_ms, "lease_left_ms": left_ms,
+            "listeners": b.listeners.iter().map(|l| json!({ "name": l.name, "host": l.host, "port": l.port })).collect::<Vec<_>>(),
         }));
     }
     Ok(Report::ok(json!({ "brokers": rows }), text))

@@ -13,7 +13,7 @@ use tonic::{Request, Response, Status};
 use super::convert::{failure_fields, result_fields, route_failure};
 use super::coordinator_service::{forwarded_group, timeout_of, CoordinatorApi};
 use crate::node::RouteError;
-use crate::state_machine::{Failure, Op, Outcome, RegisterBroker, REGISTRY_AUTHORITY};
+use crate::state_machine::{Failure, NamedListener, Op, Outcome, RegisterBroker, REGISTRY_AUTHORITY};
 
 fn unexpected(o: &Outcome) -> RouteError {
     RouteError::Failed { group: REGISTRY_AUTHORITY, message: format!("unexpected outcome {o:?}") }
@@ -54,6 +54,11 @@ impl CoordinatorApi {
                 rack: r.rack,
                 incarnation: r.incarnation,
                 lease_ms: r.lease_ms,
+                listeners: r
+                    .listeners
+                    .into_iter()
+                    .map(|l| NamedListener { name: l.name, host: l.host, port: l.port })
+                    .collect(),
             });
             let (error_code, error_message, lease_until_ms) = lease_fields(&self.registry_op(op, timeout).await?);
             Ok(RegisterBrokerResponse { error_code, error_message, lease_until_ms })
@@ -145,6 +150,11 @@ impl CoordinatorApi {
                         incarnation: b.incarnation,
                         registered_ms: b.registered_ms,
                         lease_until_ms: b.lease_until_ms,
+                        listeners: b
+                            .listeners
+                            .into_iter()
+                            .map(|l| BrokerListener { name: l.name, host: l.host, port: l.port })
+                            .collect(),
                     })
                     .collect(),
                 now_ms,

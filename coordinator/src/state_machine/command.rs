@@ -93,6 +93,16 @@ pub struct RegisterBroker {
     pub rack: Option<String>,
     pub incarnation: u64,
     pub lease_ms: i64,
+    /// Every Kafka listener by name (empty: one listener, `host` and `port`).
+    pub listeners: Vec<NamedListener>,
+}
+
+/// A broker's named Kafka listener and the address it advertises.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamedListener {
+    pub name: String,
+    pub host: String,
+    pub port: i32,
 }
 
 /// An OffsetCommit for one group.

@@ -56,7 +56,8 @@ mod retention_test;
 
 pub use command::{
     AlterTopic, Command, CommitBatch, CommitFile, CommitOffsets, CommittedBatch, CreateTopic, DeleteRecordsPartition,
-    ErrorCode, Failure, FenceAnswer, OffsetCommit, Op, Outcome, ProducerIdBlock, RegisterBroker, RetentionReport,
+    ErrorCode, Failure, FenceAnswer, NamedListener, OffsetCommit, Op, Outcome, ProducerIdBlock, RegisterBroker,
+    RetentionReport,
 };
 pub use create_partitions::{validate_topic_name, MAX_PARTITIONS};
 pub use files::{FileState, FileToDelete, MAX_FILES_TO_DELETE};

@@ -208,4 +208,6 @@ pub struct BrokerRecord {
     pub registered_ms: i64,
     /// The lease: the command's "now" of the last registration or heartbeat plus its lease.
     pub lease_until_ms: i64,
+    /// Every Kafka listener by name, as registered (empty: one listener, `host` and `port`).
+    pub listeners: Vec<super::command::NamedListener>,
 }

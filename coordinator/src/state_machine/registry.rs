@@ -21,6 +21,10 @@ use crate::storage::{KvRead, StorageError, Txn};
 pub const REGISTRY_AUTHORITY: u32 = 0;
 /// The longest lease a registration or heartbeat may ask for (5 minutes).
 pub const MAX_BROKER_LEASE_MS: i64 = 300_000;
+/// The most named Kafka listeners a broker registers.
+pub const MAX_BROKER_LISTENERS: usize = 16;
+/// The longest listener name and advertised host, in bytes.
+pub const MAX_LISTENER_FIELD: usize = 255;
 
 fn invalid<T>(m: String) -> Result<Result<T, Failure>, StorageError> {
     Ok(Err(Failure::new(ErrorCode::InvalidRequest, m)))
@@ -42,6 +46,33 @@ fn check(sm: &StateMachine, broker_id: i32, lease_ms: Option<i64>) -> Result<(),
     if let Some(l) = lease_ms {
         if !(1..=MAX_BROKER_LEASE_MS).contains(&l) {
             return bad(format!("a broker lease lasts 1 to {MAX_BROKER_LEASE_MS} ms, not {l}"));
+        }
+    }
+    Ok(())
+}
+
+/// A registration's named listeners: at most [`MAX_BROKER_LISTENERS`], names distinct and not
+/// empty, each with a host and a port.
+fn check_listeners(r: &RegisterBroker) -> Result<(), String> {
+    if r.listeners.len() > MAX_BROKER_LISTENERS {
+        return Err(format!(
+            "broker {} registers {} listeners, at most {MAX_BROKER_LISTENERS}",
+            r.broker_id,
+            r.listeners.len()
+        ));
+    }
+    for (i, l) in r.listeners.iter().enumerate() {
+        if l.name.is_empty() || l.name.len() > MAX_LISTENER_FIELD {
+            return Err(format!("broker {} listener {i}: a name has 1 to {MAX_LISTENER_FIELD} bytes", r.broker_id));
+        }
+        if r.listeners[..i].iter().any(|o| o.name == l.name) {
+            return Err(format!("broker {} names two listeners {:?}", r.broker_id, l.name));
+        }
+        if l.host.is_empty() || l.host.len() > MAX_LISTENER_FIELD || !(1..=65_535).contains(&l.port) {
+            return Err(format!(
+                "broker {} listener {:?} advertises {:?}:{}, not a host and port",
+                r.broker_id, l.name, l.host, l.port
+            ));
         }
     }
     Ok(())
@@ -81,8 +112,11 @@ pub fn register(
     if let Err(f) = check(sm, r.broker_id, Some(r.lease_ms)) {
         return Ok(Err(f));
     }
-    if r.host.is_empty() || !(1..=65_535).contains(&r.port) {
+    if r.host.is_empty() || r.host.len() > MAX_LISTENER_FIELD || !(1..=65_535).contains(&r.port) {
         return invalid(format!("broker {} advertises {:?}:{}, not a host and port", r.broker_id, r.host, r.port));
+    }
+    if let Err(m) = check_listeners(r) {
+        return invalid(m);
     }
     let key = sm.keys.broker(r.broker_id);
     let old: Option<BrokerRecord> = tables::get(txn, &key)?;
@@ -117,6 +151,7 @@ pub fn register(
         incarnation: r.incarnation,
         registered_ms,
         lease_until_ms,
+        listeners: r.listeners.clone(),
     };
     tables::put(txn, key, &record)?;
     sweep(sm, txn, now, r.broker_id)?;

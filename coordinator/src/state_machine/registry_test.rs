@@ -11,7 +11,43 @@ fn reg(broker_id: i32, port: i32, incarnation: u64, lease_ms: i64) -> Op {
         rack: Some("az1".into()),
         incarnation,
         lease_ms,
+        listeners: vec![],
     })
+}
+
+fn listener(name: &str, port: i32) -> NamedListener {
+    NamedListener { name: name.into(), host: "127.0.0.1".into(), port }
+}
+
+fn reg_with(broker_id: i32, listeners: Vec<NamedListener>) -> Op {
+    let Op::RegisterBroker(mut r) = reg(broker_id, 9092, 7, 5_000) else { unreachable!() };
+    r.listeners = listeners;
+    Op::RegisterBroker(r)
+}
+
+#[test]
+fn named_listeners_are_kept_and_bad_ones_refused_whole() {
+    let mut f = Fixture::new();
+    let two = vec![listener("PLAINTEXT", 9092), listener("EXTERNAL", 19092)];
+    lease(f.apply(reg_with(1, two.clone()))).unwrap();
+    let view = f.db.read();
+    let brokers = f.sm.live_brokers(&view, f.now).unwrap();
+    assert_eq!(brokers[0].1.listeners, two);
+    drop(view);
+
+    let too_many = (0..17).map(|i| listener(&format!("L{i}"), 9000 + i)).collect();
+    for (bad, why) in [
+        (vec![listener("A", 1), listener("A", 2)], "names two listeners"),
+        (vec![listener("", 1)], "a name has"),
+        (vec![listener("A", 0)], "not a host and port"),
+        (vec![NamedListener { name: "A".into(), host: String::new(), port: 1 }], "not a host and port"),
+        (too_many, "at most 16"),
+    ] {
+        let Outcome::Broker(Err(f)) = f.apply(reg_with(2, bad)) else { panic!("accepted: {why}") };
+        assert_eq!(f.code, ErrorCode::InvalidRequest);
+        assert!(f.message.contains(why), "{why}: {}", f.message);
+    }
+    assert_eq!(live(&f), vec![(1, 7)], "nothing of a refused registration was recorded");
 }
 
 fn lease(o: Outcome) -> Result<i64, ErrorCode> {

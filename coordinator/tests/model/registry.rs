@@ -31,6 +31,13 @@ impl Registry {
         if r.host.is_empty() || !(1..=65_535).contains(&r.port) {
             return fail(ErrorCode::InvalidRequest);
         }
+        let names: std::collections::BTreeSet<&str> = r.listeners.iter().map(|l| l.name.as_str()).collect();
+        if names.len() != r.listeners.len()
+            || r.listeners.len() > 16
+            || r.listeners.iter().any(|l| l.name.is_empty() || l.host.is_empty() || !(1..=65_535).contains(&l.port))
+        {
+            return fail(ErrorCode::InvalidRequest);
+        }
         let mut registered_ms = now;
         if let Some(old) = self.brokers.get(&r.broker_id).filter(|b| b.lease_until_ms > now) {
             if old.incarnation != r.incarnation && (old.host != r.host || old.port != r.port) {
@@ -50,6 +57,7 @@ impl Registry {
                 incarnation: r.incarnation,
                 registered_ms,
                 lease_until_ms,
+                listeners: r.listeners.clone(),
             },
         );
         self.sweep(now, r.broker_id);

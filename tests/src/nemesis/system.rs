@@ -106,6 +106,7 @@ impl System {
                 orphan_grace_ms: 60_000,
                 lease_ms: 3_000,
                 rack: None,
+                kafka_toml: String::new(),
             };
             let process = BrokerProc::start(&cluster, &format!("b{number}"), &storage, &o).await;
             let (addr, kafka_addr) = (process.addr.clone(), process.kafka_addr.clone().expect("a Kafka listener"));
