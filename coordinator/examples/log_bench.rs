@@ -9,9 +9,14 @@
 //!   synced before the run, so a write never grows the file), each entry framed as
 //!   length + CRC32C + bytes and written with one `pwrite`, then one `fdatasync`.
 //!
-//! Each round writes `--per-sync K` entries of `--size S` bytes, then syncs; reported: the round's
-//! latency (P50/P99) and the process's CPU time per entry (all threads, RocksDB's background work
-//! included, from `/proc/self/task/*/schedstat`). `--no-sync` writes without syncing (CPU only).
+//! Each round writes `--per-sync K` entries of `--size S` bytes, then syncs; every `--purge-every`
+//! entries (20,000: a node's `snapshot_after_entries`) the log is purged but for the last `--keep`
+//! (1,000). Reported: the round's latency (P50/P99), the process's CPU time per entry (all
+//! threads, RocksDB's background work included, from `/proc/self/task/*/schedstat`) and the bytes
+//! that reached the block devices (`/sys/block/*/stat`: machine-wide, so measure alone) over the
+//! entries' bytes (write amplification; the segments' preallocation comes before and is not
+//! counted). `--no-sync` writes without syncing (CPU only; the devices' figure then depends on
+//! when the kernel writes back).
 //!
 //! Run: `cargo run --release -p diskless-coordinator --example log_bench [-- --entries 5000
 //! --size 3000 --per-sync 1 --dir /path/on/the/disk/to/test]`. Measure with nothing else running.
@@ -32,10 +37,21 @@ struct Args {
     sync: bool,
     dir: Option<PathBuf>,
     only: Option<String>,
+    purge_every: u64,
+    keep: u64,
 }
 
 fn args() -> Args {
-    let mut a = Args { entries: 5_000, size: 3_000, per_sync: 1, sync: true, dir: None, only: None };
+    let mut a = Args {
+        entries: 5_000,
+        size: 3_000,
+        per_sync: 1,
+        sync: true,
+        dir: None,
+        only: None,
+        purge_every: 20_000,
+        keep: 1_000,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
@@ -46,11 +62,32 @@ fn args() -> Args {
             "--no-sync" => a.sync = false,
             "--dir" => a.dir = Some(PathBuf::from(value())),
             "--only" => a.only = Some(value()),
+            "--purge-every" => a.purge_every = value().parse::<u64>().expect("--purge-every N").max(1),
+            "--keep" => a.keep = value().parse().expect("--keep N"),
             "--bench" => {}
             other => panic!("unknown flag {other}"),
         }
     }
     a
+}
+
+/// Bytes written to the machine's block devices so far (`/sys/block/*/stat`, 512-byte sectors):
+/// what reaches the disks, journal and background work included. Machine-wide: measure with
+/// nothing else writing.
+fn device_write_bytes() -> u64 {
+    let mut total = 0;
+    if let Ok(devs) = std::fs::read_dir("/sys/block") {
+        for d in devs.flatten() {
+            let name = d.file_name().to_string_lossy().to_string();
+            if name.starts_with("loop") || name.starts_with("ram") {
+                continue;
+            }
+            if let Ok(s) = std::fs::read_to_string(d.path().join("stat")) {
+                total += s.split_whitespace().nth(6).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) * 512;
+            }
+        }
+    }
+    total
 }
 
 /// CPU time of every thread of this process so far, in nanoseconds.
@@ -163,9 +200,20 @@ impl Log for SegmentLog {
 }
 
 fn run(name: &str, log: &mut dyn Log, a: &Args) {
-    let entry: Vec<u8> = (0..a.size).map(|i| (i * 31 % 251) as u8).collect();
+    // Pseudo-random bytes: RocksDB's LZ4 would shrink a regular pattern to nothing in its files
+    // (a node's entries, bincode of ids and offsets, compress a little).
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let entry: Vec<u8> = (0..a.size)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
     let mut rounds = Histogram::<u64>::new_with_bounds(1, 60_000_000, 2).expect("histogram");
     let cpu0 = process_cpu_ns();
+    let written0 = device_write_bytes();
     let t0 = Instant::now();
     let mut index = 1;
     while index <= a.entries {
@@ -178,16 +226,18 @@ fn run(name: &str, log: &mut dyn Log, a: &Args) {
             log.sync();
         }
         rounds.saturating_record(started.elapsed().as_micros().max(1) as u64);
-        if index % 1_000 < a.per_sync {
-            // Keep ~1,000 entries, as a leader whose followers keep up does.
-            log.purge(index.saturating_sub(1_000));
+        if index % a.purge_every < a.per_sync {
+            // As a node: a snapshot every `--purge-every` entries (`snapshot_after_entries`,
+            // 20,000), then the log purged but for `--keep` (`entries_kept_after_snapshot`).
+            log.purge(index.saturating_sub(a.keep));
         }
     }
     let wall = t0.elapsed();
     let cpu = process_cpu_ns() - cpu0;
+    let written = device_write_bytes() - written0;
     let n = (index - 1) as f64;
     println!(
-        "{name:8} entries {:>6} × {} B, {} per sync{}: round P50 {:>7.3} ms  P99 {:>7.3} ms  | {:>8.0} entries/s | CPU {:>6.1} µs/entry",
+        "{name:8} entries {:>6} × {} B, {} per sync{}: round P50 {:>7.3} ms  P99 {:>7.3} ms  | {:>8.0} entries/s | CPU {:>6.1} µs/entry | written {:>4.1}× the entries' bytes",
         index - 1,
         a.size,
         a.per_sync,
@@ -196,6 +246,7 @@ fn run(name: &str, log: &mut dyn Log, a: &Args) {
         rounds.value_at_quantile(0.99) as f64 / 1000.0,
         n / wall.as_secs_f64(),
         cpu as f64 / 1000.0 / n,
+        written as f64 / (n * a.size as f64),
     );
 }
 
