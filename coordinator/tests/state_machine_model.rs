@@ -156,12 +156,14 @@ enum TOp {
         count: u32,
     },
     /// Broker `broker - 1` (so -1 too) registers as incarnation `incarnation` at port 9000 + `port`
-    /// (port 2: port 0, refused; 3: two listeners with one name, refused; 4: two named listeners).
+    /// (port 2: port 0, refused), with `listeners` 0: no named listeners, 1: two, 2: two with one
+    /// name (refused).
     RegisterBroker {
         broker: u8,
         incarnation: u8,
         port: u8,
         lease_ms: i64,
+        listeners: u8,
     },
     BrokerHeartbeat {
         broker: u8,
@@ -268,8 +270,8 @@ fn top() -> impl Strategy<Value = TOp> {
             .prop_map(|(group, parts)| TOp::DeleteOffsets { group, parts }),
         2 => (prop_oneof![1 => Just(-1i64), 1 => Just(0i64), 3 => 0i64..5_000], prop_oneof![3 => 1u32..4, 1 => Just(0u32), 1 => Just(100u32)])
             .prop_map(|(retention_ms, budget)| TOp::ExpireOffsets { retention_ms, budget }),
-        2 => (0u8..5, 0u8..3, 0u8..5, broker_lease())
-            .prop_map(|(broker, incarnation, port, lease_ms)| TOp::RegisterBroker { broker, incarnation, port, lease_ms }),
+        2 => (0u8..5, 0u8..3, prop_oneof![4 => Just(0u8), 4 => Just(1u8), 1 => Just(2u8)], broker_lease(), prop_oneof![6 => Just(0u8), 2 => Just(1u8), 1 => Just(2u8)])
+            .prop_map(|(broker, incarnation, port, lease_ms, listeners)| TOp::RegisterBroker { broker, incarnation, port, lease_ms, listeners }),
         3 => (0u8..5, 0u8..3, broker_lease())
             .prop_map(|(broker, incarnation, lease_ms)| TOp::BrokerHeartbeat { broker, incarnation, lease_ms }),
         1 => (0u8..5, 0u8..3).prop_map(|(broker, incarnation)| TOp::UnregisterBroker { broker, incarnation }),
@@ -547,26 +549,28 @@ impl Driver {
             TOp::ExpireOffsets { retention_ms, budget } => {
                 Op::ExpireOffsets { retention_ms: *retention_ms, budget: *budget }
             }
-            TOp::RegisterBroker { broker, incarnation, port, lease_ms } => Op::RegisterBroker(RegisterBroker {
-                broker_id: i32::from(*broker) - 1,
-                host: "127.0.0.1".into(),
-                // Port 0 is refused.
-                port: if *port == 2 { 0 } else { 9000 + i32::from(*port) },
-                rack: (*port == 1).then(|| "az1".to_string()),
-                incarnation: u64::from(*incarnation),
-                lease_ms: *lease_ms,
-                listeners: match port {
-                    3 | 4 => vec![
-                        NamedListener { name: "PLAINTEXT".into(), host: "127.0.0.1".into(), port: 9003 },
-                        NamedListener {
-                            name: if *port == 3 { "PLAINTEXT" } else { "EXTERNAL" }.into(),
-                            host: "10.0.0.1".into(),
-                            port: 19000 + i32::from(*port),
-                        },
-                    ],
-                    _ => vec![],
-                },
-            }),
+            TOp::RegisterBroker { broker, incarnation, port, lease_ms, listeners } => {
+                Op::RegisterBroker(RegisterBroker {
+                    broker_id: i32::from(*broker) - 1,
+                    host: "127.0.0.1".into(),
+                    // Port 0 is refused.
+                    port: if *port == 2 { 0 } else { 9000 + i32::from(*port) },
+                    rack: (*port == 1).then(|| "az1".to_string()),
+                    incarnation: u64::from(*incarnation),
+                    lease_ms: *lease_ms,
+                    listeners: match listeners {
+                        1 | 2 => vec![
+                            NamedListener { name: "PLAINTEXT".into(), host: "127.0.0.1".into(), port: 9000 },
+                            NamedListener {
+                                name: if *listeners == 2 { "PLAINTEXT" } else { "EXTERNAL" }.into(),
+                                host: "10.0.0.1".into(),
+                                port: 19000,
+                            },
+                        ],
+                        _ => vec![],
+                    },
+                })
+            }
             TOp::BrokerHeartbeat { broker, incarnation, lease_ms } => Op::BrokerHeartbeat {
                 broker_id: i32::from(*broker) - 1,
                 incarnation: u64::from(*incarnation),
