@@ -158,6 +158,11 @@ impl Node {
                     }
                 }
             }
+            // A node of an older release, without Execute: it ran nothing.
+            Err(s) if s.code() == tonic::Code::Unimplemented => {
+                tracing::debug!(group = g, leader, status = %s, "the leader cannot execute forwarded requests");
+                Err(not_sent())
+            }
             // Delivered or not, we cannot tell (gRPC reports a reset or keep-alive failure after
             // delivery as UNAVAILABLE too): the outcome is unknown, as for a timeout.
             Err(s) => {
