@@ -244,13 +244,13 @@ impl Coordinators {
     /// REQUEST_TIMED_OUT. Empty `owner_ids` are filled in from the batches.
     pub async fn commit_file(&self, req: CommitFileRequest, deadline: Instant) -> CommitFileResponse {
         let n = self.num_groups;
-        let mut parts: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
-        for (i, b) in req.batches.iter().enumerate() {
-            let g = <[u8; 16]>::try_from(b.topic_id.as_slice())
-                .map(|t| diskless_proto::metadata_partition_for(&t, b.partition_index.max(0), n))
-                .unwrap_or(0);
-            parts.entry(g).or_default().push(i);
-        }
+        let mut parts = diskless_proto::split_by_partition(&req.batches, |b| {
+            Some(
+                <[u8; 16]>::try_from(b.topic_id.as_slice())
+                    .map(|t| diskless_proto::metadata_partition_for(&t, b.partition_index.max(0), n))
+                    .unwrap_or(0),
+            )
+        });
         if parts.is_empty() {
             // An empty file is recorded (garbage at once) by an owner it names.
             let owner = req.owner_ids.iter().find(|&&o| o >= 0 && (o as u32) < n);

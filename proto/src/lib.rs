@@ -2,15 +2,18 @@
 //!
 //! Owns: the generated gRPC types (`v1`), Kafka's error codes as this project uses them
 //! ([`ErrorCode`]), and the one function both sides must agree on: which metadata partition owns a
-//! topic-partition ([`metadata_partition_for`]), and the encoded descriptors of the services
+//! topic-partition ([`metadata_partition_for`]) and how a request is split by it and merged back
+//! ([`split`]), and the encoded descriptors of the services
 //! ([`FILE_DESCRIPTOR_SET`]). It must not hold behaviour beyond that: no I/O,
 //! no state.
 
 pub mod error_code;
 pub mod partitioning;
+pub mod split;
 
 pub use error_code::ErrorCode;
 pub use partitioning::{metadata_partition_for, metadata_partition_for_group, partition_key, rendezvous_score};
+pub use split::{merge_part, split_by_partition, PartFailure};
 
 /// The encoded `FileDescriptorSet` of every service above (server reflection; method names).
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/diskless_descriptor.bin"));

@@ -11,6 +11,7 @@ mod backup;
 pub mod config;
 pub mod dirs;
 pub mod mover;
+pub mod route;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use openraft::{ChangeMembers, RaftMetrics, ReadPolicy, ServerState};
 
 pub use backup::GroupCopy;
 pub use config::{Member, NodeConfig};
+pub use route::{Answer, Hop, Read, Write};
 
 use crate::raft::home::{DataDir, Home, Placed};
 use crate::raft::identity::{self, Identity, Refusal};
@@ -35,8 +37,10 @@ use crate::storage::codec;
 /// Work units of one retention or deletion command (see `state_machine::purge`).
 pub const DELETE_BUDGET: u32 = 10_000;
 
-/// Why a request could not be served by this node for a metadata partition.
-#[derive(Debug, Clone, thiserror::Error)]
+/// Why a request could not be served by this node for a metadata partition. Travels back from a
+/// leader that served a forwarded request (`route`); `server::convert::route_codes` is the one
+/// table of what each kind becomes on the wire.
+#[derive(Debug, Clone, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum RouteError {
     /// Nothing was applied: the request never reached a leader.
     #[error("this node is not the leader of metadata partition {group} (leader: {leader:?})")]

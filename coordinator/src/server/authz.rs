@@ -257,6 +257,9 @@ mod tests {
         let c = gate.admit("/diskless.admin.v1.AdminService/Status", Some(&conn(id("mon")))).unwrap();
         assert!(c.require(Role::Admin).is_err());
         assert!(gate.admit("/diskless.internal.v1.RaftService/Vote", Some(&conn(id("op")))).is_err());
+        // Forwarded commands are a peer method like the Raft messages: not served here.
+        assert!(gate.admit("/diskless.internal.v1.RaftService/Execute", Some(&conn(id("op")))).is_err());
+        assert_eq!(required_role("/diskless.internal.v1.RaftService/Execute"), Some(Role::Admin));
         assert!(gate.admit("/diskless.admin.v1.AdminService/Status", None).is_err());
     }
 

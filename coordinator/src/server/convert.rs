@@ -1,8 +1,12 @@
 //! Between the wire (`diskless_proto::v1`) and the state machine's types: field checks that the
 //! protobuf types cannot express (16-byte UUIDs, `int8`/`int16` ranges) happen here, so bad input
-//! becomes a per-item `INVALID_REQUEST` before anything is proposed.
+//! becomes a per-item `INVALID_REQUEST` before anything is proposed. Also the one table of what
+//! a routing problem ([`RouteError`]) becomes: a Kafka error code for the items it affects, or a
+//! gRPC status where a whole call fails.
 
 use diskless_proto::v1::commit_file_request::CommitBatch as WireBatch;
+use diskless_proto::PartFailure;
+use tonic::Code;
 use uuid::Uuid;
 
 use crate::node::RouteError;
@@ -21,15 +25,37 @@ pub fn result_fields<T>(r: &Result<T, Failure>) -> (i32, Option<String>) {
     r.as_ref().map_or_else(failure_fields, |_| ok_fields())
 }
 
+/// The table: per kind of routing problem, the Kafka error of the items it affects and the gRPC
+/// status code of a call it fails as a whole. Not applied (NotLeader) and retriable elsewhere are
+/// UNAVAILABLE, so clients try again or another node; an unknown outcome is REQUEST_TIMED_OUT.
+fn route_codes(e: &RouteError) -> (ErrorCode, Code) {
+    match e {
+        RouteError::NotLeader { .. } => (ErrorCode::NotLeaderOrFollower, Code::Unavailable),
+        RouteError::Timeout { .. } | RouteError::NoQuorum { .. } => (ErrorCode::RequestTimedOut, Code::Unavailable),
+        RouteError::ReplicaUnavailable { .. } => (ErrorCode::ReplicaNotAvailable, Code::Unavailable),
+        RouteError::Failed { .. } => (ErrorCode::UnknownServerError, Code::Unavailable),
+        RouteError::UnknownGroup(_) => (ErrorCode::UnknownServerError, Code::Internal),
+    }
+}
+
 /// The Kafka error a routing problem becomes for the items it affects.
 pub fn route_failure(e: &RouteError) -> Failure {
-    let code = match e {
-        RouteError::NotLeader { .. } => ErrorCode::NotLeaderOrFollower,
-        RouteError::Timeout { .. } | RouteError::NoQuorum { .. } => ErrorCode::RequestTimedOut,
-        RouteError::ReplicaUnavailable { .. } => ErrorCode::ReplicaNotAvailable,
-        RouteError::UnknownGroup(_) | RouteError::Failed { .. } => ErrorCode::UnknownServerError,
-    };
-    Failure::new(code, e.to_string())
+    Failure::new(route_codes(e).0, e.to_string())
+}
+
+/// The gRPC status of a call a routing problem fails as a whole.
+pub fn route_status(e: &RouteError) -> tonic::Status {
+    tonic::Status::new(route_codes(e).1, e.to_string())
+}
+
+/// The error of the items of a request part that got no answer of their own.
+pub fn part_failure(f: &PartFailure<RouteError>) -> Failure {
+    match f {
+        PartFailure::Failed(e) => route_failure(e),
+        PartFailure::Miscounted { answered, sent } => {
+            Failure::new(ErrorCode::UnknownServerError, format!("{answered} answers for {sent} items"))
+        }
+    }
 }
 
 pub fn topic_id(bytes: &[u8]) -> Result<Uuid, Failure> {

@@ -6,9 +6,11 @@
 //! decides who may call what.
 //!
 //! Owns: serving, request size limits, graceful shutdown; every request passes the metrics layer
-//! (`metrics::grpc`) and the authorization layer. Routing and forwarding live in
-//! `coordinator_service` (consumer groups' calls in `groups`); wire-type checks in `convert`; the topic reconciler (which routes like
-//! a client) in `reconciler`.
+//! (`metrics::grpc`) and the authorization layer. The KIP-1164 API's wire ↔ domain conversions
+//! live in `coordinator_service` (consumer groups' calls in `groups`, the broker registry's in
+//! `registry`), which run each part through `node::route`; wire-type checks and the table of what
+//! routing errors become on the wire in `convert`; the topic reconciler (which routes like a
+//! client) in `reconciler`.
 
 mod admin_service;
 pub mod authz;

@@ -5,12 +5,15 @@
 //! sender that goes away mid-install (a leader change) cannot pull the file from under openraft.
 //! A stream past `max_snapshot_bytes`, or silent for `SNAPSHOT_IDLE_TIMEOUT`, is refused (its file
 //! removed). Who may send at all is decided before (`authz`: members only, with peer TLS).
-//! `Identify` tells peers who this node is (bootstrap and AddNode ask it).
+//! `Identify` tells peers who this node is (bootstrap and AddNode ask it). `Execute` runs a command
+//! or strict read another node forwarded to this group's leader (`node::route`).
 
 use std::sync::Arc;
 
 use diskless_proto::internal::raft_service_server::RaftService;
-use diskless_proto::internal::{Addressee, IdentifyReply, IdentifyRequest, RaftReply, RaftRequest, SnapshotChunk};
+use diskless_proto::internal::{
+    Addressee, ExecuteReply, ExecuteRequest, IdentifyReply, IdentifyRequest, RaftReply, RaftRequest, SnapshotChunk,
+};
 use openraft::raft::AppendEntriesResponse;
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
@@ -177,6 +180,10 @@ impl RaftService for RaftApi {
 
     async fn identify(&self, _request: Request<IdentifyRequest>) -> Result<Response<IdentifyReply>, Status> {
         Ok(Response::new(self.node.identify()))
+    }
+
+    async fn execute(&self, request: Request<ExecuteRequest>) -> Result<Response<ExecuteReply>, Status> {
+        self.node.execute(request.into_inner()).await.map(Response::new)
     }
 }
 

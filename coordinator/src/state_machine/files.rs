@@ -17,7 +17,7 @@ use super::{tables, StateMachine};
 use crate::storage::{KvRead, StorageError, Txn};
 
 /// DescribeFiles' answer for one object key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FileState {
     /// This metadata partition knows the object (live, or waiting to be deleted).
     pub known: bool,
@@ -25,7 +25,7 @@ pub struct FileState {
 }
 
 /// A file whose batches are all gone, waiting for the broker to delete the object.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FileToDelete {
     pub object_key: String,
     pub marked_for_deletion_at: i64,

@@ -78,7 +78,7 @@ use keys::Keys;
 pub const HOT_KEYS_MAX_BYTES: usize = 8 << 20;
 
 /// A topic as the catalog holds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TopicInfo {
     pub topic_id: uuid::Uuid,
     pub name: String,

@@ -17,7 +17,7 @@ pub const EARLIEST_LOCAL: i64 = -4;
 pub const LATEST_TIERED: i64 = -5;
 
 /// An offset and the timestamp that goes with it (-1 when there is none).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OffsetAndTimestamp {
     pub offset: i64,
     pub timestamp: i64,

@@ -1,0 +1,239 @@
+//! Routing: running a command ([`Write`]) or a strict read ([`Read`]) on the leader of metadata
+//! partition `g`. When this node leads `g` it runs here; otherwise the typed request — already
+//! converted from the client's wire request — is forwarded once, bincode-encoded like the Raft log's
+//! commands, over the peers' `RaftService.Execute`, and the leader runs it here too (the receiver
+//! never forwards again: a replica that does not lead answers [`RouteError::NotLeader`], nothing
+//! applied). The caller's timeout travels with it and bounds the call.
+//!
+//! Owns: where a request runs, the forwarding call, its metrics (`forwarded`) and the fault
+//! injection cut (`Faults::is_blocked`), and what a forwarded failure means: a request that may
+//! have been delivered has an unknown outcome ([`RouteError::Timeout`]), never "not applied".
+//! It must not know the wire API (that is `server`: splitting a request by metadata partition,
+//! converting it, merging the answers) nor interpret commands (that is `state_machine`).
+
+use std::time::Duration;
+
+use diskless_proto::internal::raft_service_client::RaftServiceClient;
+use diskless_proto::internal::{ExecuteReply, ExecuteRequest};
+use serde::{Deserialize, Serialize};
+
+use super::{Node, RouteError};
+use crate::state_machine::{
+    BrokerRecord, CommitFile, Failure, FileState, FileToDelete, GroupRecord, OffsetAndTimestamp, OffsetRecord, Op,
+    Outcome, TopicInfo, TopicPartition,
+};
+use crate::storage::codec;
+
+/// How much longer than the request's own timeout a forwarded call may take (the leader answers
+/// "timed out" itself within the timeout; this only bounds a leader that went silent).
+const FORWARD_GRACE: Duration = Duration::from_secs(5);
+/// The timeout of a forwarded request that names none.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where a request may run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hop {
+    /// On the group's leader: here when this node leads it, else forwarded once.
+    Leader,
+    /// Here, never forwarded: the client asked so (`x-diskless-local`), or another node forwarded
+    /// the request already (`x-diskless-group`). A replica that does not lead answers NotLeader.
+    Here,
+}
+
+/// A command for a group's leader. Its result: the outcome and the log index it applied at.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Write {
+    /// One log entry of its own ([`Node::propose`]).
+    Propose(Op),
+    /// A file's part, gathered with the group's concurrent commits ([`Node::commit`]); answered as
+    /// [`Outcome::CommitFile`].
+    Commit(CommitFile),
+}
+
+/// A strict read, served by a group's leader once it may serve linearizable reads
+/// ([`Node::linearizable`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Read {
+    /// ListOffsets: per (partition, timestamp).
+    ListOffsets(Vec<(TopicPartition, i64)>),
+    /// DescribeFiles: per object key.
+    DescribeFiles(Vec<String>),
+    /// ListFilesToDelete: at most `limit`.
+    FilesToDelete { limit: u64 },
+    /// The topic catalog.
+    Topics,
+    /// OffsetFetch: of `partitions`, or all of the group's when empty; with the group's record.
+    FetchOffsets { group_id: String, partitions: Vec<TopicPartition> },
+    /// Every consumer group of the metadata partition.
+    ListGroups,
+    /// The brokers whose lease has not ended, judged by the leader's clock (`now_ms`).
+    LiveBrokers,
+}
+
+/// A [`Read`]'s answer (the variant of the same name).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Answer {
+    ListOffsets(Vec<Result<OffsetAndTimestamp, Failure>>),
+    DescribeFiles(Vec<FileState>),
+    FilesToDelete(Vec<FileToDelete>),
+    Topics(Vec<TopicInfo>),
+    FetchOffsets { offsets: Vec<(TopicPartition, Option<OffsetRecord>)>, group: Option<GroupRecord> },
+    ListGroups(Vec<(String, Option<GroupRecord>)>),
+    LiveBrokers { brokers: Vec<(i32, BrokerRecord)>, now_ms: i64 },
+}
+
+/// What `Execute` carries.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+enum Routed {
+    Write(Write),
+    Read(Read),
+}
+
+/// What `Execute` answers (inside a `Result<_, RouteError>`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+enum Served {
+    Written(Outcome, u64),
+    Read(Answer),
+}
+
+impl RouteError {
+    /// A group answered something else than the request asks for (a bug, or mixed releases).
+    pub fn unexpected(group: u32, what: &impl std::fmt::Debug) -> RouteError {
+        RouteError::Failed { group, message: format!("unexpected answer {what:?}") }
+    }
+}
+
+impl Node {
+    /// Runs `w` on `g`'s leader (see the module's documentation).
+    pub async fn on_leader(&self, g: u32, w: Write, timeout: Duration, hop: Hop) -> Result<(Outcome, u64), RouteError> {
+        match self.route(g, Routed::Write(w), timeout, hop).await? {
+            Served::Written(outcome, index) => Ok((outcome, index)),
+            other => Err(RouteError::unexpected(g, &other)),
+        }
+    }
+
+    /// Serves `r` on `g`'s leader (see the module's documentation).
+    pub async fn read_on_leader(&self, g: u32, r: Read, timeout: Duration, hop: Hop) -> Result<Answer, RouteError> {
+        match self.route(g, Routed::Read(r), timeout, hop).await? {
+            Served::Read(answer) => Ok(answer),
+            other => Err(RouteError::unexpected(g, &other)),
+        }
+    }
+
+    async fn route(&self, g: u32, routed: Routed, timeout: Duration, hop: Hop) -> Result<Served, RouteError> {
+        if hop == Hop::Here || self.raft(g)?.is_leader() {
+            return self.serve_here(g, routed, timeout).await;
+        }
+        let Some((leader, addr)) = self.leader(g).filter(|(id, _)| *id != self.id) else {
+            return Err(RouteError::NotLeader { group: g, leader: None });
+        };
+        if self.peers.faults.is_blocked(leader) {
+            // A cut network (fault injection): as when the connection cannot be made.
+            return Err(RouteError::NotLeader { group: g, leader: Some((leader, addr)) });
+        }
+        let not_sent = || RouteError::NotLeader { group: g, leader: Some((leader, addr.clone())) };
+        let channel = self.peers.channel(&addr).map_err(|_| not_sent())?;
+        let payload =
+            codec::encode(&routed).map_err(|e| RouteError::Failed { group: g, message: format!("encoding: {e}") })?;
+        let timeout_ms = timeout.as_millis().min(u128::from(u32::MAX)) as u32;
+        let mut request = tonic::Request::new(ExecuteRequest { group: g, payload, timeout_ms });
+        request.set_timeout(timeout + FORWARD_GRACE);
+        let r = RaftServiceClient::new(channel)
+            .max_decoding_message_size(256 << 20)
+            .max_encoding_message_size(256 << 20)
+            .execute(request)
+            .await;
+        let result = if r.is_ok() { "ok" } else { "failed" };
+        crate::metrics::get()
+            .forwarded
+            .get_or_create(&crate::metrics::PartitionResult { metadata_partition: g, result })
+            .inc();
+        match r {
+            Ok(reply) => {
+                match codec::decode::<Result<Served, RouteError>>(b"execute reply", &reply.into_inner().payload) {
+                    Ok(served) => served,
+                    Err(e) => {
+                        tracing::warn!(group = g, leader, error = %e, "undecodable answer of a forwarded request");
+                        Err(RouteError::Timeout { group: g })
+                    }
+                }
+            }
+            // A node of an older release, without Execute: it ran nothing.
+            Err(s) if s.code() == tonic::Code::Unimplemented => {
+                tracing::debug!(group = g, leader, status = %s, "the leader cannot execute forwarded requests");
+                Err(not_sent())
+            }
+            // Delivered or not, we cannot tell (gRPC reports a reset or keep-alive failure after
+            // delivery as UNAVAILABLE too): the outcome is unknown, as for a timeout.
+            Err(s) => {
+                tracing::debug!(group = g, leader, status = %s, "forwarded request failed");
+                Err(RouteError::Timeout { group: g })
+            }
+        }
+    }
+
+    /// The receiving end of `Execute`: runs a forwarded request here (never forwarding again).
+    /// An undecodable request is refused (nothing run).
+    pub async fn execute(&self, request: ExecuteRequest) -> Result<ExecuteReply, tonic::Status> {
+        let routed: Routed = codec::decode(b"execute request", &request.payload)
+            .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
+        let timeout = match request.timeout_ms {
+            0 => DEFAULT_TIMEOUT,
+            ms => Duration::from_millis(u64::from(ms)),
+        };
+        let served = self.serve_here(request.group, routed, timeout).await;
+        let payload = codec::encode(&served).map_err(|e| tonic::Status::internal(e.to_string()))?;
+        Ok(ExecuteReply { payload })
+    }
+
+    async fn serve_here(&self, g: u32, routed: Routed, timeout: Duration) -> Result<Served, RouteError> {
+        match routed {
+            Routed::Write(Write::Propose(op)) => {
+                let (outcome, index) = self.propose(g, op, timeout).await?;
+                Ok(Served::Written(outcome, index))
+            }
+            Routed::Write(Write::Commit(file)) => {
+                let (rs, index) = self.commit(g, file, timeout).await?;
+                Ok(Served::Written(Outcome::CommitFile(rs), index))
+            }
+            Routed::Read(r) => Ok(Served::Read(self.read_here(g, r, timeout).await?)),
+        }
+    }
+
+    async fn read_here(&self, g: u32, r: Read, timeout: Duration) -> Result<Answer, RouteError> {
+        self.linearizable(g, timeout).await?;
+        let sm = self.state_machine(g)?;
+        let placed = self.placed(g)?;
+        let view = placed.db.read();
+        let failed = |e: crate::storage::StorageError| RouteError::Failed { group: g, message: e.to_string() };
+        Ok(match r {
+            Read::ListOffsets(items) => Answer::ListOffsets(
+                items
+                    .iter()
+                    .map(|(tp, ts)| sm.list_offsets(&view, tp, *ts))
+                    .collect::<Result<_, _>>()
+                    .map_err(failed)?,
+            ),
+            Read::DescribeFiles(keys) => Answer::DescribeFiles(
+                keys.iter().map(|k| sm.describe_file(&view, k)).collect::<Result<_, _>>().map_err(failed)?,
+            ),
+            Read::FilesToDelete { limit } => {
+                let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+                Answer::FilesToDelete(sm.files_to_delete(&view, limit).map_err(failed)?)
+            }
+            Read::Topics => Answer::Topics(sm.topics(&view).map_err(failed)?),
+            Read::FetchOffsets { group_id, partitions } => {
+                let wanted = (!partitions.is_empty()).then_some(partitions.as_slice());
+                Answer::FetchOffsets {
+                    offsets: sm.fetch_offsets(&view, &group_id, wanted).map_err(failed)?,
+                    group: sm.consumer_group(&view, &group_id).map_err(failed)?,
+                }
+            }
+            Read::ListGroups => Answer::ListGroups(sm.list_groups(&view).map_err(failed)?),
+            Read::LiveBrokers => {
+                let now_ms = self.now_ms();
+                Answer::LiveBrokers { brokers: sm.live_brokers(&view, now_ms).map_err(failed)?, now_ms }
+            }
+        })
+    }
+}
