@@ -20,7 +20,7 @@ use super::command::{
 };
 use super::keys::META_NEXT_BATCH_ID;
 use super::producer_state::{self, Verdict};
-use super::records::{BatchRecord, CommitRecord, FileRecord, StoredResult, BATCH_ID_COUNTER_BITS};
+use super::records::{BatchRecordRef, CommitRecord, FileRecord, StoredResult, BATCH_ID_COUNTER_BITS};
 use super::{tables, time_index, StateMachine};
 use crate::storage::{StorageError, Txn};
 
@@ -243,9 +243,9 @@ fn commit_batch(
     let batch_id =
         (i64::from(sm.group) << BATCH_ID_COUNTER_BITS) | (*next_batch_id as i64 & ((1 << BATCH_ID_COUNTER_BITS) - 1));
     *next_batch_id += 1;
-    let record = BatchRecord {
+    let record = BatchRecordRef {
         batch_id,
-        object_key: c.object_key.clone(),
+        object_key: &c.object_key,
         magic: b.magic,
         byte_offset: b.byte_offset,
         byte_size: b.size,

@@ -8,10 +8,14 @@ use super::records::{FencedRecord, FileRecord, PartitionRecord, ProducerRecord, 
 use crate::storage::{codec, KvRead, StorageError, Txn};
 
 pub fn get<T: DeserializeOwned>(view: &dyn KvRead, key: &[u8]) -> Result<Option<T>, StorageError> {
-    match view.get(key)? {
-        Some(bytes) => Ok(Some(codec::decode(key, &bytes)?)),
-        None => Ok(None),
-    }
+    let mut out = None;
+    view.get_with(key, &mut |bytes| {
+        if let Some(bytes) = bytes {
+            out = Some(codec::decode(key, bytes)?);
+        }
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 pub fn put<T: Serialize>(txn: &mut Txn<'_>, key: Vec<u8>, value: &T) -> Result<(), StorageError> {

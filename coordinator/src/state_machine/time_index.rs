@@ -17,7 +17,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::keys::{Keys, TopicPartition};
-use super::records::{BatchRecord, PartitionRecord};
+use super::records::{BatchRecord, BatchRecordRef, PartitionRecord};
 use crate::storage::{codec, KvRead, StorageError, Txn};
 
 /// Items per chunk.
@@ -52,7 +52,7 @@ pub fn on_append(
     keys: &Keys,
     tp: &TopicPartition,
     part: &mut PartitionRecord,
-    batch: &BatchRecord,
+    batch: &BatchRecordRef<'_>,
 ) -> Result<(), StorageError> {
     let mut item = Chunk {
         first_last_offset: batch.last_offset,

@@ -111,6 +111,17 @@ impl Db {
         Ok(self.db.get_cf(self.cf(family), key)?)
     }
 
+    /// Hands the latest value of a key (outside any snapshot) to `read` without copying it.
+    pub fn get_with(
+        &self,
+        family: Family,
+        key: &[u8],
+        read: &mut dyn FnMut(Option<&[u8]>) -> Result<(), StorageError>,
+    ) -> Result<(), StorageError> {
+        let v = self.db.get_pinned_cf(self.cf(family), key)?;
+        read(v.as_deref())
+    }
+
     /// The last entry with `from <= key < to`, if any.
     pub fn last_in(&self, family: Family, from: &[u8], to: &[u8]) -> Result<Option<(Vec<u8>, Vec<u8>)>, StorageError> {
         let mut ro = ReadOptions::default();

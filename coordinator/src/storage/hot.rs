@@ -15,12 +15,14 @@
 //! It must not know what the keys mean (the predicate does), nor hand out a value that a
 //! transaction has not committed.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 /// The committed values of the hot keys written through it.
 pub struct HotKeys {
     is_hot: fn(&[u8]) -> bool,
-    values: HashMap<Vec<u8>, Vec<u8>>,
+    /// Keyed with a fast non-cryptographic hash: the keys are the state machine's own, and the
+    /// map is never iterated in an order that reaches the state.
+    values: FxHashMap<Vec<u8>, Vec<u8>>,
     /// What the cached pairs cost, counted by [`cost`].
     bytes: usize,
     max_bytes: usize,
@@ -41,7 +43,7 @@ impl std::fmt::Debug for HotKeys {
 impl HotKeys {
     /// An empty cache of the keys `is_hot` selects, holding at most about `max_bytes`.
     pub fn new(is_hot: fn(&[u8]) -> bool, max_bytes: usize) -> HotKeys {
-        HotKeys { is_hot, values: HashMap::new(), bytes: 0, max_bytes }
+        HotKeys { is_hot, values: FxHashMap::default(), bytes: 0, max_bytes }
     }
 
     pub fn is_hot(&self, key: &[u8]) -> bool {
@@ -84,7 +86,7 @@ impl HotKeys {
 
     /// Forgets every key.
     pub fn clear(&mut self) {
-        self.values = HashMap::new();
+        self.values = FxHashMap::default();
         self.bytes = 0;
     }
 

@@ -41,6 +41,16 @@ pub trait KvRead {
     /// The value under `key`, if any.
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StorageError>;
 
+    /// Hands the value under `key` (if any) to `read` without copying it where the source allows
+    /// (a transaction's pending writes, the hot-key cache).
+    fn get_with(
+        &self,
+        key: &[u8],
+        read: &mut dyn FnMut(Option<&[u8]>) -> Result<(), StorageError>,
+    ) -> Result<(), StorageError> {
+        read(self.get(key)?.as_deref())
+    }
+
     /// Visits the entries with `from <= key < to` in key order while `visit` returns `Ok(true)`.
     fn scan(
         &self,

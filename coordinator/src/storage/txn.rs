@@ -104,6 +104,20 @@ impl KvRead for Txn<'_> {
         self.db.get(Family::State, key)
     }
 
+    fn get_with(
+        &self,
+        key: &[u8],
+        read: &mut dyn FnMut(Option<&[u8]>) -> Result<(), StorageError>,
+    ) -> Result<(), StorageError> {
+        if let Some(pending) = self.writes.get(key) {
+            return read(pending.as_deref());
+        }
+        if let Some(v) = self.hot.as_ref().and_then(|h| h.get(key)) {
+            return read(Some(v));
+        }
+        self.db.get_with(Family::State, key, read)
+    }
+
     /// Merges the database's entries with the pending writes; a pending write wins over the
     /// stored value of the same key, and a pending delete hides it.
     fn scan(
