@@ -22,6 +22,11 @@ pub const AVAILABILITY_BOUND: Duration = Duration::from_secs(30);
 const FINAL_READS_BOUND: Duration = Duration::from_secs(60);
 /// How long replicas may take to reach the same applied index once everything is healed.
 const CONVERGENCE_BOUND: Duration = Duration::from_secs(30);
+/// How long a partition of a listed topic may stay unknown to its metadata partition before the
+/// final read gives up on it: a create that failed part-way reaches the other metadata partitions
+/// through the topic reconciler, one pass every `topic_reconcile_ms` (5 s) on each leader, after
+/// the elections that follow the heal.
+const UNKNOWN_PARTITION_BOUND: Duration = Duration::from_secs(15);
 
 /// What the final phase measured.
 #[derive(Debug, Default)]
@@ -254,7 +259,8 @@ async fn final_read(ctx: &Arc<Ctx>, t: &Topic, p: i32, deadline: Instant) {
     let mut bounds = [0i64; 2];
     for (i, timestamp) in [-2i64, -1].into_iter().enumerate() {
         let mut k = 0;
-        let mut unknown_partition = 0;
+        // Since when the partition's owner has answered only "unknown partition".
+        let mut unknown_since: Option<Instant> = None;
         loop {
             k += 1;
             let node = nodes[k % nodes.len()];
@@ -263,11 +269,14 @@ async fn final_read(ctx: &Arc<Ctx>, t: &Topic, p: i32, deadline: Instant) {
                     bounds[i] = offset;
                     break;
                 }
-                // A listed topic whose partition its owner does not know: asking on is useless.
-                Outcome::Fail(e) if e.starts_with("3 ") => unknown_partition += 1,
-                _ => {}
+                // A listed topic whose partition its owner does not know yet: the reconciler
+                // completes a create that failed part-way; past its bound, asking on is useless.
+                Outcome::Fail(e) if e.starts_with("3 ") => {
+                    unknown_since.get_or_insert_with(Instant::now);
+                }
+                _ => unknown_since = None,
             }
-            if unknown_partition >= 8 || !again(deadline).await {
+            if unknown_since.is_some_and(|s| s.elapsed() > UNKNOWN_PARTITION_BOUND) || !again(deadline).await {
                 return;
             }
         }
