@@ -91,6 +91,34 @@ impl CoordinatorApi {
         metadata_partition_for(tp.topic_id.as_bytes(), tp.partition, self.node.num_groups())
     }
 
+    /// Serves per-partition items: the valid ones split by the metadata partition owning them (or
+    /// all on `forwarded`), each part run by `run` on its group at once, the answers put back in
+    /// request order; an invalid item keeps its failure, a part that failed fails its items.
+    async fn per_partition<T, R, Fut>(
+        &self,
+        flat: &[Result<T, Failure>],
+        tp: impl Fn(&T) -> &TopicPartition,
+        forwarded: Option<u32>,
+        run: impl Fn(u32, Vec<T>) -> Fut,
+    ) -> Vec<Result<R, Failure>>
+    where
+        T: Clone,
+        Fut: std::future::Future<Output = Result<Vec<Result<R, Failure>>, RouteError>>,
+    {
+        let mut results: Vec<Option<Result<R, Failure>>> =
+            flat.iter().map(|r| r.as_ref().err().map(|f| Err(f.clone()))).collect();
+        let parts =
+            split_by_partition(flat, |r| r.as_ref().ok().map(|t| forwarded.unwrap_or_else(|| self.owner(tp(t)))));
+        let outs = join_all(
+            parts.iter().map(|(&g, ks)| run(g, ks.iter().filter_map(|&k| flat[k].as_ref().ok().cloned()).collect())),
+        )
+        .await;
+        for ((_, ks), out) in parts.iter().zip(outs) {
+            merge_part(&mut results, ks, out, |f| Err(part_failure(f)));
+        }
+        results.into_iter().map(|r| r.unwrap_or_else(no_result)).collect()
+    }
+
     /// Every metadata partition, or only the one a forwarded request names.
     pub(super) fn groups(&self, forwarded: Option<u32>) -> Vec<u32> {
         forwarded.map_or_else(|| (0..self.node.num_groups()).collect(), |g| vec![g])
@@ -412,27 +440,19 @@ impl CoordinatorService for CoordinatorApi {
                 })
             })
             .collect();
-        let mut results: Vec<Option<Result<i64, Failure>>> =
-            flat.iter().map(|r| r.as_ref().err().map(|f| Err(f.clone()))).collect();
-        let parts = split_by_partition(&flat, |r| r.as_ref().ok().map(|p| fwd.unwrap_or_else(|| self.owner(&p.tp))));
-        let outs = join_all(
-            parts
-                .iter()
-                .map(|(&g, ks)| {
-                    let partitions = ks.iter().filter_map(|&k| flat[k].clone().ok()).collect();
-                    (g, partitions)
-                })
-                .map(|(g, partitions)| async move {
+        let results = self
+            .per_partition(
+                &flat,
+                |p| &p.tp,
+                fwd,
+                |g, partitions| async move {
                     match self.write(g, Op::DeleteRecords { partitions, budget: DELETE_BUDGET }, timeout, hop).await? {
                         (Outcome::DeleteRecords(rs), _) => Ok(rs.into_iter().map(|(_, r)| r).collect()),
                         (other, _) => Err(RouteError::unexpected(g, &other)),
                     }
-                }),
-        )
-        .await;
-        for ((_, ks), out) in parts.iter().zip(outs) {
-            merge_part(&mut results, ks, out, |f| Err(part_failure(f)));
-        }
+                },
+            )
+            .await;
         let mut results = results.into_iter();
         let topics = req
             .topics
@@ -443,7 +463,7 @@ impl CoordinatorService for CoordinatorApi {
                     .partitions
                     .iter()
                     .map(|p| {
-                        let r = results.next().flatten().unwrap_or_else(no_result);
+                        let r = results.next().unwrap_or_else(no_result);
                         let (error_code, error_message) = result_fields(&r);
                         delete_records_response::DeleteRecordsPartitionResult {
                             partition_index: p.partition_index,
@@ -473,29 +493,21 @@ impl CoordinatorService for CoordinatorApi {
                 t.partitions.iter().map(|p| convert::tp(&t.topic_id, p.partition_index).map(|tp| (tp, p.timestamp)))
             })
             .collect();
-        let mut results: Vec<Option<Result<(i64, i64), Failure>>> =
-            flat.iter().map(|r| r.as_ref().err().map(|f| Err(f.clone()))).collect();
-        let parts = split_by_partition(&flat, |r| r.as_ref().ok().map(|(tp, _)| fwd.unwrap_or_else(|| self.owner(tp))));
-        let outs = join_all(
-            parts
-                .iter()
-                .map(|(&g, ks)| {
-                    let items = ks.iter().filter_map(|&k| flat[k].clone().ok()).collect();
-                    (g, items)
-                })
-                .map(|(g, items)| async move {
+        let results = self
+            .per_partition(
+                &flat,
+                |(tp, _)| tp,
+                fwd,
+                |g, items| async move {
                     match self.read(g, Read::ListOffsets(items), timeout, hop).await? {
                         Answer::ListOffsets(rs) => {
                             Ok(rs.into_iter().map(|r| r.map(|o| (o.timestamp, o.offset))).collect())
                         }
                         other => Err(RouteError::unexpected(g, &other)),
                     }
-                }),
-        )
-        .await;
-        for ((_, ks), out) in parts.iter().zip(outs) {
-            merge_part(&mut results, ks, out, |f| Err(part_failure(f)));
-        }
+                },
+            )
+            .await;
         let mut results = results.into_iter();
         let topics = req
             .topics
@@ -506,7 +518,7 @@ impl CoordinatorService for CoordinatorApi {
                     .partitions
                     .iter()
                     .map(|p| {
-                        let r = results.next().flatten().unwrap_or_else(no_result);
+                        let r = results.next().unwrap_or_else(no_result);
                         let (error_code, error_message) = result_fields(&r);
                         let (timestamp, offset) = *r.as_ref().unwrap_or(&(-1, -1));
                         list_offsets_response::ListOffsetsPartitionResponse {
