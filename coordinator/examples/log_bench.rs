@@ -7,7 +7,9 @@
 //!   openraft's purge does, so memtable flushes and compactions run as in a node.
 //! - `segment`: a purpose-built append-only log: preallocated segment files (zero-filled and
 //!   synced before the run, so a write never grows the file), each entry framed as
-//!   length + CRC32C + bytes and written with one `pwrite`, then one `fdatasync`.
+//!   length + CRC32C + bytes and written with one `pwrite`, then one `fdatasync` (the prototype).
+//! - `seglog`: the nodes' log since it moved out of RocksDB (`raft::seglog`): the same idea with
+//!   its spare segments prepared in the background, switches, purges and segment deletion.
 //!
 //! Each round writes `--per-sync K` entries of `--size S` bytes, then syncs; every `--purge-every`
 //! entries (20,000: a node's `snapshot_after_entries`) the log is purged but for the last `--keep`
@@ -26,6 +28,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use diskless_coordinator::raft::seglog::SegLog;
 use diskless_coordinator::storage::{Db, Family};
 use hdrhistogram::Histogram;
 use rocksdb::WriteBatch;
@@ -268,5 +271,31 @@ fn main() {
         let bytes = a.entries * (a.size as u64 + 16);
         let mut seg = SegmentLog::open(&base.join("segment"), bytes);
         run("segment", &mut seg, &a);
+    }
+    if a.only.as_deref().is_none_or(|o| o == "seglog") {
+        let log = SegLog::open(&base.join("seglog"), diskless_coordinator::raft::seglog::DEFAULT_SEGMENT_BYTES)
+            .expect("open the segmented log");
+        run("seglog", &mut SegLogBench { log, buf: vec![] }, &a);
+    }
+}
+
+/// The nodes' own log (`raft::seglog`), one group: segments prepared as it goes (a spare in the
+/// background), switched, purged and collected as in a node.
+struct SegLogBench {
+    log: SegLog,
+    buf: Vec<(u64, Vec<u8>)>,
+}
+
+impl Log for SegLogBench {
+    fn append(&mut self, index: u64, entry: &[u8]) {
+        self.buf.clear();
+        self.buf.push((index, entry.to_vec()));
+        self.log.append(0, &self.buf).expect("append");
+    }
+    fn sync(&mut self) {
+        self.log.sync().expect("sync");
+    }
+    fn purge(&mut self, index: u64) {
+        self.log.purge(0, index.saturating_sub(1)).expect("purge");
     }
 }

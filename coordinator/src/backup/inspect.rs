@@ -31,9 +31,12 @@ pub fn inspect(data_dir: &Path, keys: bool, out: &mut dyn Write) -> anyhow::Resu
         .with_context(|| format!("open {} (is the node still running? stop it first)", rocksdb.display()))?;
     let id = identity::read_record(&db)?.context("the data directory has no identity record")?;
     let n = id.num_metadata_partitions;
+    let log_dir = crate::raft::home::DataDir::log_path(data_dir);
+    let log = crate::raft::seglog::SegLog::open_read_only(&log_dir)
+        .with_context(|| format!("read the Raft log in {}", log_dir.display()))?;
     writeln!(out, "{}", json!({ "kind": "identity", "data_dir": data_dir, "identity": id }))?;
     for g in 0..n {
-        let mut line = crate::raft::inspect::group(&db, data_dir, g)?;
+        let mut line = crate::raft::inspect::group(&db, &log, data_dir, g)?;
         let (from, to) = Keys::new(g).group_range();
         let applied = Keys::new(g).applied();
         let mut tables: BTreeMap<String, (u64, u64)> = BTreeMap::new();

@@ -140,6 +140,9 @@ pub struct RaftTuning {
     pub snapshot_after_entries: u64,
     /// Log entries kept behind a snapshot (for followers slightly behind).
     pub entries_kept_after_snapshot: u64,
+    /// The size of a Raft log segment file (each data directory's log is a sequence of them,
+    /// zero-filled before use; at least 1 MiB).
+    pub log_segment_bytes: u64,
 }
 
 impl Default for RaftTuning {
@@ -150,6 +153,7 @@ impl Default for RaftTuning {
             election_timeout_max_ms: 1600,
             snapshot_after_entries: 20_000,
             entries_kept_after_snapshot: 1_000,
+            log_segment_bytes: crate::raft::seglog::DEFAULT_SEGMENT_BYTES,
         }
     }
 }

@@ -1,8 +1,8 @@
 //! A node's data directories at start: opening each, checking they belong together, and finding
 //! the one directory each metadata partition's replica lives in.
 //!
-//! Owns: [`open`] — every configured directory opened (its RocksDB, its fsync thread, its identity
-//! record; a directory of another node or cluster is refused), what crashed moves left behind
+//! Owns: [`open`] — every configured directory opened (its RocksDB, its Raft log, its fsync
+//! thread, its identity record; a directory of another node or cluster is refused), what crashed moves left behind
 //! settled (an unfinished future replica dropped; a finished move's old copy deleted), each group
 //! placed (a replica that exists nowhere is created in the directory with the most free space,
 //! ties to the fewest replicas), and a group current in two directories otherwise refused.
@@ -20,6 +20,7 @@ use crate::raft::faults::Faults;
 use crate::raft::home::{dir_id_hex, DataDir, DirId};
 use crate::raft::identity::{self, Identity};
 use crate::raft::placement::{self, DirState, Placement, Role};
+use crate::raft::seglog::SegLog;
 use crate::raft::WalSyncer;
 use crate::storage::Db;
 
@@ -41,6 +42,21 @@ pub fn open(config: &NodeConfig, faults: Arc<Faults>) -> anyhow::Result<Opened> 
         std::fs::create_dir_all(&path).with_context(|| format!("create data directory {}", path.display()))?;
         let db =
             Arc::new(Db::open(&path.join("rocksdb")).with_context(|| format!("open RocksDB in {}", path.display()))?);
+        let log = Arc::new(
+            SegLog::open(&DataDir::log_path(&path), config.raft.log_segment_bytes)
+                .with_context(|| format!("open the Raft log in {}", path.display()))?,
+        );
+        if log.was_fresh() {
+            anyhow::ensure!(
+                !placement::log_marked(&db)?,
+                "data directory {}: its Raft log ({}) is missing or empty, but the directory had one: the \
+                 entries this node acknowledged are gone. Remove the whole data directory and add the node \
+                 again (coordctl add-node), or restore it from a backup",
+                path.display(),
+                DataDir::log_path(&path).display()
+            );
+            placement::mark_log(&db)?;
+        }
         let state = placement::open_dir(&db, &path, config.node_id, n, cluster)?;
         cluster = cluster.or(state.record.cluster_id);
         if let Some(i) = states.iter().position(|s| s.record.dir_id == state.record.dir_id) {
@@ -56,8 +72,8 @@ pub fn open(config: &NodeConfig, faults: Arc<Faults>) -> anyhow::Result<Opened> 
         // stops the node as before (see `raft::wal_sync`).
         let offline = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let isolate = (config.dirs().len() > 1).then(|| offline.clone());
-        let syncer = WalSyncer::start(db.clone(), faults.clone(), isolate);
-        dirs.push(Arc::new(DataDir::new(state.record.dir_id, path, db, syncer, offline)));
+        let syncer = WalSyncer::start(log.clone(), faults.clone(), isolate);
+        dirs.push(Arc::new(DataDir::new(state.record.dir_id, path, db, log, syncer, offline)));
         states.push(state);
     }
     // Directories opened before the one that named the cluster: check them against it too.
@@ -81,6 +97,10 @@ pub fn open(config: &NodeConfig, faults: Arc<Faults>) -> anyhow::Result<Opened> 
         homes.push(home);
         incarnations.push(p.incarnation);
     }
+    for (i, d) in dirs.iter().enumerate() {
+        let here: Vec<u32> = (0..n).filter(|&g| homes[g as usize] == i).collect();
+        settle_log(d, &here)?;
+    }
     // A directory that learnt no cluster id yet (new) gets the node's.
     if let Some(c) = cluster {
         for (d, s) in dirs.iter().zip(&states) {
@@ -99,7 +119,7 @@ fn place(g: u32, dirs: &[Arc<DataDir>], states: &mut [DirState]) -> anyhow::Resu
     for (d, s) in dirs.iter().zip(states.iter_mut()) {
         if s.placements.get(&g).is_some_and(|p| p.role == Role::Future) {
             tracing::warn!(group = g, dir = %d.path.display(), "dropping an unfinished move's future replica");
-            placement::delete_replica(&d.db, g)?;
+            d.delete_replica(g)?;
             remove_snapshots(d, g)?;
             s.placements.remove(&g);
         }
@@ -114,6 +134,8 @@ fn place(g: u32, dirs: &[Arc<DataDir>], states: &mut [DirState]) -> anyhow::Resu
                 generation: 1,
                 moved_from: None,
             };
+            // Nothing of an earlier replica's log may come back under the new one.
+            dirs[i].log.drop_group(g)?;
             placement::write_placement(&dirs[i].db, g, Some(&p))?;
             states[i].placements.insert(g, p.clone());
             tracing::info!(group = g, dir = %dirs[i].path.display(), "new replica");
@@ -140,7 +162,7 @@ fn place(g: u32, dirs: &[Arc<DataDir>], states: &mut [DirState]) -> anyhow::Resu
                 new = %dirs[keep].path.display(),
                 "finishing a move: deleting the old copy"
             );
-            placement::delete_replica(&dirs[drop].db, g)?;
+            dirs[drop].delete_replica(g)?;
             remove_snapshots(&dirs[drop], g)?;
             states[drop].placements.remove(&g);
             Ok((keep, states[keep].placements[&g].clone()))
@@ -156,6 +178,30 @@ fn two_current(g: u32, dirs: &[Arc<DataDir>], which: &[usize]) -> anyhow::Error 
          not recorded; keep one and remove the group from the others, or restore the node)",
         names.join(", ")
     )
+}
+
+/// Brings directory `d`'s Raft log in line with the replicas placed there (`here`): entries an
+/// earlier version kept in RocksDB moved into it, every other group's records dropped (a replica
+/// that left, or a move that did not finish), and each group's purge point (kept in RocksDB)
+/// told to it.
+fn settle_log(d: &DataDir, here: &[u32]) -> anyhow::Result<()> {
+    let moved = crate::raft::move_log_out_of_rocksdb(&d.db, &d.log, here)
+        .with_context(|| format!("move the Raft log of {} out of RocksDB", d.path.display()))?;
+    if moved > 0 {
+        tracing::info!(dir = %d.path.display(), entries = moved, "moved the Raft log out of RocksDB into log segments");
+    }
+    for g in d.log.groups() {
+        if !here.contains(&g) {
+            tracing::info!(group = g, dir = %d.path.display(), "dropping the Raft log of a replica not placed here");
+            d.log.drop_group(g)?;
+        }
+    }
+    for &g in here {
+        if let Some(purged) = crate::raft::purged_index(&d.db, g)? {
+            d.log.purge(g, purged)?;
+        }
+    }
+    Ok(())
 }
 
 /// Removes a group's snapshot files from a directory.

@@ -10,6 +10,8 @@ mod addresses;
 mod backup;
 pub mod config;
 pub mod dirs;
+#[cfg(test)]
+mod dirs_test;
 pub mod mover;
 pub mod route;
 
@@ -962,8 +964,8 @@ impl Node {
             }
         }
         for d in &self.dirs {
-            if let Err(e) = d.db.sync_wal() {
-                tracing::error!(dir = %d.path.display(), error = %e, "final WAL fsync failed");
+            if let Err(e) = d.log.sync().map_err(anyhow::Error::from).and_then(|()| Ok(d.db.sync_wal()?)) {
+                tracing::error!(dir = %d.path.display(), error = %e, "final fsync failed");
             }
         }
     }

@@ -4,10 +4,11 @@
 //! A move goes through these phases, each crash-safe (`node::dirs` settles what a crash left):
 //! 1. **future**: a placement record in the destination marks the group's *future* replica there
 //!    (synced). Until the switch, a crash drops it at start; the current replica is untouched.
-//! 2. **copying**: the group's keys (state and Raft log) are copied from one consistent RocksDB
-//!    snapshot of the current directory, throttled, plus its newest snapshot file.
-//! 3. **catching up**: the difference since the last pass is copied again (only what changed),
-//!    until a pass changes little.
+//! 2. **copying**: the group's keys (state and Raft bookkeeping) are copied from one consistent
+//!    RocksDB snapshot of the current directory, its Raft log from the directory's segmented log,
+//!    throttled, plus its newest snapshot file.
+//! 3. **catching up**: the difference since the last pass is copied again (only what changed;
+//!    the log from the lowest index appended or truncated since), until a pass changes little.
 //! 4. **switching**: the group's writers are paused (`raft::home`); the last difference is
 //!    copied, and one synced write in the destination makes the replica *current* there with the
 //!    next generation, naming the source. The group is repointed; writers resume. The pause is
@@ -33,7 +34,7 @@ use super::dirs;
 use super::Node;
 use crate::raft::home::{dir_id_hex, DataDir, Home};
 use crate::raft::placement::{self, Placement, Role};
-use crate::raft::{snapshot, LogId, StoredMembership};
+use crate::raft::{seglog, snapshot, LogId, StoredMembership};
 use crate::storage::{codec, copy, Family, KvRead, StorageError};
 
 /// A catch-up pass that changes fewer keys than this ends the catching up.
@@ -296,7 +297,7 @@ impl Node {
         let copied = async {
             // Left-overs of an earlier attempt go first (the start-up cleanup covers crashes).
             let d = dst.clone();
-            tokio::task::spawn_blocking(move || placement::delete_replica(&d.db, g)).await??;
+            tokio::task::spawn_blocking(move || d.delete_replica(g)).await??;
             placement::write_placement(&dst.db, g, Some(&future))?;
             // From here on the group's writers note what they change: each pass takes the notes
             // first, so the switch needs to copy only what changed since the last pass began.
@@ -304,13 +305,14 @@ impl Node {
                 let _paused = home.pause().await;
                 home.record(true);
             }
-            self.copy_pass(mv, &src, &dst, true).await?;
+            self.copy_pass(mv, &src, &dst, None).await?;
             self.test_pause(mv).await;
             mv.set_phase(Phase::CatchingUp);
             self.test_pause(mv).await;
             for _ in 0..CATCH_UP_PASSES {
-                home.take_dirty();
-                let stats = self.copy_pass(mv, &src, &dst, true).await?;
+                let dirty = home.take_dirty();
+                let log_from = if dirty.overflow { None } else { Some(dirty.log_from.unwrap_or(u64::MAX)) };
+                let stats = self.copy_pass(mv, &src, &dst, log_from).await?;
                 if stats.changed() < CATCH_UP_KEYS {
                     break;
                 }
@@ -322,7 +324,7 @@ impl Node {
             home.record(false);
             let d = dst.clone();
             let cleaned = tokio::task::spawn_blocking(move || {
-                placement::delete_replica(&d.db, g)?;
+                d.delete_replica(g)?;
                 dirs::remove_snapshots(&d, g)
             })
             .await;
@@ -342,19 +344,23 @@ impl Node {
         let switched = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
             if dirty.overflow {
                 copy::sync_ranges(&s.db, &d.db, &placement::group_ranges(g), &mut |_| true)?;
+                seglog::copy_group(&s.log, &d.log, g, None, &mut |_| true)?;
             } else {
-                copy::copy_keys(&s.db, &d.db, Family::Raft, &dirty.raft_ranges, &dirty.raft)?;
+                copy::copy_keys(&s.db, &d.db, Family::Raft, &[], &dirty.raft)?;
                 copy::copy_keys(&s.db, &d.db, Family::State, &[], &dirty.state)?;
+                seglog::copy_group(&s.log, &d.log, g, Some(dirty.log_from.unwrap_or(u64::MAX)), &mut |_| true)?;
             }
             snapshot::copy_newest(&s.snapshot_dir(g), &d.snapshot_dir(g))?;
-            // One synced write: everything copied is durable, and the replica is current here.
+            // The log copied is durable first; then one synced write makes the state copied
+            // durable and the replica current here.
+            d.log.sync()?;
             placement::write_placement(&d.db, g, Some(&moved))
         })
         .await?;
         if let Err(e) = switched {
             drop(paused);
             let d = dst.clone();
-            let _ = tokio::task::spawn_blocking(move || placement::delete_replica(&d.db, g)).await;
+            let _ = tokio::task::spawn_blocking(move || d.delete_replica(g)).await;
             return Err(e.context("switching"));
         }
         self.test_pause(mv).await;
@@ -371,42 +377,49 @@ impl Node {
         drop(old);
         let s = src.clone();
         tokio::task::spawn_blocking(move || {
-            placement::delete_replica(&s.db, g)?;
+            s.delete_replica(g)?;
             dirs::remove_snapshots(&s, g)
         })
         .await??;
         Ok(pause)
     }
 
-    /// One copy pass of `g` from `src` to `dst` (throttled when `throttled`).
+    /// One throttled copy pass of `g` from `src` to `dst`: its keys (the difference), and its log
+    /// (all of it when `log_from` is `None`, else from that index on).
     async fn copy_pass(
         &self,
         mv: &Arc<Move>,
         src: &Arc<DataDir>,
         dst: &Arc<DataDir>,
-        throttled: bool,
+        log_from: Option<u64>,
     ) -> anyhow::Result<copy::SyncStats> {
         let g = mv.group;
         let (s, d, m) = (src.clone(), dst.clone(), mv.clone());
         let moves = self.moves.clone();
         let stats = tokio::task::spawn_blocking(move || -> anyhow::Result<copy::SyncStats> {
-            let stats = copy::sync_ranges(&s.db, &d.db, &placement::group_ranges(g), &mut |bytes| {
+            let mut pace = |bytes: u64| {
                 m.copied_bytes.fetch_add(bytes, Ordering::Relaxed);
-                if throttled {
-                    // In slices, so that a cancel or a new rate is seen soon.
-                    let until = Instant::now() + moves.charge(bytes);
-                    while Instant::now() < until && !m.cancel.load(Ordering::Relaxed) && moves.rate() != 0 {
-                        std::thread::sleep(
-                            until.saturating_duration_since(Instant::now()).min(Duration::from_millis(50)),
-                        );
-                    }
+                // In slices, so that a cancel or a new rate is seen soon.
+                let until = Instant::now() + moves.charge(bytes);
+                while Instant::now() < until && !m.cancel.load(Ordering::Relaxed) && moves.rate() != 0 {
+                    std::thread::sleep(until.saturating_duration_since(Instant::now()).min(Duration::from_millis(50)));
                 }
                 !m.cancel.load(Ordering::Relaxed)
-            });
-            match stats {
+            };
+            let stats = copy::sync_ranges(&s.db, &d.db, &placement::group_ranges(g), &mut pace);
+            let mut stats = match stats {
                 Err(StorageError::Cancelled) => anyhow::bail!("cancelled"),
-                other => Ok(other?),
+                other => other?,
+            };
+            match seglog::copy_group(&s.log, &d.log, g, log_from, &mut pace) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => anyhow::bail!("cancelled"),
+                Err(e) => return Err(e.into()),
+                Ok((entries, bytes)) => {
+                    stats.puts += entries;
+                    stats.bytes += bytes;
+                }
             }
+            Ok(stats)
         })
         .await??;
         let (s, d) = (src.clone(), dst.clone());

@@ -1,5 +1,5 @@
-//! Where one group's replica lives: which data directory (its RocksDB, its fsync thread, its
-//! snapshot files), switchable while the group runs.
+//! Where one group's replica lives: which data directory (its RocksDB, its Raft log, its fsync
+//! thread, its snapshot files), switchable while the group runs.
 //!
 //! Owns: [`DataDir`] (one configured directory, opened) and [`Home`] (a group's current directory
 //! plus the gate that lets a replica move switch directories atomically). The log and state
@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use super::seglog::SegLog;
 use super::WalSyncer;
 use crate::storage::Db;
 
@@ -33,6 +34,8 @@ pub struct DataDir {
     pub id: DirId,
     pub path: PathBuf,
     pub db: Arc<Db>,
+    /// The Raft log of every group placed here.
+    pub log: Arc<SegLog>,
     pub syncer: WalSyncer,
     /// Set when an I/O error was seen in this directory: its replicas are offline (shared with
     /// its fsync thread).
@@ -47,8 +50,28 @@ impl std::fmt::Debug for DataDir {
 
 impl DataDir {
     /// `offline`: the flag its fsync thread raises when an fsync fails.
-    pub fn new(id: DirId, path: PathBuf, db: Arc<Db>, syncer: WalSyncer, offline: Arc<AtomicBool>) -> DataDir {
-        DataDir { id, path, db, syncer, offline }
+    pub fn new(
+        id: DirId,
+        path: PathBuf,
+        db: Arc<Db>,
+        log: Arc<SegLog>,
+        syncer: WalSyncer,
+        offline: Arc<AtomicBool>,
+    ) -> DataDir {
+        DataDir { id, path, db, log, syncer, offline }
+    }
+
+    /// Where a data directory keeps its Raft log.
+    pub fn log_path(path: &Path) -> PathBuf {
+        path.join("raft-log")
+    }
+
+    /// Deletes group `g`'s replica here: its log (a drop record, synced), then its keys and
+    /// placement record (one synced write). A crash between the two leaves a placement without a
+    /// log, which start-up settles like any unfinished move (`node::dirs`).
+    pub fn delete_replica(&self, g: u32) -> anyhow::Result<()> {
+        self.log.drop_group(g)?;
+        super::placement::delete_replica(&self.db, g)
     }
 
     pub fn is_offline(&self) -> bool {
@@ -120,8 +143,8 @@ pub struct Home {
 pub struct Dirty {
     pub state: BTreeSet<Vec<u8>>,
     pub raft: BTreeSet<Vec<u8>>,
-    /// `[from, to)` ranges of the `raft` family deleted (a log truncation or purge).
-    pub raft_ranges: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The lowest log index appended or truncated from (the log is copied again from there).
+    pub log_from: Option<u64>,
     /// Too much, or a change not recorded key by key (a snapshot install): copy everything.
     pub overflow: bool,
 }
@@ -192,10 +215,10 @@ impl Home {
         }
     }
 
-    /// Notes a range of the raft family a writer is about to delete.
-    pub fn note_raft_range(&self, from: &[u8], to: &[u8]) {
+    /// Notes that a writer appended to the log, or truncated it, from index `from` on.
+    pub fn note_log(&self, from: u64) {
         if let Some(mut d) = self.dirty() {
-            d.raft_ranges.push((from.to_vec(), to.to_vec()));
+            d.log_from = Some(d.log_from.map_or(from, |f| f.min(from)));
         }
     }
 
@@ -253,10 +276,12 @@ impl Home {
     }
 }
 
-/// A group's home in a one-directory RocksDB at `path/db` (unit tests).
+/// A group's home in a one-directory RocksDB at `path/db`, its log in `path/raft-log` (unit
+/// tests).
 #[cfg(test)]
 pub fn test_home(path: &Path, group: u32) -> Arc<Home> {
     let db = Arc::new(Db::open(&path.join("db")).expect("open db"));
-    let syncer = WalSyncer::start(db.clone(), Default::default(), None);
-    Home::new(group, Arc::new(DataDir::new([1; 16], path.to_path_buf(), db, syncer, Arc::default())))
+    let log = Arc::new(SegLog::open(&DataDir::log_path(path), 1 << 20).expect("open the Raft log"));
+    let syncer = WalSyncer::start(log.clone(), Default::default(), None);
+    Home::new(group, Arc::new(DataDir::new([1; 16], path.to_path_buf(), db, log, syncer, Arc::default())))
 }

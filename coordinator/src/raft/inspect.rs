@@ -7,6 +7,7 @@ use std::path::Path;
 
 use serde_json::json;
 
+use super::seglog::SegLog;
 use super::{keys, snapshot, Entry, LogId, StoredMembership, Vote};
 use crate::storage::{codec, Db, Family, KvRead};
 
@@ -17,21 +18,21 @@ fn get<T: serde::de::DeserializeOwned>(db: &Db, key: &[u8]) -> anyhow::Result<Op
     })
 }
 
-/// One JSON object describing group `g`'s Raft bookkeeping in `db` / `data_dir`.
-pub fn group(db: &Db, data_dir: &Path, g: u32) -> anyhow::Result<serde_json::Value> {
+/// One JSON object describing group `g`'s Raft bookkeeping in `db`, `log` / `data_dir`.
+pub fn group(db: &Db, log: &SegLog, data_dir: &Path, g: u32) -> anyhow::Result<serde_json::Value> {
     let vote: Option<Vote> = get(db, &keys::vote(g))?;
     let committed: Option<LogId> = get(db, &keys::committed(g))?;
     let purged: Option<LogId> = get(db, &keys::purged(g))?;
     let installing = db.get(Family::Raft, &keys::installing(g))?.map(|p| String::from_utf8_lossy(&p).into_owned());
-    let (from, to) = keys::log_range(g);
     let (mut first, mut last, mut entries) = (None::<u64>, None::<u64>, 0u64);
-    db.read_raft().scan(&from, &to, &mut |k, v| {
-        let e: Entry = codec::decode(k, v)?;
-        first.get_or_insert(e.log_id.index);
-        last = Some(e.log_id.index);
-        entries += 1;
-        Ok(true)
-    })?;
+    if let Some((f, l)) = log.bounds(g) {
+        // Each entry read back and decoded: a damaged one fails here.
+        let (_, all) = log.read(g, f, l + 1)?;
+        for b in &all {
+            let _: Entry = codec::decode(b"log entry", b)?;
+        }
+        (first, last, entries) = (Some(f), Some(l), all.len() as u64);
+    }
     let applied_key = crate::state_machine::keys::Keys::new(g).applied();
     let applied: Option<(Option<LogId>, StoredMembership)> = match db.read().get(&applied_key)? {
         Some(v) => Some(codec::decode(&applied_key, &v)?),

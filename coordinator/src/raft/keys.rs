@@ -1,8 +1,9 @@
-//! Keys of the Raft bookkeeping of one group: in the `raft` column family, prefixed by the group
+//! Keys of the Raft bookkeeping of one group (its log entries are in the segmented log): in the `raft` column family, prefixed by the group
 //! id (4 bytes, big-endian) and a one-byte tag. The applied state lives in the `state` family, next
 //! to the data it describes, so both change in one write.
 
-/// Log entries: tag, then the index (8 bytes, big-endian).
+/// Log entries, as earlier versions kept them (tag, then the index: 8 bytes, big-endian); moved to
+/// the segmented log at start (`log_store::move_log_out_of_rocksdb`).
 const LOG: u8 = b'L';
 /// The vote.
 const VOTE: u8 = b'V';
@@ -20,13 +21,7 @@ fn key(group: u32, tag: u8) -> Vec<u8> {
     k
 }
 
-pub fn log(group: u32, index: u64) -> Vec<u8> {
-    let mut k = key(group, LOG);
-    k.extend_from_slice(&index.to_be_bytes());
-    k
-}
-
-/// All log keys of the group: `[from, to)`.
+/// All log keys of the group as earlier versions wrote them: `[from, to)`.
 pub fn log_range(group: u32) -> (Vec<u8>, Vec<u8>) {
     (key(group, LOG), key(group, LOG + 1))
 }

@@ -1,14 +1,14 @@
-//! The Raft log of one group, in the `raft` column family of its data directory's RocksDB.
+//! The Raft log of one group: its entries in the data directory's segmented log (`seglog`), its
+//! vote and purge point in the `raft` column family of the directory's RocksDB.
 //!
 //! Appends are written unsynced, readable at once, and acknowledged through [`WalSyncer`] after the
-//! shared fsync. The vote is written synced (rare). The committed log id is *not* persisted on
-//! every advance (openraft's `save_committed` is optional: it only lets a restarted replica apply
-//! committed entries before a leader tells it the commit index again). Writing it cost one
-//! RocksDB write per entry on every replica for a restart-time nicety; the applied state is
-//! written with every apply instead (see `sm_store`). A key written by earlier versions is still
-//! read: it is at most the true commit index, so applying up to it stays correct. Purging first
-//! fsyncs the WAL, so the applied state a snapshot was built from is durable before the log
-//! behind it goes.
+//! shared fsync of the segmented log. The vote is written synced (rare). The committed log id is
+//! *not* persisted (openraft's `save_committed` is optional: it only lets a restarted replica apply
+//! committed entries before a leader tells it the commit index again); a key written by earlier
+//! versions is still read: it is at most the true commit index. Purging writes the purge point
+//! synced — which also makes the applied state a snapshot was built from durable — before the
+//! log lets the entries behind it go. [`move_log_out_of_rocksdb`] moves a log kept in RocksDB by
+//! earlier versions into the segmented log at start.
 
 use std::fmt::Debug;
 use std::io;
@@ -22,7 +22,7 @@ use openraft::OptionalSend;
 use super::home::Home;
 use super::stages::Stages;
 use super::{io_err, keys, Entry, LogId, TypeConfig, Vote};
-use crate::storage::{codec, Db, Family, WriteBatch};
+use crate::storage::{codec, Db, Family, KvRead, WriteBatch};
 
 /// One group's log. Cheap to clone: clones share the database.
 #[derive(Clone)]
@@ -59,16 +59,6 @@ impl LogStore {
         db.batch_put(&mut b, Family::Raft, key, &codec::encode(value).map_err(io_err)?);
         db.write(b, sync).map_err(io_err)
     }
-
-    fn delete_log_range(&self, db: &Db, from: u64, to: Option<u64>) -> io::Result<()> {
-        let (_, end) = keys::log_range(self.group);
-        let to = to.map_or(end, |i| keys::log(self.group, i));
-        let mut b = WriteBatch::default();
-        db.batch_delete_range(&mut b, Family::Raft, &keys::log(self.group, from), &to);
-        db.write(b, false).map_err(io_err)?;
-        self.home.note_raft_range(&keys::log(self.group, from), &to);
-        Ok(())
-    }
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
@@ -81,22 +71,15 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Excluded(&i) => i.saturating_add(1),
             Bound::Unbounded => 0,
         };
-        let (_, group_end) = keys::log_range(self.group);
         let end = match range.end_bound() {
-            Bound::Included(&i) => i.checked_add(1).map_or(group_end.clone(), |e| keys::log(self.group, e)),
-            Bound::Excluded(&i) => keys::log(self.group, i),
-            Bound::Unbounded => group_end,
+            Bound::Included(&i) => i.saturating_add(1),
+            Bound::Excluded(&i) => i,
+            Bound::Unbounded => u64::MAX,
         };
-        let mut out = Vec::new();
         let placed = self.home.current();
         placed.check()?;
-        let view = placed.db.read_raft();
-        crate::storage::KvRead::scan(&view, &keys::log(self.group, start), &end, &mut |k, v| {
-            out.push(codec::decode::<Entry>(k, v)?);
-            Ok(true)
-        })
-        .map_err(io_err)?;
-        Ok(out)
+        let (_, entries) = placed.log.read(self.group, start, end).map_err(|e| placed.failed(e))?;
+        entries.iter().map(|b| codec::decode::<Entry>(b"log entry", b).map_err(io_err)).collect()
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
@@ -109,9 +92,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
         let last_purged: Option<LogId> = self.get(&keys::purged(self.group))?;
-        let (from, to) = keys::log_range(self.group);
-        let last = match self.home.current().db.last_in(Family::Raft, &from, &to).map_err(io_err)? {
-            Some((k, v)) => Some(codec::decode::<Entry>(&k, &v).map_err(io_err)?.log_id()),
+        let placed = self.home.current();
+        let last = match placed.log.bounds(self.group) {
+            Some((_, last)) => {
+                let (_, e) = placed.log.read(self.group, last, last + 1).map_err(|e| placed.failed(e))?;
+                let bytes = e.first().ok_or_else(|| io::Error::other("the log's last entry vanished"))?;
+                Some(codec::decode::<Entry>(b"log entry", bytes).map_err(io_err)?.log_id())
+            }
             None => last_purged,
         };
         Ok(LogState { last_purged_log_id: last_purged, last_log_id: last })
@@ -145,17 +132,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let dir = self.home.enter().await;
         dir.check()?;
-        let mut b = WriteBatch::default();
-        let (mut first, mut last) = (u64::MAX, 0);
+        let mut encoded = vec![];
         for e in entries {
-            let v = codec::encode(&e).map_err(io_err)?;
-            dir.db.batch_put(&mut b, Family::Raft, &keys::log(self.group, e.index()), &v);
-            (first, last) = (first.min(e.index()), last.max(e.index()));
+            encoded.push((e.index(), codec::encode(&e).map_err(io_err)?));
         }
-        dir.db.write(b, false).map_err(|e| dir.failed(e))?;
-        if self.home.is_recording() && first <= last {
-            let written: Vec<Vec<u8>> = (first..=last).map(|i| keys::log(self.group, i)).collect();
-            self.home.note_keys(true, &written);
+        let (first, last) = match (encoded.first(), encoded.last()) {
+            (Some((f, _)), Some((l, _))) => (*f, *l),
+            _ => (u64::MAX, 0),
+        };
+        dir.log.append(self.group, &encoded).map_err(|e| dir.failed(e))?;
+        if first <= last {
+            self.home.note_log(first);
         }
         self.stages.appended(self.group, first..=last);
         let (stages, group) = (self.stages.clone(), self.group);
@@ -172,16 +159,63 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let from = last_log_id.map_or(0, |l| l.index() + 1);
         let dir = self.home.enter().await;
         dir.check()?;
-        self.delete_log_range(&dir.db, from, None)
+        dir.log.truncate(self.group, from).map_err(|e| dir.failed(e))?;
+        self.home.note_log(from);
+        Ok(())
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
-        // The applied state the purge relies on must be on disk before its log goes.
+        // Synced: the purge point, and with it the applied state the purge relies on, must be on
+        // disk before the log lets the entries behind it go.
         let dir = self.home.enter().await;
         dir.check()?;
-        dir.db.sync_wal().map_err(|e| dir.failed(e))?;
-        Self::put(&dir.db, &keys::purged(self.group), &log_id, false)?;
+        Self::put(&dir.db, &keys::purged(self.group), &log_id, true).map_err(|e| dir.failed(e))?;
         self.home.note_keys(true, [&keys::purged(self.group)]);
-        self.delete_log_range(&dir.db, 0, Some(log_id.index() + 1))
+        dir.log.purge(self.group, log_id.index()).map_err(|e| dir.failed(e))
     }
+}
+
+/// Group `g`'s purge point as recorded in `db`: its index.
+pub fn purged_index(db: &Db, g: u32) -> anyhow::Result<Option<u64>> {
+    Ok(match db.get(Family::Raft, &keys::purged(g))? {
+        Some(v) => Some(codec::decode::<LogId>(&keys::purged(g), &v)?.index()),
+        None => None,
+    })
+}
+
+/// Moves the log entries earlier versions kept in RocksDB's `raft` family into `log`, for the
+/// groups placed in this directory: copied (after a drop record, so a repeat after a crash starts
+/// clean), synced, then deleted from RocksDB (synced). Returns how many entries moved.
+pub fn move_log_out_of_rocksdb(db: &Db, log: &crate::raft::seglog::SegLog, groups: &[u32]) -> anyhow::Result<u64> {
+    let mut moved = 0;
+    let mut found = vec![];
+    for &g in groups {
+        let (from, to) = keys::log_range(g);
+        let mut entries = vec![];
+        db.read_raft().scan(&from, &to, &mut |k, v| {
+            let e: Entry = codec::decode(k, v)?;
+            entries.push((e.index(), v.to_vec()));
+            Ok(true)
+        })?;
+        if entries.is_empty() {
+            continue;
+        }
+        log.drop_group(g)?;
+        for chunk in entries.chunks(256) {
+            log.append(g, chunk)?;
+        }
+        moved += entries.len() as u64;
+        found.push(g);
+    }
+    if found.is_empty() {
+        return Ok(0);
+    }
+    log.sync()?;
+    let mut b = WriteBatch::default();
+    for g in found {
+        let (from, to) = keys::log_range(g);
+        db.batch_delete_range(&mut b, Family::Raft, &from, &to);
+    }
+    db.write(b, true)?;
+    Ok(moved)
 }

@@ -1,9 +1,9 @@
-//! Raft glue: each metadata partition is an openraft group whose log and state live in the data
-//! directory's RocksDB.
+//! Raft glue: each metadata partition is an openraft group whose log lives in its data
+//! directory's segmented log ([`seglog`]) and whose state lives in the directory's RocksDB.
 //!
-//! Owns: the openraft type configuration ([`TypeConfig`]), the log store ([`LogStore`]: the `raft`
-//! column family, appends acknowledged only after a WAL fsync shared by every group — see
-//! [`WalSyncer`]), the state machine adapter ([`SmStore`]: applies entries with
+//! Owns: the openraft type configuration ([`TypeConfig`]), the log store ([`LogStore`]: entries in
+//! the segmented log, vote and purge point in the `raft` column family, appends acknowledged only
+//! after a log fsync shared by every group of the directory — see [`WalSyncer`]), the state machine adapter ([`SmStore`]: applies entries with
 //! `state_machine::StateMachine`, last-applied and membership in the same write), snapshots
 //! (streamed files, installed crash-safely) and the network ([`network`]: every group's messages over
 //! one gRPC connection per peer). It must not interpret commands: that is the state machine's job.
@@ -18,6 +18,7 @@ pub mod network;
 pub mod placement;
 pub mod progress;
 pub mod restore;
+pub mod seglog;
 mod sm_store;
 pub mod snapshot;
 pub mod stages;
@@ -26,7 +27,7 @@ mod wal_sync;
 #[cfg(test)]
 mod conformance_test;
 
-pub use log_store::LogStore;
+pub use log_store::{move_log_out_of_rocksdb, purged_index, LogStore};
 pub use sm_store::SmStore;
 pub use wal_sync::{WalSyncStats, WalSyncer};
 

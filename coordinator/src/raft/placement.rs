@@ -25,6 +25,8 @@ use crate::storage::{codec, Db, Family, WriteBatch};
 
 /// The first format's record (one directory, every replica in it).
 pub(super) const LEGACY_IDENTITY_KEY: &[u8] = b"\xff\xff\xff\xffidentity";
+/// Set once the directory's Raft log (`seglog`) exists: a log found missing later is damage.
+const LOG_KEY: &[u8] = b"\xff\xff\xff\xffraft-log";
 /// This format's directory record.
 const DIR_KEY: &[u8] = b"\xff\xff\xff\xffdirectory";
 /// Placement records: this prefix, then the group (4 bytes, big-endian). Outside every group's
@@ -227,6 +229,26 @@ pub fn delete_replica(db: &Db, g: u32) -> anyhow::Result<()> {
     }
     batch_placement(db, &mut b, g, None)?;
     db.write(b, true).context("delete a replica")
+}
+
+/// Whether this directory's Raft log was created (see [`mark_log`]).
+pub fn log_marked(db: &Db) -> anyhow::Result<bool> {
+    Ok(db.get(Family::Raft, LOG_KEY)?.is_some())
+}
+
+/// Records, synced, that this directory's Raft log exists.
+pub fn mark_log(db: &Db) -> anyhow::Result<()> {
+    let mut b = WriteBatch::default();
+    db.batch_put(&mut b, Family::Raft, LOG_KEY, b"1");
+    db.write(b, true).context("record that the Raft log exists")
+}
+
+/// Removes the mark (tests of a directory left by an earlier version).
+#[cfg(test)]
+pub fn unmark_log_for_tests(db: &Db) {
+    let mut b = WriteBatch::default();
+    db.batch_delete(&mut b, Family::Raft, LOG_KEY);
+    db.write(b, true).unwrap();
 }
 
 /// Reads the directory record of `db`, if any (offline tools).

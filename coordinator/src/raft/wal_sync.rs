@@ -1,8 +1,9 @@
-//! Group commit: one WAL fsync makes the log appends of every group durable.
+//! Group commit: one fsync of a data directory's Raft log makes the appends of every group placed
+//! there durable.
 //!
-//! A log append writes its entries to RocksDB without syncing (so they are readable at once, as
-//! openraft requires) and hands its completion callback here. A dedicated thread takes every
-//! callback waiting, fsyncs the WAL once, and completes them all: while one fsync runs, the next
+//! A log append writes its entries to the segmented log (`seglog`) without syncing (so they are
+//! readable at once, as openraft requires) and hands its completion callback here. A dedicated
+//! thread takes every callback waiting, syncs the log once, and completes them all: while one fsync runs, the next
 //! appends queue up and share the next one. An append is acknowledged to openraft — and so counts
 //! towards a quorum — only after the fsync that covers it.
 //!
@@ -18,7 +19,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 
 use super::faults::Faults;
-use crate::storage::Db;
+use super::seglog::SegLog;
 
 type Done = Box<dyn FnOnce(std::io::Result<()>) + Send>;
 
@@ -37,11 +38,11 @@ pub struct WalSyncer {
 }
 
 impl WalSyncer {
-    /// Starts the fsync thread for `db` (`faults`: the test hooks each fsync passes). It ends when
-    /// every handle is dropped.
+    /// Starts the fsync thread for `log` (`faults`: the test hooks each fsync passes). It ends
+    /// when every handle is dropped.
     /// `isolate`: the directory's offline flag, when a failure should take only the directory
     /// offline instead of stopping the process.
-    pub fn start(db: Arc<Db>, faults: Arc<Faults>, isolate: Option<Arc<AtomicBool>>) -> WalSyncer {
+    pub fn start(log: Arc<SegLog>, faults: Arc<Faults>, isolate: Option<Arc<AtomicBool>>) -> WalSyncer {
         let (tx, rx) = mpsc::channel::<Done>();
         let stats = Arc::new(WalSyncStats::default());
         let st = stats.clone();
@@ -58,10 +59,7 @@ impl WalSyncer {
                         continue;
                     }
                     let started = std::time::Instant::now();
-                    let result = faults
-                        .before_fsync()
-                        .map_err(crate::raft::io_err)
-                        .and_then(|()| db.sync_wal().map_err(crate::raft::io_err));
+                    let result = faults.before_fsync().map_err(crate::raft::io_err).and_then(|()| log.sync());
                     let m = crate::metrics::get();
                     m.fsync_duration.observe(started.elapsed().as_secs_f64());
                     m.appends_per_fsync.observe(waiting.len() as f64);
@@ -70,14 +68,14 @@ impl WalSyncer {
                     if let Err(e) = &result {
                         // Nothing waiting is acknowledged, and nothing after it may be.
                         if let Some(offline) = &isolate {
-                            tracing::error!(error = %e, "WAL fsync failed: this data directory goes offline");
+                            tracing::error!(error = %e, "Raft log fsync failed: this data directory goes offline");
                             offline.store(true, Ordering::Relaxed);
                             for done in waiting {
-                                done(Err(std::io::Error::other(format!("WAL fsync failed: {e}"))));
+                                done(Err(std::io::Error::other(format!("Raft log fsync failed: {e}"))));
                             }
                             continue;
                         }
-                        tracing::error!(error = %e, "WAL fsync failed: stopping the node now");
+                        tracing::error!(error = %e, "Raft log fsync failed: stopping the node now");
                         std::process::abort();
                     }
                     for done in waiting {
@@ -89,10 +87,10 @@ impl WalSyncer {
         WalSyncer { tx, stats }
     }
 
-    /// Calls `done` once everything written to the database before this call is durable.
+    /// Calls `done` once everything written to the log before this call is durable.
     pub fn after_sync(&self, done: impl FnOnce(std::io::Result<()>) + Send + 'static) {
         if let Err(mpsc::SendError(done)) = self.tx.send(Box::new(done)) {
-            done(Err(std::io::Error::other("the WAL fsync thread has stopped")));
+            done(Err(std::io::Error::other("the Raft log fsync thread has stopped")));
         }
     }
 
