@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use diskless_cluster_tests::*;
 use diskless_proto::admin::TriggerSnapshotRequest;
 
-const NODE_METRICS: [&str; 28] = [
+const NODE_METRICS: [&str; 29] = [
     "diskless_raft_has_leader",
     "diskless_raft_is_leader",
     "diskless_raft_replica_member",
@@ -37,6 +37,7 @@ const NODE_METRICS: [&str; 28] = [
     "diskless_forwarded_requests_total",
     "diskless_strict_read_duration_seconds",
     "diskless_rocksdb_size_bytes",
+    "diskless_raft_log_size_bytes",
     "diskless_data_dir_size_bytes",
 ];
 
@@ -135,6 +136,7 @@ async fn nodes_and_brokers_export_metrics_that_move_with_traffic() {
         let leaders = metric_sum(&text, "diskless_raft_leader_changes_total").unwrap_or(0.0);
         assert!(leaders >= f64::from(groups), "node {id} saw a leader take over each partition: {leaders}");
         assert!(metric_sum(&text, "diskless_rocksdb_size_bytes").unwrap_or(0.0) > 0.0, "node {id}: RocksDB size");
+        assert!(metric_sum(&text, "diskless_raft_log_size_bytes").unwrap_or(0.0) > 0.0, "node {id}: Raft log size");
         node_names.extend(names);
     }
     let before = node_figures(&c).await;

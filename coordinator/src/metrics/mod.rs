@@ -103,6 +103,7 @@ pub struct Metrics {
     pub strict_read_duration: HistogramFamily<Via>,
     // Disk.
     pub rocksdb_bytes: Gauge,
+    pub raft_log_bytes: Gauge,
     pub data_dir_bytes: Gauge,
 }
 
@@ -253,12 +254,17 @@ impl Metrics {
             ),
             rocksdb_bytes: reg!(
                 "diskless_rocksdb_size_bytes",
-                "Bytes of the RocksDB files in the data directory (logs and state of every metadata partition)",
+                "Bytes of the RocksDB files in the data directory (state, votes and purge points of every metadata partition)",
+                Gauge::default()
+            ),
+            raft_log_bytes: reg!(
+                "diskless_raft_log_size_bytes",
+                "Bytes of the Raft log's segment files in the data directory (every metadata partition's log; preallocated)",
                 Gauge::default()
             ),
             data_dir_bytes: reg!(
                 "diskless_data_dir_size_bytes",
-                "Bytes of everything in the data directory (RocksDB and snapshot files)",
+                "Bytes of everything in the data directory (RocksDB, Raft log and snapshot files)",
                 Gauge::default()
             ),
             registry: r,

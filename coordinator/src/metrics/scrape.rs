@@ -52,11 +52,12 @@ async fn render(node: Weak<Node>) -> String {
         drop(node);
         // Summed over the data directories.
         let sizes = tokio::task::spawn_blocking(move || {
-            dirs.iter().map(|d| dir_sizes(d)).fold((0, 0), |(a, r), (x, y)| (a + x, r + y))
+            dirs.iter().map(|d| dir_sizes(d)).fold((0, 0, 0), |(a, r, l), (x, y, z)| (a + x, r + y, l + z))
         });
-        if let Ok((all, rocksdb)) = sizes.await {
+        if let Ok((all, rocksdb, log)) = sizes.await {
             get().data_dir_bytes.set(all as i64);
             get().rocksdb_bytes.set(rocksdb as i64);
+            get().raft_log_bytes.set(log as i64);
         }
     }
     get().encode()
@@ -91,8 +92,9 @@ fn sample(node: &Node) {
     }
 }
 
-/// Bytes under `dir`, and under `dir/rocksdb` (files that vanish while walking are skipped).
-fn dir_sizes(dir: &Path) -> (u64, u64) {
+/// Bytes under `dir`, under `dir/rocksdb` and under the Raft log's directory (files that vanish
+/// while walking are skipped).
+fn dir_sizes(dir: &Path) -> (u64, u64, u64) {
     fn walk(p: &Path) -> u64 {
         let Ok(entries) = std::fs::read_dir(p) else { return 0 };
         entries
@@ -104,7 +106,7 @@ fn dir_sizes(dir: &Path) -> (u64, u64) {
             })
             .sum()
     }
-    (walk(dir), walk(&dir.join("rocksdb")))
+    (walk(dir), walk(&dir.join("rocksdb")), walk(&crate::raft::home::DataDir::log_path(dir)))
 }
 
 /// Starts one task per group counting leader changes: a leader this node had not seen for the

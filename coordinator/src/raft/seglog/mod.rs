@@ -593,6 +593,15 @@ impl SegLog {
     }
 }
 
+impl Drop for SegLog {
+    fn drop(&mut self) {
+        // The spare being prepared is not left writing after the log is gone.
+        if let Some(h) = self.lock().spare.take() {
+            let _ = h.join();
+        }
+    }
+}
+
 impl Inner {
     fn replay(&mut self, seq: u64, kind: Kind, g: u32, index: u64, offset: u64, len: u32) {
         match kind {
