@@ -46,15 +46,17 @@ pub fn open(config: &NodeConfig, faults: Arc<Faults>) -> anyhow::Result<Opened> 
             SegLog::open(&DataDir::log_path(&path), config.raft.log_segment_bytes)
                 .with_context(|| format!("open the Raft log in {}", path.display()))?,
         );
-        if log.was_fresh() {
-            anyhow::ensure!(
-                !placement::log_marked(&db)?,
-                "data directory {}: its Raft log ({}) is missing or empty, but the directory had one: the \
-                 entries this node acknowledged are gone. Remove the whole data directory and add the node \
-                 again (coordctl add-node), or restore it from a backup",
-                path.display(),
-                DataDir::log_path(&path).display()
-            );
+        // Marked whenever unmarked (a crash may come between the log's creation and the mark).
+        let marked = placement::log_marked(&db)?;
+        anyhow::ensure!(
+            !(log.was_fresh() && marked),
+            "data directory {}: its Raft log ({}) is missing or empty, but the directory had one: the \
+             entries this node acknowledged are gone. Remove the whole data directory and add the node \
+             again (coordctl add-node), or restore it from a backup",
+            path.display(),
+            DataDir::log_path(&path).display()
+        );
+        if !marked {
             placement::mark_log(&db)?;
         }
         let state = placement::open_dir(&db, &path, config.node_id, n, cluster)?;

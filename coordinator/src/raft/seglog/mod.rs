@@ -158,7 +158,12 @@ fn corrupt(what: String) -> io::Error {
 impl SegLog {
     /// Opens (creating it if needed) the log in `dir`: recovery, then a new segment to write to.
     pub fn open(dir: &Path, segment_bytes: u64) -> anyhow::Result<SegLog> {
-        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        if !dir.exists() {
+            std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+            if let Some(parent) = dir.parent() {
+                segment::sync_dir(parent).with_context(|| format!("sync {}", parent.display()))?;
+            }
+        }
         segment::remove_spare(dir).with_context(|| format!("remove the spare segment in {}", dir.display()))?;
         Self::load(dir, segment_bytes.max(1 << 20), true)
     }
@@ -197,9 +202,21 @@ impl SegLog {
             let last = i + 1 == seqs.len();
             let s = segment::scan(dir, seq).with_context(|| format!("read the Raft log in {}", dir.display()))?;
             if s.blank && last {
-                // Switched to but never synced: it holds nothing acknowledged.
+                // Switched to but never synced: it holds nothing acknowledged. Kept aside, not
+                // deleted, if anything but zeros is in it (evidence, should it be damage).
                 if writable {
-                    std::fs::remove_file(segment::path(dir, seq))?;
+                    if s.written_end > 0 {
+                        let aside = dir.join(format!("{seq:016x}.blank-header"));
+                        tracing::warn!(
+                            segment = seq,
+                            "the Raft log's last segment has no header; moved aside to {}",
+                            aside.display()
+                        );
+                        std::fs::rename(segment::path(dir, seq), aside)?;
+                    } else {
+                        std::fs::remove_file(segment::path(dir, seq))?;
+                    }
+                    segment::sync_dir(dir)?;
                 }
                 continue;
             }
@@ -212,14 +229,21 @@ impl SegLog {
                 );
             }
             if !s.sealed {
-                if s.written_end > s.end {
-                    tracing::info!(
+                if s.written_end > s.end && writable {
+                    // Bytes past the last good record: a write torn by a crash (never synced, so
+                    // never acknowledged) or damage — indistinguishable here. Kept in a file
+                    // before they are zeroed.
+                    let aside = dir.join(format!("{seq:016x}-{}.torn", s.end));
+                    let bytes = std::fs::read(segment::path(dir, seq))?;
+                    std::fs::write(&aside, &bytes[s.end as usize..s.written_end as usize])?;
+                    tracing::warn!(
                         dir = %dir.display(),
                         segment = seq,
                         offset = s.end,
-                        "the Raft log ends at {} (a torn tail up to offset {} is wiped)",
+                        "the Raft log ends at {}; the {} bytes after it (a torn write) are kept in {} and zeroed",
                         s.stopped.as_deref().unwrap_or("?"),
-                        s.written_end
+                        s.written_end - s.end,
+                        aside.display()
                     );
                 }
                 let size = std::fs::metadata(segment::path(dir, seq))?.len();
@@ -268,6 +292,15 @@ impl SegLog {
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes an I/O failure: what is on disk is unknown (a failed fsync may have dropped dirty
+    /// pages that a later fsync would then not report), so nothing more is written or synced.
+    fn fail(inner: &mut Inner, e: io::Error) -> io::Error {
+        if inner.failed.is_none() {
+            inner.failed = Some(e.to_string());
+        }
+        e
     }
 
     fn usable(&self, inner: &Inner) -> io::Result<()> {
@@ -330,8 +363,7 @@ impl SegLog {
             let at = this.room(inner, buf.len() as u64)?;
             let file = inner.segments[&inner.current].file.clone();
             if let Err(e) = file.write_all_at(buf, at) {
-                inner.failed = Some(e.to_string());
-                return Err(e);
+                return Err(Self::fail(inner, e));
             }
             let seq = inner.current;
             let mut start = 0usize;
@@ -376,8 +408,7 @@ impl SegLog {
                 self.start_segment(inner, next, bytes)
             })();
             if let Err(e) = r {
-                inner.failed = Some(e.to_string());
-                return Err(e);
+                return Err(Self::fail(inner, e));
             }
             // Relocation appends too: never from within itself, and once per call.
             if !inner.relocating && !relocated {
@@ -392,9 +423,11 @@ impl SegLog {
 
     fn start_segment(&self, inner: &mut Inner, seq: u64, bytes: u64) -> io::Result<()> {
         if let Some(h) = inner.spare.take() {
-            // A failed preparation is redone by `activate`.
-            if let Ok(Err(e)) = h.join() {
-                tracing::warn!(dir = %self.dir.display(), error = %e, "preparing a spare Raft log segment failed");
+            // A failed preparation is removed (its zeros may not be durable) and redone by
+            // `activate`.
+            if !matches!(h.join(), Ok(Ok(()))) {
+                tracing::warn!(dir = %self.dir.display(), "preparing a spare Raft log segment failed; preparing it again");
+                segment::remove_spare(&self.dir)?;
             }
         }
         let file = segment::activate(&self.dir, seq, bytes)?;
@@ -475,12 +508,16 @@ impl SegLog {
                 break;
             }
             if !synced {
-                inner.segments[&inner.current].file.sync_data()?;
+                if let Err(e) = inner.segments[&inner.current].file.sync_data() {
+                    return Err(Self::fail(inner, e));
+                }
                 synced = true;
             }
-            std::fs::remove_file(segment::path(&self.dir, seq))?;
-            segment::sync_dir(&self.dir)?;
             inner.segments.remove(&seq);
+            let gone = std::fs::remove_file(segment::path(&self.dir, seq)).and_then(|()| segment::sync_dir(&self.dir));
+            if let Err(e) = gone {
+                return Err(Self::fail(inner, e));
+            }
         }
         Ok(())
     }
@@ -490,8 +527,7 @@ impl SegLog {
         record::encode(&mut b, kind, g, index, &[]);
         let at = self.room(inner, b.len() as u64)?;
         if let Err(e) = inner.segments[&inner.current].file.write_all_at(&b, at) {
-            inner.failed = Some(e.to_string());
-            return Err(e);
+            return Err(Self::fail(inner, e));
         }
         inner.offset = at + b.len() as u64;
         Ok(())
@@ -521,7 +557,9 @@ impl SegLog {
             return Ok(());
         }
         self.write_record(&mut inner, Kind::Drop, g, 0)?;
-        inner.segments[&inner.current].file.sync_data()?;
+        if let Err(e) = inner.segments[&inner.current].file.sync_data() {
+            return Err(Self::fail(&mut inner, e));
+        }
         inner.forget(g);
         self.collect(&mut inner)
     }
@@ -570,7 +608,7 @@ impl SegLog {
             inner.segments[&inner.current].file.clone()
         };
         // Earlier segments were synced when they were sealed.
-        file.sync_data()
+        file.sync_data().map_err(|e| Self::fail(&mut self.lock(), e))
     }
 
     pub fn figures(&self) -> LogFigures {
@@ -662,29 +700,33 @@ pub fn copy_group(
         dst.drop_group(g)?;
     }
     let (mut copied, mut count) = (0, 0);
-    match src.bounds(g) {
-        Some((first, last)) => {
-            let mut at = from.map_or(first, |f| f.max(first));
-            while at <= last {
-                let (start, chunk) = src.read(g, at, (at + 256).min(last + 1))?;
-                if chunk.is_empty() {
-                    // Purged or truncated meanwhile: the next pass or the switch copies the rest.
-                    break;
-                }
-                let entries: Vec<(u64, Vec<u8>)> =
-                    chunk.into_iter().enumerate().map(|(i, b)| (start + i as u64, b)).collect();
-                let bytes: u64 = entries.iter().map(|(_, b)| b.len() as u64).sum();
-                at = start + entries.len() as u64;
-                dst.append(g, &entries)?;
-                copied += bytes;
-                count += entries.len() as u64;
-                if !pace(bytes) {
-                    return Err(io::Error::new(io::ErrorKind::Interrupted, "cancelled"));
-                }
-            }
-            dst.truncate(g, last + 1)?;
+    let mut at = from.unwrap_or(0);
+    // The source's bounds are read again for every chunk: a purge while copying moves its first
+    // index past what is left to copy (copying goes on from there, never leaving a hole), a
+    // truncation moves its last back (the next pass or the switch copies from there: it is noted).
+    loop {
+        let Some((first, last)) = src.bounds(g) else {
+            dst.truncate(g, at)?;
+            break;
+        };
+        at = at.max(first);
+        if at > last {
+            dst.truncate(g, at)?;
+            break;
         }
-        None => dst.truncate(g, from.unwrap_or(0))?,
+        let (start, chunk) = src.read(g, at, (at + 256).min(last + 1))?;
+        if chunk.is_empty() {
+            continue;
+        }
+        let entries: Vec<(u64, Vec<u8>)> = chunk.into_iter().enumerate().map(|(i, b)| (start + i as u64, b)).collect();
+        let bytes: u64 = entries.iter().map(|(_, b)| b.len() as u64).sum();
+        at = start + entries.len() as u64;
+        dst.append(g, &entries)?;
+        copied += bytes;
+        count += entries.len() as u64;
+        if !pace(bytes) {
+            return Err(io::Error::new(io::ErrorKind::Interrupted, "cancelled"));
+        }
     }
     if let Some(p) = src.purged(g) {
         dst.purge(g, p)?;

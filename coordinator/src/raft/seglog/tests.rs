@@ -203,6 +203,12 @@ fn a_torn_tail_loses_only_unsynced_entries_and_never_revives_them() {
         let (first, last) = log.bounds(0).unwrap();
         assert_eq!(first, 1);
         assert!((10..=20).contains(&last), "damage {damage}: last {last}");
+        if damage % 2 == 1 {
+            // The bytes that were zeroed are kept aside.
+            let kept =
+                std::fs::read_dir(&dir).unwrap().flatten().any(|e| e.file_name().to_string_lossy().ends_with(".torn"));
+            assert!(kept, "damage {damage}: no .torn file");
+        }
         let (_, got) = log.read(0, 1, last + 1).unwrap();
         for (k, b) in got.iter().enumerate() {
             assert_eq!(b, &payload(0, 1 + k as u64, 3_000));
@@ -331,4 +337,27 @@ fn copying_a_group_reproduces_its_log() {
     drop(b);
     let b = reopen(&tmp.path().join("b"), &BTreeMap::from([(3, 10)]));
     assert_eq!(b.read(3, 11, 46).unwrap(), a.read(3, 11, 46).unwrap());
+}
+
+/// A purge at the source while a copy runs (a snapshot taken mid-move) moves the copy on to the
+/// source's new first entry: the copy never has a hole.
+#[test]
+fn a_purge_during_a_copy_leaves_no_hole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (SegLog::open(&tmp.path().join("a"), SEG).unwrap(), SegLog::open(&tmp.path().join("b"), SEG).unwrap());
+    let entries: Vec<(u64, Vec<u8>)> = (1..=2_000).map(|i| (i, payload(4, i, 100))).collect();
+    a.append(4, &entries).unwrap();
+    let mut chunks = 0;
+    copy_group(&a, &b, 4, None, &mut |_| {
+        chunks += 1;
+        if chunks == 1 {
+            // Far past the next chunk.
+            a.purge(4, 1_500).unwrap();
+        }
+        true
+    })
+    .unwrap();
+    assert_eq!(b.bounds(4), Some((1_501, 2_000)));
+    assert_eq!(b.read(4, 1_501, 2_001).unwrap(), a.read(4, 1_501, 2_001).unwrap());
+    assert_eq!(b.purged(4), Some(1_500));
 }
