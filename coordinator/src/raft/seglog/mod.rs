@@ -234,8 +234,7 @@ impl SegLog {
                     // never acknowledged) or damage — indistinguishable here. Kept in a file
                     // before they are zeroed.
                     let aside = dir.join(format!("{seq:016x}-{}.torn", s.end));
-                    let bytes = std::fs::read(segment::path(dir, seq))?;
-                    std::fs::write(&aside, &bytes[s.end as usize..s.written_end as usize])?;
+                    std::fs::write(&aside, &s.tail)?;
                     tracing::warn!(
                         dir = %dir.display(),
                         segment = seq,
@@ -624,10 +623,6 @@ impl SegLog {
             bytes,
             relocated_entries: self.relocated.load(std::sync::atomic::Ordering::Relaxed),
         }
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 }
 

@@ -119,6 +119,8 @@ pub struct Scanned {
     pub stopped: Option<String>,
     /// Just past the file's last non-zero byte: bytes of a torn tail may lie in `[end, this)`.
     pub written_end: u64,
+    /// The bytes in `[end, written_end)` when not sealed (a torn tail, to keep aside).
+    pub tail: Vec<u8>,
 }
 
 /// Reads segment `seq` of `dir` (a header that names another segment or is damaged, but not
@@ -129,13 +131,22 @@ pub fn scan(dir: &Path, seq: u64) -> io::Result<Scanned> {
     let bad = |why: String| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {why}", path.display()));
     let head = bytes.get(..20).ok_or_else(|| bad("shorter than a segment header".into()))?;
     if head.iter().all(|&b| b == 0) {
-        return Ok(Scanned { blank: true, records: vec![], end: FIRST, sealed: false, stopped: None, written_end: 0 });
+        return Ok(Scanned {
+            blank: true,
+            records: vec![],
+            end: FIRST,
+            sealed: false,
+            stopped: None,
+            written_end: 0,
+            tail: vec![],
+        });
     }
     if head != header(seq) {
         return Err(bad(format!("its header is not that of segment {seq}")));
     }
     let written_end = bytes.iter().rposition(|&b| b != 0).map_or(0, |p| p as u64 + 1);
-    let mut out = Scanned { blank: false, records: vec![], end: FIRST, sealed: false, stopped: None, written_end };
+    let mut out =
+        Scanned { blank: false, records: vec![], end: FIRST, sealed: false, stopped: None, written_end, tail: vec![] };
     let mut at = FIRST as usize;
     loop {
         match record::parse(bytes.get(at..).unwrap_or_default()) {
@@ -164,6 +175,9 @@ pub fn scan(dir: &Path, seq: u64) -> io::Result<Scanned> {
         }
     }
     out.end = at as u64;
+    if !out.sealed && written_end > out.end {
+        out.tail = bytes[at..written_end as usize].to_vec();
+    }
     Ok(out)
 }
 

@@ -167,6 +167,12 @@ fn position(log: &SegLog) -> (u64, u64) {
     (inner.current, inner.offset)
 }
 
+/// Damage: `bytes` written over segment `seq` of `dir` at `at`.
+fn overwrite(dir: &Path, seq: u64, at: u64, bytes: &[u8]) {
+    let f = std::fs::OpenOptions::new().write(true).open(segment::path(dir, seq)).unwrap();
+    f.write_all_at(bytes, at).unwrap();
+}
+
 /// Appends `n` entries of group 0 from `from`; returns them.
 fn fill(log: &SegLog, from: u64, n: u64, len: usize) -> Vec<(u64, Vec<u8>)> {
     let entries: Vec<(u64, Vec<u8>)> = (from..from + n).map(|i| (i, payload(0, i, len))).collect();
@@ -191,14 +197,12 @@ fn a_torn_tail_loses_only_unsynced_entries_and_never_revives_them() {
         assert_eq!(seq, seq2);
         drop(log);
         // The damage: a cut (zeros from a point on) or a garbled byte, somewhere in the tail.
-        let f = std::fs::OpenOptions::new().write(true).open(segment::path(&dir, seq)).unwrap();
         let at = synced_end + (end - synced_end) * damage / 40;
         if damage % 2 == 0 {
-            f.write_all_at(&vec![0u8; (end - at) as usize], at).unwrap();
+            overwrite(&dir, seq, at, &vec![0u8; (end - at) as usize]);
         } else {
-            f.write_all_at(&[0x5a], at + 9).unwrap();
+            overwrite(&dir, seq, at + 9, &[0x5a]);
         }
-        drop(f);
         let log = SegLog::open(&dir, SEG).unwrap();
         let (first, last) = log.bounds(0).unwrap();
         assert_eq!(first, 1);
@@ -237,9 +241,7 @@ fn damage_in_a_sealed_segment_is_refused() {
     assert!(current >= 2);
     drop(log);
     let sealed = current - 1;
-    let f = std::fs::OpenOptions::new().write(true).open(segment::path(&dir, sealed)).unwrap();
-    f.write_all_at(&[0xff], segment::FIRST + 30).unwrap();
-    drop(f);
+    overwrite(&dir, sealed, segment::FIRST + 30, &[0xff]);
     let e = SegLog::open(&dir, SEG).unwrap_err();
     assert!(format!("{e:#}").contains("corrupt"), "{e:#}");
     assert!(format!("{e:#}").contains(&format!("{sealed:016x}")), "{e:#}");
@@ -299,9 +301,7 @@ fn a_blank_last_segment_is_dropped_at_open() {
     let (current, _) = position(&log);
     assert!(current >= 2);
     drop(log);
-    let f = std::fs::OpenOptions::new().write(true).open(segment::path(&dir, current)).unwrap();
-    f.write_all_at(&[0u8; 64], 0).unwrap();
-    drop(f);
+    overwrite(&dir, current, 0, &[0u8; 64]);
     let log = SegLog::open(&dir, SEG).unwrap();
     let (first, last) = log.bounds(0).unwrap();
     assert_eq!(first, 1);
