@@ -2,14 +2,20 @@
 //! the typed command, over the peers' `RaftService.Execute`, and applied exactly once on the
 //! leader; a strict read is forwarded the same way; a client still gets the per-item answers in
 //! request order. `Execute` is a peer method: on a secure cluster a certificate naming no member
-//! is refused on the peer listener, and nobody reaches it on the client listener.
+//! is refused on the peer listener, and nobody reaches it on the client listener. A forwarded
+//! request names the leader replica it is meant for, and a node that is not that replica, or is
+//! of another cluster, runs nothing of it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use diskless_cluster_tests::*;
+use diskless_coordinator::node::route::{Routed, Served, Write};
+use diskless_coordinator::node::RouteError;
+use diskless_coordinator::state_machine::{CommitBatch, CommitFile, Outcome, TopicPartition};
+use diskless_coordinator::storage::codec;
 use diskless_proto::internal::raft_service_client::RaftServiceClient;
-use diskless_proto::internal::ExecuteRequest;
+use diskless_proto::internal::{Addressee, ExecuteRequest, IdentifyRequest};
 use diskless_proto::metadata_partition_for;
 use diskless_tls::ClientTls;
 use tonic::transport::{Channel, Endpoint};
@@ -92,7 +98,7 @@ fn channel(addr: &str, tls: Option<Arc<ClientTls>>) -> Channel {
 async fn execute_is_refused_to_non_members_and_on_the_client_listener() {
     let c = Cluster::start(3, Options { tls: true, groups: 1, ..Options::default() }).await;
     let as_ = |name: &str| Some(ClientTls::new(&c.tls_files(name)).expect("client TLS"));
-    let garbage = || ExecuteRequest { group: 0, payload: vec![0xff; 8], timeout_ms: 1_000 };
+    let garbage = || ExecuteRequest { group: 0, payload: vec![0xff; 8], timeout_ms: 1_000, to: None };
     let peer = c.peer_addr(1).unwrap().to_string();
 
     // A certificate of the cluster's CA that names no member, on the peer listener.
@@ -104,4 +110,76 @@ async fn execute_is_refused_to_non_members_and_on_the_client_listener() {
     // The control: a member's certificate reaches the handler (which refuses the garbage).
     let e = RaftServiceClient::new(channel(&peer, as_("node-2"))).execute(garbage()).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+}
+
+/// A one-batch commit of 7 records to partition `p` of `topic`, as a forwarding node sends it.
+fn routed_commit(object_key: &str, topic: &[u8], p: i32) -> Vec<u8> {
+    let tp = TopicPartition { topic_id: uuid::Uuid::from_slice(topic).unwrap(), partition: p };
+    let batch = CommitBatch {
+        magic: 2,
+        request_id: 0,
+        tp,
+        byte_offset: 0,
+        size: 100,
+        base_offset: 0,
+        last_offset: 6,
+        batch_max_timestamp: 1,
+        timestamp_type: 0,
+        producer_id: -1,
+        producer_epoch: -1,
+        base_sequence: -1,
+        last_sequence: -1,
+    };
+    let file = CommitFile {
+        deadline_ms: None,
+        object_key: object_key.into(),
+        object_format: 1,
+        file_size: 100,
+        uploader_broker_id: 1,
+        owner_ids: vec![0],
+        batches: vec![batch],
+    };
+    codec::encode(&Routed::Write(Write::Commit(file))).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_request_meant_for_another_replica_or_cluster_runs_nothing() {
+    let c = Cluster::start(3, Options { groups: 1, leader_balance_ms: 0, ..Options::default() }).await;
+    c.wait_for_leaders(Duration::from_secs(60)).await;
+    let topic = topic_id(9);
+    create_topic(&mut c.client(1).await, &topic, "addressed", 1).await;
+    let leader = c.leaders(1).await[0];
+    let addr = c.peer_addr(leader).unwrap_or(c.addr(leader)).to_string();
+    let mut raft = RaftServiceClient::new(channel(&addr, None));
+    let me = raft.identify(IdentifyRequest {}).await.expect("identify").into_inner();
+    let right = Addressee { node_id: leader, incarnation: me.incarnations[0], cluster_id: me.cluster_id.clone() };
+
+    let execute = |to: Option<Addressee>, key: &'static str| {
+        let mut raft = raft.clone();
+        let topic = topic.clone();
+        async move {
+            let request = ExecuteRequest { group: 0, payload: routed_commit(key, &topic, 0), timeout_ms: 10_000, to };
+            let reply = raft.execute(request).await.expect("execute").into_inner();
+            codec::decode::<Result<Served, RouteError>>(b"reply", &reply.payload).expect("reply")
+        }
+    };
+    let wrong = [
+        Addressee { incarnation: right.incarnation ^ 1, ..right.clone() },
+        Addressee { node_id: leader % 3 + 1, ..right.clone() },
+        Addressee { cluster_id: vec![7; 16], ..right.clone() },
+    ];
+    for (i, to) in wrong.into_iter().enumerate() {
+        let r = execute(Some(to.clone()), ["a", "b", "c"][i]).await;
+        assert!(matches!(r, Err(RouteError::NotLeader { group: 0, .. })), "{to:?}: {r:?}");
+    }
+    let hwm = high_watermark(&mut c.client(leader).await, &topic, 0).await.unwrap();
+    assert_eq!(hwm, 0, "nothing of a request meant for another replica or cluster is applied");
+
+    // The control: the right addressee, and a sender of an earlier release that names none.
+    for (to, key) in [(Some(right), "d"), (None, "e")] {
+        let r = execute(to, key).await;
+        let Ok(Served::Written(Outcome::CommitFile(batches), _)) = &r else { panic!("{r:?}") };
+        assert!(batches.iter().all(|b| b.is_ok()), "{r:?}");
+    }
+    assert_eq!(high_watermark(&mut c.client(leader).await, &topic, 0).await.unwrap(), 14);
 }

@@ -440,10 +440,15 @@ impl Node {
 
     /// The leader of `g` as this node knows it, with its address.
     pub fn leader(&self, g: u32) -> Option<(NodeId, String)> {
+        self.leader_replica(g).map(|(id, r)| (id, r.addr))
+    }
+
+    /// The leader of `g` as this node knows it, with its address and replica incarnation.
+    pub fn leader_replica(&self, g: u32) -> Option<(NodeId, Replica)> {
         let m = self.metrics(g).ok()?;
         let id = m.current_leader?;
-        let addr = m.membership_config.membership().get_node(&id)?.addr.clone();
-        Some((id, addr))
+        let replica = m.membership_config.membership().get_node(&id)?.clone();
+        Some((id, replica))
     }
 
     /// Every node of `g`'s membership with its address.

@@ -82,16 +82,16 @@ pub enum Answer {
     LiveBrokers { brokers: Vec<(i32, BrokerRecord)>, now_ms: i64 },
 }
 
-/// What `Execute` carries.
+/// What `Execute` carries (bincode; public for tests that speak `Execute` themselves).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-enum Routed {
+pub enum Routed {
     Write(Write),
     Read(Read),
 }
 
 /// What `Execute` answers (inside a `Result<_, RouteError>`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-enum Served {
+pub enum Served {
     Written(Outcome, u64),
     Read(Answer),
 }
@@ -124,9 +124,10 @@ impl Node {
         if hop == Hop::Here || self.raft(g)?.is_leader() {
             return self.serve_here(g, routed, timeout).await;
         }
-        let Some((leader, addr)) = self.leader(g).filter(|(id, _)| *id != self.id) else {
+        let Some((leader, replica)) = self.leader_replica(g).filter(|(id, _)| *id != self.id) else {
             return Err(RouteError::NotLeader { group: g, leader: None });
         };
+        let (addr, incarnation) = (replica.addr, replica.incarnation);
         if self.peers.faults.is_blocked(leader) {
             // A cut network (fault injection): as when the connection cannot be made.
             return Err(RouteError::NotLeader { group: g, leader: Some((leader, addr)) });
@@ -136,7 +137,8 @@ impl Node {
         let payload =
             codec::encode(&routed).map_err(|e| RouteError::Failed { group: g, message: format!("encoding: {e}") })?;
         let timeout_ms = timeout.as_millis().min(u128::from(u32::MAX)) as u32;
-        let mut request = tonic::Request::new(ExecuteRequest { group: g, payload, timeout_ms });
+        let to = Some(self.identity().addressee(leader, incarnation));
+        let mut request = tonic::Request::new(ExecuteRequest { group: g, payload, timeout_ms, to });
         request.set_timeout(timeout + FORWARD_GRACE);
         let r = RaftServiceClient::new(channel)
             .max_decoding_message_size(256 << 20)
@@ -173,7 +175,9 @@ impl Node {
     }
 
     /// The receiving end of `Execute`: runs a forwarded request here (never forwarding again).
-    /// An undecodable request is refused (nothing run).
+    /// An undecodable request is refused (nothing run); so is one meant for another node, replica
+    /// or cluster (answered "not the leader": a sender whose view of the membership is wrong
+    /// retries elsewhere, and nothing of another cluster's is applied here).
     pub async fn execute(&self, request: ExecuteRequest) -> Result<ExecuteReply, tonic::Status> {
         let routed: Routed = codec::decode(b"execute request", &request.payload)
             .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
@@ -181,7 +185,16 @@ impl Node {
             0 => DEFAULT_TIMEOUT,
             ms => Duration::from_millis(u64::from(ms)),
         };
-        let served = self.serve_here(request.group, routed, timeout).await;
+        let g = request.group;
+        let admitted = match &request.to {
+            Some(to) => self.identity().admit_forwarded(g, to).is_ok(),
+            None => true,
+        };
+        let served = if admitted {
+            self.serve_here(g, routed, timeout).await
+        } else {
+            Err(RouteError::NotLeader { group: g, leader: None })
+        };
         let payload = codec::encode(&served).map_err(|e| tonic::Status::internal(e.to_string()))?;
         Ok(ExecuteReply { payload })
     }

@@ -151,6 +151,17 @@ impl Identity {
         r.map(|_| ())
     }
 
+    /// Checks that a request another node forwarded (`Execute`) is for this node's replica of
+    /// `group` and comes from this node's cluster, as [`admit`](Self::admit) does for Raft
+    /// messages; never adopts the sender's cluster id (only Raft messages add a node to a cluster).
+    pub fn admit_forwarded(&self, group: u32, to: &Addressee) -> Result<(), Refusal> {
+        let r = self.check(group, Some(to));
+        if let Err(e) = &r {
+            self.log_refusal(e);
+        }
+        r.map(|_| ())
+    }
+
     /// [`admit`](Self::admit) without side effects: returns a cluster id to adopt, if any.
     fn check(&self, group: u32, to: Option<&Addressee>) -> Result<Option<ClusterId>, Refusal> {
         let to = to.ok_or(Refusal::NoAddressee)?;
@@ -177,7 +188,7 @@ impl Identity {
         if now.saturating_sub(last) >= 10_000
             && self.last_refusal_logged.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
         {
-            tracing::warn!("refusing Raft messages: {e}");
+            tracing::warn!("refusing Raft messages or forwarded requests: {e}");
         }
     }
 }
