@@ -27,6 +27,10 @@ mod report;
 mod system;
 mod workload;
 
+// The bench runs our nodes by re-executing itself: the nodes' allocator.
+#[global_allocator]
+static ALLOCATOR: diskless_coordinator::NodeAllocator = diskless_coordinator::NodeAllocator;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
