@@ -4,7 +4,8 @@
 //! request order. `Execute` is a peer method: on a secure cluster a certificate naming no member
 //! is refused on the peer listener, and nobody reaches it on the client listener. A forwarded
 //! request names the leader replica it is meant for, and a node that is not that replica, or is
-//! of another cluster, runs nothing of it.
+//! of another cluster, runs nothing of it. A request that meets a leadership transfer on its way
+//! is asked again of the new leader instead of failing.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,6 +15,7 @@ use diskless_coordinator::node::route::{Routed, Served, Write};
 use diskless_coordinator::node::RouteError;
 use diskless_coordinator::state_machine::{CommitBatch, CommitFile, Outcome, TopicPartition};
 use diskless_coordinator::storage::codec;
+use diskless_proto::admin::{FaultRequest, TransferLeaderRequest};
 use diskless_proto::internal::raft_service_client::RaftServiceClient;
 use diskless_proto::internal::{Addressee, ExecuteRequest, IdentifyRequest};
 use diskless_proto::metadata_partition_for;
@@ -182,4 +184,47 @@ async fn a_forwarded_request_meant_for_another_replica_or_cluster_runs_nothing()
         assert!(batches.iter().all(|b| b.is_ok()), "{r:?}");
     }
     assert_eq!(high_watermark(&mut c.client(leader).await, &topic, 0).await.unwrap(), 14);
+}
+
+/// Node `on` sends nothing to the nodes `to` (none: heals).
+async fn block(c: &Cluster, on: u64, to: &[u64]) {
+    c.admin(on)
+        .await
+        .inject_fault(FaultRequest { block_node_ids: to.to_vec(), ..Default::default() })
+        .await
+        .expect("inject fault");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_through_a_follower_rides_through_a_leadership_transfer() {
+    let c = Cluster::start(3, Options { groups: 1, leader_balance_ms: 0, ..Options::default() }).await;
+    c.wait_for_leaders(Duration::from_secs(60)).await;
+    let topic = topic_id(11);
+    create_topic(&mut c.client(1).await, &topic, "moving", 1).await;
+    let old = c.leaders(1).await[0];
+    let others: Vec<u64> = c.ids().into_iter().filter(|&id| id != old).collect();
+    let (new, via) = (others[0], others[1]);
+
+    // Leadership moves to `new`, which tells `via` nothing yet: `via` still takes `old` for the
+    // leader, and `old` answers "not the leader".
+    block(&c, new, &[via]).await;
+    c.admin(old)
+        .await
+        .transfer_leader(TransferLeaderRequest { metadata_partition: 0, to_node_id: new })
+        .await
+        .expect("transfer");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.leaders(new).await[0] != new {
+        assert!(Instant::now() < deadline, "node {new} did not take the lead");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut client = c.client(via).await;
+    let request = commit_request("moving", &topic, &[(0, 5)]);
+    let commit = tokio::spawn(async move { client.commit_file(request).await });
+    // `via` learns of the new leader half a second later; the commit, asked again, lands there.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    block(&c, new, &[]).await;
+    let r = commit.await.unwrap().expect("commit").into_inner();
+    assert_eq!(r.batches[0].error_code, 0, "{:?}", r.batches);
+    assert_eq!(high_watermark(&mut c.client(new).await, &topic, 0).await.unwrap(), 5);
 }

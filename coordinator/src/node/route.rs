@@ -3,7 +3,10 @@
 //! converted from the client's wire request — is forwarded once, bincode-encoded like the Raft log's
 //! commands, over the peers' `RaftService.Execute`, and the leader runs it here too (the receiver
 //! never forwards again: a replica that does not lead answers [`RouteError::NotLeader`], nothing
-//! applied). The caller's timeout travels with it and bounds the call.
+//! applied). The caller's timeout travels with it and bounds the call. A request that finds no
+//! leader, or whose leader no longer leads, is asked again once this node knows another leader
+//! (nothing was applied; an election or a leadership transfer is riding through), for at most a
+//! few seconds.
 //!
 //! Owns: where a request runs, the forwarding call, its metrics (`forwarded`) and the fault
 //! injection cut (`Faults::is_blocked`), and what a forwarded failure means: a request that may
@@ -11,13 +14,14 @@
 //! It must not know the wire API (that is `server`: splitting a request by metadata partition,
 //! converting it, merging the answers) nor interpret commands (that is `state_machine`).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use diskless_proto::internal::raft_service_client::RaftServiceClient;
 use diskless_proto::internal::{ExecuteReply, ExecuteRequest};
 use serde::{Deserialize, Serialize};
 
 use super::{Node, RouteError};
+use crate::raft::NodeId;
 use crate::state_machine::{
     BrokerRecord, CommitFile, Failure, FileState, FileToDelete, GroupRecord, OffsetAndTimestamp, OffsetRecord, Op,
     Outcome, TopicInfo, TopicPartition,
@@ -29,6 +33,11 @@ use crate::storage::codec;
 const FORWARD_GRACE: Duration = Duration::from_secs(5);
 /// The timeout of a forwarded request that names none.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a request waits, at most, for this node to learn of a new leader when the leader is
+/// unknown or the one asked no longer leads (about two elections with the default timeouts).
+const LEADER_WAIT: Duration = Duration::from_secs(3);
+/// How often it looks while waiting.
+const LEADER_POLL: Duration = Duration::from_millis(20);
 
 /// Where a request may run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,21 +130,67 @@ impl Node {
     }
 
     async fn route(&self, g: u32, routed: Routed, timeout: Duration, hop: Hop) -> Result<Served, RouteError> {
-        if hop == Hop::Here || self.raft(g)?.is_leader() {
-            return self.serve_here(g, routed, timeout).await;
+        let start = Instant::now();
+        loop {
+            let left = timeout.saturating_sub(start.elapsed());
+            if hop == Hop::Here || self.raft(g)?.is_leader() {
+                return self.serve_here(g, routed, left).await;
+            }
+            let (tried, result) = self.forward(g, &routed, left).await;
+            // Nothing was applied, and the leader is unknown here or the one asked no longer leads:
+            // an election or a leadership transfer is under way. Ask again once this node knows
+            // another leader, within the caller's timeout and `LEADER_WAIT` (a group that elects
+            // none in that time fails as before, only later). A leader that cannot be reached
+            // fails at once, as before.
+            let retry = match &result {
+                Err(RouteError::NotLeader { .. }) => tried.is_none_or(|(_, sent)| sent),
+                _ => false,
+            };
+            if !retry {
+                return result;
+            }
+            let tried = tried.map(|(id, _)| id);
+            let wait_until = start + LEADER_WAIT.min(timeout);
+            loop {
+                if Instant::now() + LEADER_POLL >= wait_until {
+                    return result;
+                }
+                tokio::time::sleep(LEADER_POLL).await;
+                if self.raft(g)?.is_leader() || self.leader(g).map(|(id, _)| id).is_some_and(|id| Some(id) != tried) {
+                    break;
+                }
+            }
         }
+    }
+
+    /// Forwards `routed` to `g`'s leader as this node knows it. Returns the leader asked and
+    /// whether the request reached it (`None`: no leader known here), and the answer.
+    #[allow(clippy::type_complexity)]
+    async fn forward(
+        &self,
+        g: u32,
+        routed: &Routed,
+        timeout: Duration,
+    ) -> (Option<(NodeId, bool)>, Result<Served, RouteError>) {
         let Some((leader, replica)) = self.leader_replica(g).filter(|(id, _)| *id != self.id) else {
-            return Err(RouteError::NotLeader { group: g, leader: None });
+            return (None, Err(RouteError::NotLeader { group: g, leader: None }));
         };
         let (addr, incarnation) = (replica.addr, replica.incarnation);
         if self.peers.faults.is_blocked(leader) {
             // A cut network (fault injection): as when the connection cannot be made.
-            return Err(RouteError::NotLeader { group: g, leader: Some((leader, addr)) });
+            return (Some((leader, false)), Err(RouteError::NotLeader { group: g, leader: Some((leader, addr)) }));
         }
         let not_sent = || RouteError::NotLeader { group: g, leader: Some((leader, addr.clone())) };
-        let channel = self.peers.channel(&addr).map_err(|_| not_sent())?;
-        let payload =
-            codec::encode(&routed).map_err(|e| RouteError::Failed { group: g, message: format!("encoding: {e}") })?;
+        let channel = match self.peers.channel(&addr) {
+            Ok(c) => c,
+            Err(_) => return (Some((leader, false)), Err(not_sent())),
+        };
+        let payload = match codec::encode(routed) {
+            Ok(p) => p,
+            Err(e) => {
+                return (Some((leader, false)), Err(RouteError::Failed { group: g, message: format!("encoding: {e}") }))
+            }
+        };
         let timeout_ms = timeout.as_millis().min(u128::from(u32::MAX)) as u32;
         let to = Some(self.identity().addressee(leader, incarnation));
         let mut request = tonic::Request::new(ExecuteRequest { group: g, payload, timeout_ms, to });
@@ -150,7 +205,7 @@ impl Node {
             .forwarded
             .get_or_create(&crate::metrics::PartitionResult { metadata_partition: g, result })
             .inc();
-        match r {
+        let answer = match r {
             Ok(reply) => {
                 match codec::decode::<Result<Served, RouteError>>(b"execute reply", &reply.into_inner().payload) {
                     Ok(served) => served,
@@ -163,7 +218,7 @@ impl Node {
             // A node of an older release, without Execute: it ran nothing.
             Err(s) if s.code() == tonic::Code::Unimplemented => {
                 tracing::debug!(group = g, leader, status = %s, "the leader cannot execute forwarded requests");
-                Err(not_sent())
+                return (Some((leader, false)), Err(not_sent()));
             }
             // Delivered or not, we cannot tell (gRPC reports a reset or keep-alive failure after
             // delivery as UNAVAILABLE too): the outcome is unknown, as for a timeout.
@@ -171,7 +226,8 @@ impl Node {
                 tracing::debug!(group = g, leader, status = %s, "forwarded request failed");
                 Err(RouteError::Timeout { group: g })
             }
-        }
+        };
+        (Some((leader, true)), answer)
     }
 
     /// The receiving end of `Execute`: runs a forwarded request here (never forwarding again).
