@@ -130,21 +130,22 @@ pub fn scan(dir: &Path, seq: u64) -> io::Result<Scanned> {
     let bytes = std::fs::read(&path)?;
     let bad = |why: String| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {why}", path.display()));
     let head = bytes.get(..20).ok_or_else(|| bad("shorter than a segment header".into()))?;
+    let written_end = bytes.iter().rposition(|&b| b != 0).map_or(0, |p| p as u64 + 1);
     if head.iter().all(|&b| b == 0) {
+        // `written_end` > 0: records behind a blank header (the caller keeps them aside).
         return Ok(Scanned {
             blank: true,
             records: vec![],
             end: FIRST,
             sealed: false,
             stopped: None,
-            written_end: 0,
+            written_end,
             tail: vec![],
         });
     }
     if head != header(seq) {
         return Err(bad(format!("its header is not that of segment {seq}")));
     }
-    let written_end = bytes.iter().rposition(|&b| b != 0).map_or(0, |p| p as u64 + 1);
     let mut out =
         Scanned { blank: false, records: vec![], end: FIRST, sealed: false, stopped: None, written_end, tail: vec![] };
     let mut at = FIRST as usize;

@@ -303,6 +303,9 @@ fn a_blank_last_segment_is_dropped_at_open() {
     drop(log);
     overwrite(&dir, current, 0, &[0u8; 64]);
     let log = SegLog::open(&dir, SEG).unwrap();
+    // Its records (behind the blank header) are kept aside as evidence, not deleted.
+    let aside = dir.join(format!("{current:016x}.blank-header"));
+    assert!(std::fs::metadata(&aside).is_ok_and(|m| m.len() > 0), "{} kept", aside.display());
     let (first, last) = log.bounds(0).unwrap();
     assert_eq!(first, 1);
     assert!((20..40).contains(&last), "{last}");
