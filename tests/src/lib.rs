@@ -410,6 +410,16 @@ impl Cluster {
         AdminServiceClient::new(self.channel(id).await)
     }
 
+    /// Node `on` sends nothing to the nodes `to`, neither Raft messages nor forwarded requests
+    /// (an empty `to` heals it).
+    pub async fn block(&self, on: u64, to: &[u64]) {
+        self.admin(on)
+            .await
+            .inject_fault(diskless_proto::admin::FaultRequest { block_node_ids: to.to_vec(), ..Default::default() })
+            .await
+            .expect("inject fault");
+    }
+
     pub async fn status(&self, id: u64, with_digest: bool) -> StatusResponse {
         self.admin(id)
             .await

@@ -15,7 +15,7 @@ use diskless_coordinator::node::route::{Routed, Served, Write};
 use diskless_coordinator::node::RouteError;
 use diskless_coordinator::state_machine::{CommitBatch, CommitFile, Outcome, TopicPartition};
 use diskless_coordinator::storage::codec;
-use diskless_proto::admin::{FaultRequest, TransferLeaderRequest};
+use diskless_proto::admin::TransferLeaderRequest;
 use diskless_proto::internal::raft_service_client::RaftServiceClient;
 use diskless_proto::internal::{Addressee, ExecuteRequest, IdentifyRequest};
 use diskless_proto::metadata_partition_for;
@@ -186,15 +186,6 @@ async fn a_forwarded_request_meant_for_another_replica_or_cluster_runs_nothing()
     assert_eq!(high_watermark(&mut c.client(leader).await, &topic, 0).await.unwrap(), 14);
 }
 
-/// Node `on` sends nothing to the nodes `to` (none: heals).
-async fn block(c: &Cluster, on: u64, to: &[u64]) {
-    c.admin(on)
-        .await
-        .inject_fault(FaultRequest { block_node_ids: to.to_vec(), ..Default::default() })
-        .await
-        .expect("inject fault");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_through_a_follower_rides_through_a_leadership_transfer() {
     let c = Cluster::start(3, Options { groups: 1, leader_balance_ms: 0, ..Options::default() }).await;
@@ -207,7 +198,7 @@ async fn a_commit_through_a_follower_rides_through_a_leadership_transfer() {
 
     // Leadership moves to `new`, which tells `via` nothing yet: `via` still takes `old` for the
     // leader, and `old` answers "not the leader".
-    block(&c, new, &[via]).await;
+    c.block(new, &[via]).await;
     c.admin(old)
         .await
         .transfer_leader(TransferLeaderRequest { metadata_partition: 0, to_node_id: new })
@@ -223,7 +214,7 @@ async fn a_commit_through_a_follower_rides_through_a_leadership_transfer() {
     let commit = tokio::spawn(async move { client.commit_file(request).await });
     // `via` learns of the new leader half a second later; the commit, asked again, lands there.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    block(&c, new, &[]).await;
+    c.block(new, &[]).await;
     let r = commit.await.unwrap().expect("commit").into_inner();
     assert_eq!(r.batches[0].error_code, 0, "{:?}", r.batches);
     assert_eq!(high_watermark(&mut c.client(new).await, &topic, 0).await.unwrap(), 5);

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use diskless_cluster_tests::*;
-use diskless_proto::admin::{FaultRequest, RemoveNodeRequest};
+use diskless_proto::admin::RemoveNodeRequest;
 use diskless_proto::v1::{find_batches_request, FindBatchesRequest};
 
 const PARTITIONS: i32 = 4;
@@ -56,14 +56,6 @@ async fn wait_for(c: &Cluster, via: u64, what: &str, check: impl Fn(&[(i32, usiz
     }
 }
 
-async fn cut(c: &Cluster, id: u64, from: &[u64]) {
-    c.admin(id)
-        .await
-        .inject_fault(FaultRequest { block_node_ids: from.to_vec(), ..Default::default() })
-        .await
-        .expect("inject fault");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_cut_off_from_every_leader_stops_serving_and_serves_again_once_healed() {
     let c = Cluster::start(3, Options { leader_balance_ms: 0, ..Options::default() }).await;
@@ -72,9 +64,9 @@ async fn a_replica_cut_off_from_every_leader_stops_serving_and_serves_again_once
     wait_for(&c, 3, "node 3 serves", |got| got.iter().all(|&p| p == (0, 1))).await;
 
     // Node 3 is cut off from both others; the cluster goes on without it.
-    cut(&c, 3, &[1, 2]).await;
-    cut(&c, 1, &[3]).await;
-    cut(&c, 2, &[3]).await;
+    c.block(3, &[1, 2]).await;
+    c.block(1, &[3]).await;
+    c.block(2, &[3]).await;
     commit_round(&c, 1, "b").await;
     wait_for(&c, 3, "the cut-off replica refuses", |got| got.iter().all(|&(code, _)| code == 9)).await;
     // The others serve the new batches.
@@ -82,7 +74,7 @@ async fn a_replica_cut_off_from_every_leader_stops_serving_and_serves_again_once
 
     // Healed: node 3 catches up and serves again.
     for id in [1, 2, 3] {
-        cut(&c, id, &[]).await;
+        c.block(id, &[]).await;
     }
     wait_for(&c, 3, "the healed replica serves", |got| got.iter().all(|&p| p == (0, 2))).await;
 }
