@@ -3,8 +3,9 @@
 # installs what is missing from the package registries (apt, PyPI). Safe to run again: every step
 # is skipped when already done. Fails with a one-line explanation where it cannot help.
 #
-#   deploy/prereqs.sh           # build and run: cargo (Rust >= 1.89), a C++ compiler, libclang
-#   deploy/prereqs.sh --tests   # also what the tests use: kcat, PostgreSQL, moto, Kafka clients,
+#   deploy/prereqs.sh           # build and run: cargo (Rust >= 1.89), a C++ compiler, libclang,
+#                               # and kcat (the Kafka client README's quick start uses)
+#   deploy/prereqs.sh --tests   # also what the tests use: PostgreSQL, moto, Kafka clients,
 #                               # the deployment files' validators (systemd-analyze,
 #                               # kubernetes-validate, check-jsonschema)
 #
@@ -37,8 +38,8 @@ need=()
 command -v c++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
 dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
+command -v kcat >/dev/null 2>&1 || need+=(kcat)          # a real Kafka client: the quick start, tests
 if [ "$tests" = 1 ]; then
-  command -v kcat >/dev/null 2>&1 || need+=(kcat)                                   # a real Kafka client
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)       # the benchmark's baseline
   command -v python3 >/dev/null 2>&1 || need+=(python3)
   python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)

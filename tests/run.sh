@@ -13,4 +13,5 @@ deploy/prereqs.sh --tests
 [ -d "$HOME/.local/bin" ] && export PATH="$HOME/.local/bin:$PATH"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/diskless-target}"
 export DISKLESS_CI=1
-exec cargo test --workspace --locked "$@"
+# --no-fail-fast: every test binary runs even when one fails; cargo lists the failed ones at the end.
+exec cargo test --workspace --locked --no-fail-fast "$@"

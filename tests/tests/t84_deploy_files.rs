@@ -223,9 +223,17 @@ fn the_dockerfile_builds_the_three_binaries_into_a_slim_non_root_image() {
         .split('.')
         .map(|x| x.parse().expect("rust:MAJOR.MINOR"))
         .collect();
+    // Only the crates of this machine's platform: a fresh machine has downloaded no others (the
+    // Windows, macOS and Android ones in Cargo.lock), and `--offline` cannot fetch them.
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let host = Command::new(rustc).arg("-vV").output().expect("rustc -vV");
+    let host = String::from_utf8_lossy(&host.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
+        .expect("rustc -vV names its host");
     let out = Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .args(["metadata", "--format-version", "1", "--locked", "--offline", "--filter-platform", &host])
         .current_dir(root())
         .output()
         .expect("cargo metadata");
