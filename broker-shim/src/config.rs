@@ -145,6 +145,13 @@ pub struct ProduceConfig {
     pub max_parallel_uploads: usize,
     /// Prefix of object keys (`<prefix><uuid>`).
     pub key_prefix: String,
+    /// `message.max.bytes`: the largest record batch a producer may send (Kafka's default, 1 MiB
+    /// plus the 12-byte log overhead); at most `buffer_max_bytes - 1`.
+    pub max_message_bytes: usize,
+    /// The most bytes a compressed batch's records may decompress to (Kafka has no such bound;
+    /// it stops zip bombs). A batch past it is refused with MESSAGE_TOO_LARGE, which makes a Java
+    /// producer split it.
+    pub max_uncompressed_batch_bytes: usize,
 }
 
 impl Default for ProduceConfig {
@@ -154,6 +161,8 @@ impl Default for ProduceConfig {
             buffer_max_bytes: 8 << 20,
             max_parallel_uploads: 8,
             key_prefix: "wal/".into(),
+            max_message_bytes: crate::validate::DEFAULT_MAX_MESSAGE_BYTES,
+            max_uncompressed_batch_bytes: crate::validate::DEFAULT_MAX_UNCOMPRESSED_BYTES,
         }
     }
 }
@@ -229,6 +238,19 @@ impl ShimConfig {
             "produce.buffer_max_bytes must be 1024 to {MAX_BUFFER_BYTES} (a segment's byte offsets travel as int32), not {}",
             self.produce.buffer_max_bytes
         );
+        anyhow::ensure!(
+            (crate::wal::record_batch::HEADER_LEN..self.produce.buffer_max_bytes).contains(&self.produce.max_message_bytes),
+            "produce.max_message_bytes must be {} to produce.buffer_max_bytes - 1 ({}): a batch fits one WAL segment, not {}",
+            crate::wal::record_batch::HEADER_LEN,
+            self.produce.buffer_max_bytes - 1,
+            self.produce.max_message_bytes
+        );
+        anyhow::ensure!(
+            self.produce.max_uncompressed_batch_bytes >= self.produce.max_message_bytes,
+            "produce.max_uncompressed_batch_bytes ({}) must be at least produce.max_message_bytes ({})",
+            self.produce.max_uncompressed_batch_bytes,
+            self.produce.max_message_bytes
+        );
         anyhow::ensure!(self.produce.max_parallel_uploads >= 1, "produce.max_parallel_uploads must be at least 1");
         anyhow::ensure!(self.produce.commit_interval_ms >= 1, "produce.commit_interval_ms must be at least 1");
         if let Some(k) = &self.kafka {
@@ -280,6 +302,10 @@ mod tests {
         c.validate().unwrap();
         c.produce.buffer_max_bytes = MAX_BUFFER_BYTES + 1;
         assert!(c.validate().unwrap_err().to_string().contains("int32"));
+        c.produce.buffer_max_bytes = 1 << 20;
+        assert!(c.validate().unwrap_err().to_string().contains("max_message_bytes"), "a batch must fit a segment");
+        c.produce.max_message_bytes = 1000;
+        c.validate().unwrap();
         assert!(MAX_BUFFER_BYTES < i32::MAX as usize);
     }
 }

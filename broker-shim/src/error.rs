@@ -7,11 +7,20 @@ use diskless_proto::ErrorCode;
 pub struct KafkaError {
     pub code: ErrorCode,
     pub message: String,
+    /// The records of a refused batch that were at fault (Produce v8+'s `record_errors`: the
+    /// record's index in its batch, and why), as Kafka's `RecordValidationException` carries them.
+    pub record_errors: Vec<(i32, String)>,
 }
 
 impl KafkaError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> KafkaError {
-        KafkaError { code, message: message.into() }
+        KafkaError { code, message: message.into(), record_errors: vec![] }
+    }
+
+    /// The error of a batch with faulty records.
+    pub fn with_record_errors(mut self, errors: Vec<(i32, String)>) -> KafkaError {
+        self.record_errors = errors;
+        self
     }
 
     /// From a code and optional message as they come in coordinator responses.

@@ -24,6 +24,7 @@ pub mod records;
 pub mod registry;
 pub mod service;
 pub mod storage;
+pub mod validate;
 pub mod wal;
 
 use std::sync::Arc;

@@ -17,6 +17,7 @@ pub enum ErrorCode {
     RequestTimedOut = 7,
     ReplicaNotAvailable = 9,
     MessageTooLarge = 10,
+    RecordListTooLarge = 18,
     InvalidTopicException = 17,
     InvalidRequiredAcks = 21,
     InvalidTimestamp = 32,
@@ -31,6 +32,10 @@ pub enum ErrorCode {
     KafkaStorageError = 56,
     UnknownProducerId = 59,
     UnknownTopicId = 100,
+    // Produce validation (Kafka's LogValidator, issue 23).
+    TransactionalIdAuthorizationFailed = 53,
+    UnsupportedCompressionType = 76,
+    InvalidRecord = 87,
     // Consumer groups (issue 15).
     IllegalGeneration = 22,
     InvalidGroupId = 24,
@@ -45,7 +50,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code above, for exhaustive tests and lookups.
-    pub const ALL: [ErrorCode; 31] = [
+    pub const ALL: [ErrorCode; 35] = [
         ErrorCode::None,
         ErrorCode::UnknownServerError,
         ErrorCode::OffsetOutOfRange,
@@ -55,6 +60,7 @@ impl ErrorCode {
         ErrorCode::RequestTimedOut,
         ErrorCode::ReplicaNotAvailable,
         ErrorCode::MessageTooLarge,
+        ErrorCode::RecordListTooLarge,
         ErrorCode::InvalidTopicException,
         ErrorCode::InvalidRequiredAcks,
         ErrorCode::InvalidTimestamp,
@@ -69,6 +75,9 @@ impl ErrorCode {
         ErrorCode::KafkaStorageError,
         ErrorCode::UnknownProducerId,
         ErrorCode::UnknownTopicId,
+        ErrorCode::TransactionalIdAuthorizationFailed,
+        ErrorCode::UnsupportedCompressionType,
+        ErrorCode::InvalidRecord,
         ErrorCode::IllegalGeneration,
         ErrorCode::InvalidGroupId,
         ErrorCode::UnknownMemberId,
@@ -106,6 +115,7 @@ impl ErrorCode {
             ErrorCode::RequestTimedOut => "REQUEST_TIMED_OUT",
             ErrorCode::ReplicaNotAvailable => "REPLICA_NOT_AVAILABLE",
             ErrorCode::MessageTooLarge => "MESSAGE_TOO_LARGE",
+            ErrorCode::RecordListTooLarge => "RECORD_LIST_TOO_LARGE",
             ErrorCode::InvalidTopicException => "INVALID_TOPIC_EXCEPTION",
             ErrorCode::InvalidRequiredAcks => "INVALID_REQUIRED_ACKS",
             ErrorCode::InvalidTimestamp => "INVALID_TIMESTAMP",
@@ -120,6 +130,9 @@ impl ErrorCode {
             ErrorCode::KafkaStorageError => "KAFKA_STORAGE_ERROR",
             ErrorCode::UnknownProducerId => "UNKNOWN_PRODUCER_ID",
             ErrorCode::UnknownTopicId => "UNKNOWN_TOPIC_ID",
+            ErrorCode::TransactionalIdAuthorizationFailed => "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+            ErrorCode::UnsupportedCompressionType => "UNSUPPORTED_COMPRESSION_TYPE",
+            ErrorCode::InvalidRecord => "INVALID_RECORD",
             ErrorCode::IllegalGeneration => "ILLEGAL_GENERATION",
             ErrorCode::InvalidGroupId => "INVALID_GROUP_ID",
             ErrorCode::UnknownMemberId => "UNKNOWN_MEMBER_ID",

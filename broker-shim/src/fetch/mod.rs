@@ -258,7 +258,7 @@ impl Reader {
             };
             let mut batch = raw.to_vec();
             let lat = (b.timestamp_type == 1).then_some(b.log_append_timestamp);
-            record_batch::inject(&mut batch, b.base_offset, lat);
+            record_batch::inject(&mut batch, b.base_offset, lat).map_err(|e| self.corrupt(b, e.to_string()))?;
             out.extend_from_slice(&batch);
         }
         Ok(out.freeze())

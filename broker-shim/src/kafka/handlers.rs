@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use bytes::Bytes;
 use diskless_proto::v1 as coord;
 use diskless_proto::ErrorCode;
@@ -12,6 +11,7 @@ use futures_util::future::{join_all, BoxFuture};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, StrBytes};
 
+use super::frame::{Malformed, Reason};
 use super::{encode, groups, versions, Listener, Reply};
 use crate::coordinator::TopicMeta;
 use crate::error::KafkaError;
@@ -72,82 +72,83 @@ pub async fn dispatch(
     mut body: Bytes,
 ) -> anyhow::Result<Pending> {
     let v = header.request_api_version;
+    let bad = |e| Malformed::body(api, v, e);
     Ok(match api {
-        ApiKey::Produce => produce(l, header, ProduceRequest::decode(&mut body, v).context("Produce")?).await,
+        ApiKey::Produce => produce(l, header, ProduceRequest::decode(&mut body, v).map_err(bad)?).await,
         ApiKey::Metadata => {
-            let req = MetadataRequest::decode(&mut body, v).context("Metadata")?;
+            let req = MetadataRequest::decode(&mut body, v).map_err(bad)?;
             Box::pin(async move { metadata(&l, &header, req).await })
         }
         ApiKey::Fetch => {
-            let req = FetchRequest::decode(&mut body, v).context("Fetch")?;
+            let req = FetchRequest::decode(&mut body, v).map_err(bad)?;
             Box::pin(async move { fetch(&l, &header, req).await })
         }
         ApiKey::ListOffsets => {
-            let req = ListOffsetsRequest::decode(&mut body, v).context("ListOffsets")?;
+            let req = ListOffsetsRequest::decode(&mut body, v).map_err(bad)?;
             Box::pin(async move { list_offsets(&l, &header, req).await })
         }
         ApiKey::CreateTopics => {
-            let req = CreateTopicsRequest::decode(&mut body, v).context("CreateTopics")?;
+            let req = CreateTopicsRequest::decode(&mut body, v).map_err(bad)?;
             Box::pin(async move { create_topics(&l, &header, req).await })
         }
         ApiKey::DeleteTopics => {
-            let req = DeleteTopicsRequest::decode(&mut body, v).context("DeleteTopics")?;
+            let req = DeleteTopicsRequest::decode(&mut body, v).map_err(bad)?;
             Box::pin(async move { delete_topics(&l, &header, req).await })
         }
         ApiKey::DeleteRecords => {
-            let req = DeleteRecordsRequest::decode(&mut body, v).context("DeleteRecords")?;
+            let req = DeleteRecordsRequest::decode(&mut body, v).map_err(bad)?;
             Box::pin(async move { delete_records(&l, &header, req).await })
         }
         ApiKey::InitProducerId => {
-            let req = InitProducerIdRequest::decode(&mut body, v).context("InitProducerId")?;
+            let req = InitProducerIdRequest::decode(&mut body, v).map_err(bad)?;
             Box::pin(async move { init_producer_id(&l, &header, req).await })
         }
         ApiKey::FindCoordinator => {
-            let req = FindCoordinatorRequest::decode(&mut body, v).context("FindCoordinator")?;
+            let req = FindCoordinatorRequest::decode(&mut body, v).map_err(bad)?;
             ready(groups::find_coordinator(&l, &header, req))
         }
         ApiKey::JoinGroup => {
-            let req = JoinGroupRequest::decode(&mut body, v).context("JoinGroup")?;
+            let req = JoinGroupRequest::decode(&mut body, v).map_err(bad)?;
             Box::pin(async move { groups::join_group(&l, &header, req).await })
         }
         ApiKey::SyncGroup => {
-            let req = SyncGroupRequest::decode(&mut body, v).context("SyncGroup")?;
+            let req = SyncGroupRequest::decode(&mut body, v).map_err(bad)?;
             Box::pin(async move { groups::sync_group(&l, &header, req).await })
         }
         ApiKey::Heartbeat => {
-            let req = HeartbeatRequest::decode(&mut body, v).context("Heartbeat")?;
+            let req = HeartbeatRequest::decode(&mut body, v).map_err(bad)?;
             Box::pin(async move { groups::heartbeat(&l, &header, req).await })
         }
         ApiKey::LeaveGroup => {
-            let req = LeaveGroupRequest::decode(&mut body, v).context("LeaveGroup")?;
+            let req = LeaveGroupRequest::decode(&mut body, v).map_err(bad)?;
             Box::pin(async move { groups::leave_group(&l, &header, req).await })
         }
         ApiKey::OffsetCommit => {
-            let req = OffsetCommitRequest::decode(&mut body, v).context("OffsetCommit")?;
+            let req = OffsetCommitRequest::decode(&mut body, v).map_err(bad)?;
             Box::pin(async move { groups::offset_commit(&l, &header, req).await })
         }
         ApiKey::OffsetFetch => {
-            let req = OffsetFetchRequest::decode(&mut body, v).context("OffsetFetch")?;
+            let req = OffsetFetchRequest::decode(&mut body, v).map_err(bad)?;
             Box::pin(async move { groups::offset_fetch(&l, &header, req).await })
         }
         ApiKey::ListGroups => {
-            let req = ListGroupsRequest::decode(&mut body, v).context("ListGroups")?;
+            let req = ListGroupsRequest::decode(&mut body, v).map_err(bad)?;
             Box::pin(async move { groups::list_groups(&l, &header, req).await })
         }
         ApiKey::DescribeGroups => {
-            let req = DescribeGroupsRequest::decode(&mut body, v).context("DescribeGroups")?;
+            let req = DescribeGroupsRequest::decode(&mut body, v).map_err(bad)?;
             Box::pin(async move { groups::describe_groups(&l, &header, req).await })
         }
         ApiKey::DeleteGroups => {
-            let req = DeleteGroupsRequest::decode(&mut body, v).context("DeleteGroups")?;
+            let req = DeleteGroupsRequest::decode(&mut body, v).map_err(bad)?;
             Box::pin(async move { groups::delete_groups(&l, &header, req).await })
         }
         ApiKey::OffsetDelete => {
-            let req = OffsetDeleteRequest::decode(&mut body, v).context("OffsetDelete")?;
+            let req = OffsetDeleteRequest::decode(&mut body, v).map_err(bad)?;
             Box::pin(async move { groups::offset_delete(&l, &header, req).await })
         }
         ApiKey::ConsumerGroupHeartbeat => ready(groups::consumer_group_heartbeat(&header)),
-        other => anyhow::bail!("API {other:?} is not supported"),
+        other => return Err(Malformed::new(Reason::UnsupportedVersion, format!("API {other:?} is not served")).into()),
     })
 }
 
@@ -204,7 +205,11 @@ async fn produce(l: Arc<Listener>, header: RequestHeader, req: ProduceRequest) -
     if req.transactional_id.is_some() {
         let body =
             refuse_all(TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported on diskless topics yet");
-        return ready(if acks == 0 { Ok(None) } else { encode(ApiKey::Produce, &header, v, &body) });
+        return ready(if acks == 0 {
+            Err(anyhow::anyhow!("a transactional Produce with acks=0 was refused: closing the connection"))
+        } else {
+            encode(ApiKey::Produce, &header, v, &body)
+        });
     }
 
     // Enqueue every batch now, in request order; wait for the commits in the future.
@@ -219,7 +224,7 @@ async fn produce(l: Arc<Listener>, header: RequestHeader, req: ProduceRequest) -
                 let topic = topic.clone()?;
                 l.partition(&topic, p.index)?;
                 let (waits, lat) =
-                    submit_partition(&l.shim.producer, topic.id, p.index, p.records.unwrap_or_default()).await?;
+                    submit_partition(&l.shim.producer, v, &topic, p.index, p.records.unwrap_or_default()).await?;
                 log_append_time = lat;
                 Ok(waits)
             }
@@ -230,16 +235,22 @@ async fn produce(l: Arc<Listener>, header: RequestHeader, req: ProduceRequest) -
     }
     Box::pin(async move {
         let mut responses = vec![];
+        let mut failed = 0usize;
         for (topic, parts) in plan {
             let mut out = vec![];
             for (index, waits, lat) in parts {
                 let result = match waits {
                     Err(e) => Err(e),
                     Ok(waits) => {
+                        // The first batch's offsets, or the first error.
                         let results = join_all(waits).await;
-                        match results.iter().find_map(|r| r.as_ref().err()) {
-                            Some(e) => Err(e.clone()),
-                            None => Ok(*results[0].as_ref().expect("no error")),
+                        let first_error = results.iter().find_map(|r| r.as_ref().err()).cloned();
+                        match (first_error, results.into_iter().next()) {
+                            (Some(e), _) => Err(e),
+                            (None, Some(first)) => first,
+                            (None, None) => {
+                                Err(KafkaError::new(ErrorCode::UnknownServerError, "no batch was produced"))
+                            }
                         }
                     }
                 };
@@ -259,9 +270,19 @@ async fn produce(l: Arc<Listener>, header: RequestHeader, req: ProduceRequest) -
                         if e.code == ErrorCode::UnknownTopicOrPartition {
                             l.shim.coordinators.forget_topic(topic.as_str());
                         }
+                        failed += 1;
                         r = r.with_error_code(e.code.code()).with_base_offset(-1);
                         if v >= 8 {
-                            r = r.with_error_message(msg(e.message));
+                            let record_errors = e
+                                .record_errors
+                                .iter()
+                                .map(|(i, m)| {
+                                    produce_response::BatchIndexAndErrorMessage::default()
+                                        .with_batch_index(*i)
+                                        .with_batch_index_error_message(msg(m.clone()))
+                                })
+                                .collect();
+                            r = r.with_error_message(msg(e.message)).with_record_errors(record_errors);
                         }
                     }
                 }
@@ -271,38 +292,55 @@ async fn produce(l: Arc<Listener>, header: RequestHeader, req: ProduceRequest) -
                 .push(produce_response::TopicProduceResponse::default().with_name(topic).with_partition_responses(out));
         }
         if acks == 0 {
+            // No answer is sent: a failure closes the connection (as Kafka's broker does), so the
+            // producer notices, reconnects and refreshes its metadata.
+            anyhow::ensure!(
+                failed == 0,
+                "a Produce with acks=0 failed for {failed} partition(s): closing the connection"
+            );
             return Ok(None);
         }
         encode(ApiKey::Produce, &header, v, &ProduceResponse::default().with_responses(responses))
     })
 }
 
-/// One partition's records of a Produce request: every batch is framed and validated before any
-/// is enqueued, so a request that fails part-way through a partition commits none of its batches
-/// (as Kafka appends a partition's records all or nothing). Returns the batches' futures and
-/// whether any uses LogAppendTime.
+/// One partition's records of a Produce request (v3+): exactly one record batch, as
+/// `ProduceRequest.validateRecords` requires, validated record by record (`crate::validate`)
+/// before it is enqueued; zstd only from v7. Returns the batch's future and whether the stored
+/// batch carries LogAppendTime.
 async fn submit_partition(
     producer: &Producer,
-    topic_id: [u8; 16],
+    version: i16,
+    topic: &TopicMeta,
     partition: i32,
     mut records: bytes::Bytes,
 ) -> Result<(Vec<Waiting>, bool), KafkaError> {
-    let mut batches = vec![];
-    let mut log_append_time = false;
-    while !records.is_empty() {
-        let len = record_batch::framed_len(&records)
-            .filter(|n| *n <= records.len())
-            .ok_or_else(|| KafkaError::new(ErrorCode::CorruptMessage, "truncated record batch"))?;
-        let batch = records.split_to(len);
-        if batch.len() > 22 && (batch[22] & 0x08) != 0 {
-            log_append_time = true;
-        }
-        batches.push(batch);
+    let invalid = |m: String| KafkaError::new(ErrorCode::InvalidRecord, m);
+    let name = format!("{}-{partition}", topic.name);
+    let len = record_batch::framed_len(&records).ok_or_else(|| {
+        invalid(format!("Produce requests with version {version} must have at least one record batch per partition"))
+    })?;
+    if len > records.len() {
+        return Err(KafkaError::new(
+            ErrorCode::CorruptMessage,
+            format!("the record batch for {name} claims {len} bytes, {} were sent", records.len()),
+        ));
     }
-    if batches.is_empty() {
-        return Err(KafkaError::new(ErrorCode::CorruptMessage, "no record batch"));
+    let batch = records.split_to(len);
+    if !records.is_empty() {
+        return Err(invalid(format!(
+            "Produce requests with version {version} are only allowed to contain exactly one record batch per partition"
+        )));
     }
-    Ok((producer.submit_all(topic_id, partition, batches).await?, log_append_time))
+    if version < 7 && batch.len() > 22 && batch[22] & 0x07 == 4 {
+        return Err(KafkaError::new(
+            ErrorCode::UnsupportedCompressionType,
+            format!("Produce requests with version {version} are not allowed to use ZStandard compression"),
+        ));
+    }
+    let validated = producer.validate(vec![batch], producer.limits(), name).await?;
+    let log_append_time = validated.iter().any(|b| b.header.timestamp_type == 1);
+    Ok((producer.submit_all(topic.id, partition, validated).await?, log_append_time))
 }
 
 // ---------------------------------------------------------------- Metadata
@@ -733,20 +771,34 @@ mod tests {
     use crate::wal::record_batch::tests::fake_batch;
 
     #[tokio::test]
-    async fn a_produce_that_fails_part_way_through_a_partition_commits_none_of_its_batches() {
+    async fn a_partition_gets_exactly_one_whole_batch_or_nothing_of_it_is_committed() {
         let config = ProduceConfig { commit_interval_ms: 1, ..ProduceConfig::default() };
         let (p, tasks, fake, storage) = producer(config, true, Duration::from_secs(600));
+        let topic = TopicMeta { id: [1; 16], name: "t".into(), partitions: 1 };
         let mut damaged = fake_batch(2, -1, -1);
         damaged[30] ^= 1; // breaks the CRC
-        for tail in [damaged, fake_batch(2, -1, -1)[..40].to_vec()] {
-            let mut records = BytesMut::new();
-            records.put_slice(&fake_batch(3, -1, -1));
-            records.put_slice(&tail);
-            let r = submit_partition(&p, [1; 16], 0, records.freeze()).await;
-            assert_eq!(r.err().map(|e| e.code), Some(ErrorCode::CorruptMessage));
+        let two = [fake_batch(3, -1, -1), fake_batch(2, -1, -1)].concat();
+        let cut = fake_batch(2, -1, -1)[..40].to_vec();
+        let partial_second = [fake_batch(3, -1, -1), cut.clone()].concat();
+        for (records, code) in [
+            (damaged, ErrorCode::CorruptMessage),
+            (two, ErrorCode::InvalidRecord),
+            (partial_second, ErrorCode::InvalidRecord),
+            (cut, ErrorCode::CorruptMessage),
+            (vec![], ErrorCode::InvalidRecord),
+        ] {
+            let mut b = BytesMut::new();
+            b.put_slice(&records);
+            let r = submit_partition(&p, 9, &topic, 0, b.freeze()).await;
+            assert_eq!(r.err().map(|e| e.code), Some(code));
         }
+        // zstd needs Produce v7.
+        let mut zstd = fake_batch(1, -1, -1);
+        zstd[22] |= 4;
+        let r = submit_partition(&p, 6, &topic, 0, Bytes::from(zstd)).await;
+        assert_eq!(r.err().map(|e| e.code), Some(ErrorCode::UnsupportedCompressionType));
         // A good request goes through.
-        let (waits, lat) = submit_partition(&p, [1; 16], 0, Bytes::from(fake_batch(3, -1, -1))).await.unwrap();
+        let (waits, lat) = submit_partition(&p, 9, &topic, 0, Bytes::from(fake_batch(3, -1, -1))).await.unwrap();
         assert!(!lat);
         for w in waits {
             w.await.unwrap();

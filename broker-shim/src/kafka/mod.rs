@@ -12,6 +12,7 @@
 //! rendezvous owner among them its leader; any broker can serve any partition (the coordinators
 //! order everything), so this only spreads clients over the brokers.
 
+pub mod frame;
 mod groups;
 mod handlers;
 pub mod security;
@@ -24,8 +25,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
-use kafka_protocol::protocol::{decode_request_header_from_buffer, Encodable};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use kafka_protocol::protocol::Encodable;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::config::KafkaConfig;
@@ -53,6 +54,7 @@ impl Listener {
         let host = config.advertised_host.clone().unwrap_or_else(|| bound.ip().to_string());
         let port = i32::from(config.advertised_port.unwrap_or(bound.port()));
         let broker_id = shim.config.broker_id;
+        frame::Malformed::register_metrics();
         Listener { shim, config, name, host, port, broker_id, security: security::ListenerSecurity::default() }
     }
 
@@ -68,7 +70,7 @@ impl Listener {
                             tokio::select! {
                                 r = me.accept(stream) => {
                                     if let Err(e) = r {
-                                        tracing::info!(%peer, error = %format!("{e:#}"), "Kafka connection closed");
+                                        closed(peer, e);
                                     }
                                 }
                                 _ = stop.changed() => {}
@@ -102,7 +104,7 @@ impl Listener {
         let max = self.config.max_request_bytes;
         let reader = tokio::spawn(async move {
             loop {
-                let r = read_frame(&mut rd, max).await.transpose();
+                let r = frame::read_frame(&mut rd, max).await.transpose();
                 let Some(r) = r else { return };
                 let stop = r.is_err();
                 if frames_tx.send(r).await.is_err() || stop {
@@ -112,12 +114,15 @@ impl Listener {
         });
         let _abort_reader = AbortOnDrop(reader);
         let mut pending: FuturesOrdered<BoxFuture<'static, (i32, Reply)>> = FuturesOrdered::new();
-        let mut reading = true;
         loop {
             tokio::select! {
-                frame = frames.recv(), if reading && pending.len() < limit => {
+                frame = frames.recv(), if pending.len() < limit => {
                     match frame {
-                        None => reading = false,
+                        // The client closed the connection: its answers have nowhere to go, so
+                        // what is pending is dropped, as Kafka's broker drops the responses of a
+                        // closed channel (a produce already enqueued still commits). A fetch
+                        // parked for its max_wait_ms must not outlive its client.
+                        None => return Ok(()),
                         Some(frame) => {
                             let fut = self.clone().start(frame?).await?;
                             pending.push_back(fut);
@@ -134,17 +139,13 @@ impl Listener {
                 }
                 else => return Ok(()),
             }
-            if !reading && pending.is_empty() {
-                return Ok(());
-            }
         }
     }
 
-    /// Decodes a request and starts it; the returned future gives its encoded answer.
+    /// Decodes a request and starts it; the returned future gives its encoded answer. A frame
+    /// that does not parse is a [`frame::Malformed`] error: the connection is closed.
     async fn start(self: Arc<Self>, mut frame: Bytes) -> anyhow::Result<BoxFuture<'static, (i32, Reply)>> {
-        let header = decode_request_header_from_buffer(&mut frame).context("bad request header")?;
-        let api = ApiKey::try_from(header.request_api_key)
-            .map_err(|_| anyhow::anyhow!("unknown API key {}", header.request_api_key))?;
+        let (api, header) = frame::decode_header(&mut frame)?;
         let version = header.request_api_version;
         let correlation = header.correlation_id;
         if matches!(api, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate) {
@@ -157,14 +158,15 @@ impl Listener {
             let reply = handlers::api_versions(&header);
             return Ok(Box::pin(async move { (correlation, reply) }));
         }
-        let range =
-            versions::supported(api).ok_or_else(|| anyhow::anyhow!("API {api:?} is not supported by this broker"))?;
-        anyhow::ensure!(
-            (range.min..=range.max).contains(&version),
-            "API {api:?} version {version} is not supported (only {}..={})",
-            range.min,
-            range.max
-        );
+        let unsupported = |why: String| frame::Malformed::new(frame::Reason::UnsupportedVersion, why);
+        let range = versions::supported(api).ok_or_else(|| unsupported(format!("API {api:?} is not served")))?;
+        if !(range.min..=range.max).contains(&version) {
+            return Err(unsupported(format!(
+                "API {api:?} version {version} is not spoken (only {}..={})",
+                range.min, range.max
+            ))
+            .into());
+        }
         tracing::trace!(?api, version, correlation, "request");
         let fut = handlers::dispatch(self, api, header, frame).await?;
         Ok(Box::pin(async move { (correlation, fut.await) }))
@@ -194,19 +196,16 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Reads one size-prefixed frame; `None` at a clean end of stream.
-pub(crate) async fn read_frame<R: AsyncRead + Unpin>(rd: &mut R, max: usize) -> anyhow::Result<Option<Bytes>> {
-    let mut size = [0u8; 4];
-    match rd.read_exact(&mut size).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e.into()),
+/// Where a connection's end is handled: a malformed frame is counted and logged at debug level
+/// (a client's mistake or an attack, not the broker's trouble), anything else at info.
+fn closed(peer: std::net::SocketAddr, e: anyhow::Error) {
+    match e.downcast_ref::<frame::Malformed>() {
+        Some(m) => {
+            m.count();
+            tracing::debug!(%peer, error = %format!("{e:#}"), "Kafka connection closed: malformed request");
+        }
+        None => tracing::info!(%peer, error = %format!("{e:#}"), "Kafka connection closed"),
     }
-    let size = i32::from_be_bytes(size);
-    anyhow::ensure!(size >= 0 && (size as usize) <= max, "request frame of {size} bytes (limit {max})");
-    let mut buf = BytesMut::zeroed(size as usize);
-    rd.read_exact(&mut buf).await.context("truncated request frame")?;
-    Ok(Some(buf.freeze()))
 }
 
 /// Encodes a response header and body for `api` at `version`.

@@ -37,6 +37,12 @@ pub struct Outcome {
     pub result: &'static str,
 }
 
+/// Why a Kafka request frame was refused (the Kafka listener's names for it).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Malformed {
+    pub reason: &'static str,
+}
+
 type HistogramFamily<S> = Family<S, Histogram, fn() -> Histogram>;
 
 /// Latency buckets from 100 µs to ~26 s (×2).
@@ -73,6 +79,8 @@ pub struct Metrics {
     pub cleaner_backlog_files: Gauge,
     // Consumer groups.
     pub offset_commit_seconds: Histogram,
+    // The Kafka listener.
+    pub malformed_requests: Family<Malformed, Counter>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -95,6 +103,7 @@ impl Metrics {
         for result in ["ok", "error"] {
             let _ = m.produced_batches.get_or_create(&Outcome { result });
         }
+
         m
     }
 
@@ -116,6 +125,11 @@ impl Metrics {
             produced_batches: reg!(
                 "diskless_broker_produce_batches",
                 "Record batches produced, by result (ok: committed with an offset)",
+                Family::default()
+            ),
+            malformed_requests: reg!(
+                "diskless_broker_kafka_malformed_requests",
+                "Kafka request frames refused because they do not parse (the connection is closed), by reason",
                 Family::default()
             ),
             offset_commit_seconds: reg!(

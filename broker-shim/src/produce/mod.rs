@@ -6,9 +6,9 @@
 //!                                                                   │
 //!            callers ◀─results── commit in seal order (#1, #2, …) ◀──┘
 //! ```
-//! - A batch that is not a valid v2 record batch is refused at once (CORRUPT_MESSAGE), never
-//!   uploaded. The batches one call submits for a partition are validated together and enqueued
-//!   together, into one segment, or none of them is.
+//! - A batch is validated record by record before it is enqueued (`crate::validate`: Kafka's
+//!   checks and codes); a refused one is never uploaded. The batches one call submits for a
+//!   partition are validated together and enqueued together, into one segment, or none of them is.
 //! - Commits go strictly in the order segments were sealed, so batches of a partition keep their
 //!   produce order across segments.
 //! - An upload failure fails every batch of the segment with a retriable error; nothing is
@@ -26,8 +26,9 @@
 //!   REQUEST_TIMED_OUT, no commit is sent, the object is deleted) instead of being committed when
 //!   the cleaners may already treat it as an orphan. (Even then nothing could be lost: a commit
 //!   that reaches a metadata partition after the cleaner fenced its key is refused.)
-//! - Memory is bounded: a segment never exceeds `buffer_max_bytes`, a batch larger than that is
-//!   refused (MESSAGE_TOO_LARGE), and segments in flight are bounded as above.
+//! - Memory is bounded: a segment never exceeds `buffer_max_bytes`, a submission larger than that
+//!   is refused (RECORD_LIST_TOO_LARGE, Kafka's answer past `segment.bytes`), and segments in
+//!   flight are bounded as above.
 //! - Shutdown seals and commits what was accepted.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -45,7 +46,8 @@ use crate::config::ProduceConfig;
 use crate::coordinator::{Coordinators, Fence, MIN_COMMIT_WINDOW};
 use crate::error::KafkaError;
 use crate::storage::Storage;
-use crate::wal::record_batch::{self, BatchHeader};
+use crate::validate::{Limits, Validated, Validator};
+use crate::wal::record_batch::BatchHeader;
 use crate::wal::segment::{PartitionKey, Placed, SegmentBuilder, OBJECT_FORMAT};
 
 /// The longest the coordinator is given to commit a segment (less when the segment's deadline is
@@ -151,6 +153,9 @@ pub struct Producer {
     tx: mpsc::Sender<Submission>,
     /// The most bytes one submission may have (a segment's, less its header).
     max_submission_bytes: usize,
+    /// The broker's limits on a batch (`message.max.bytes` and the decompressed bound).
+    limits: Limits,
+    validator: Arc<Validator>,
     pub stats: Arc<ProduceStats>,
 }
 
@@ -181,10 +186,31 @@ impl Producer {
         let (sealed_tx, sealed_rx) = mpsc::channel::<Sealed>(config.max_parallel_uploads * 2);
         let stats = Arc::new(ProduceStats::default());
         let max_submission_bytes = config.buffer_max_bytes.saturating_sub(1);
+        let limits = Limits {
+            max_message_bytes: config.max_message_bytes,
+            max_uncompressed_bytes: config.max_uncompressed_batch_bytes,
+            ..Limits::default()
+        };
         let buffer =
             tokio::spawn(buffer_loop(config.clone(), rx, storage.clone(), sealed_tx, stats.clone(), commit_deadline));
         let committer = tokio::spawn(commit_loop(sealed_rx, broker_id, storage, committer, stats.clone()));
-        (Producer { tx, max_submission_bytes, stats }, ProducerTasks { buffer, committer })
+        let validator = Arc::new(Validator::per_core());
+        (Producer { tx, max_submission_bytes, limits, validator, stats }, ProducerTasks { buffer, committer })
+    }
+
+    /// The broker's limits on a producer's batch (a topic's own settings narrow them).
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Validates one call's batches for a partition (named in errors), in order (`crate::validate`).
+    pub async fn validate(
+        &self,
+        batches: Vec<Bytes>,
+        limits: Limits,
+        partition: String,
+    ) -> Result<Vec<Validated>, KafkaError> {
+        self.validator.validate_all(batches, limits, partition).await
     }
 
     /// Appends one record batch to `partition` of topic `topic_id`; resolves when it is committed.
@@ -192,27 +218,27 @@ impl Producer {
         self.submit(topic_id, partition, batch).await?.await
     }
 
-    /// Validates and enqueues a batch; the returned future resolves when it is committed. Batches
-    /// submitted one after the other keep that order in the log, whatever order their futures are
-    /// awaited in.
+    /// Validates (with the broker's limits) and enqueues a batch; the returned future resolves
+    /// when it is committed. Batches submitted one after the other keep that order in the log,
+    /// whatever order their futures are awaited in.
     pub async fn submit(&self, topic_id: [u8; 16], partition: i32, batch: Bytes) -> Result<Waiting, KafkaError> {
-        let mut w = self.submit_all(topic_id, partition, vec![batch]).await?;
+        let name = format!("{}-{partition}", uuid::Uuid::from_bytes(topic_id));
+        let batches = self.validate(vec![batch], self.limits, name).await?;
+        let mut w = self.submit_all(topic_id, partition, batches).await?;
         w.pop().ok_or_else(|| KafkaError::new(ErrorCode::UnknownServerError, "no batch was submitted"))
     }
 
-    /// Validates every batch, then enqueues them all (in order, into one segment), or refuses them
-    /// all: nothing of a call that fails is ever committed. One future per batch.
+    /// Enqueues validated batches all together (in order, into one segment), or refuses them all:
+    /// nothing of a call that fails is ever committed. One future per batch.
     pub async fn submit_all(
         &self,
         topic_id: [u8; 16],
         partition: i32,
-        batches: Vec<Bytes>,
+        batches: Vec<Validated>,
     ) -> Result<Vec<Waiting>, KafkaError> {
         let mut sub = Submission { partition: PartitionKey { topic_id, partition }, batches: vec![], bytes: 0 };
         let mut waiting: Vec<Waiting> = Vec::with_capacity(batches.len());
-        for batch in batches {
-            let header = record_batch::validate(&batch)
-                .map_err(|e| KafkaError::new(ErrorCode::CorruptMessage, e.to_string()))?;
+        for Validated { bytes: batch, header } in batches {
             sub.bytes += batch.len();
             let (reply, rx) = oneshot::channel();
             sub.batches.push((batch, header, reply));
@@ -232,8 +258,9 @@ impl Producer {
             );
         }
         if sub.bytes > self.max_submission_bytes {
+            // Kafka's answer to an append larger than a log segment (`segment.bytes`).
             return Err(KafkaError::new(
-                ErrorCode::MessageTooLarge,
+                ErrorCode::RecordListTooLarge,
                 format!(
                     "{} bytes of record batches for one partition exceed a WAL segment's {} (produce.buffer_max_bytes)",
                     sub.bytes, self.max_submission_bytes

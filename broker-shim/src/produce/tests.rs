@@ -12,12 +12,14 @@ use crate::wal::record_batch::tests::fake_batch;
 const TOPIC: [u8; 16] = [7; 16];
 
 fn config(buffer_max_bytes: usize, max_parallel_uploads: usize, commit_interval_ms: u64) -> ProduceConfig {
-    ProduceConfig { commit_interval_ms, buffer_max_bytes, max_parallel_uploads, key_prefix: "wal/".into() }
+    ProduceConfig { commit_interval_ms, buffer_max_bytes, max_parallel_uploads, ..ProduceConfig::default() }
 }
 
 /// A valid batch of about 600 bytes (two do not fit in a 1024-byte segment).
 fn big_batch() -> Bytes {
-    Bytes::from(fake_batch(180, -1, -1))
+    let b = Bytes::from(fake_batch(70, -1, -1));
+    assert!((520..1000).contains(&b.len()), "{}", b.len());
+    b
 }
 
 #[tokio::test]
@@ -90,9 +92,9 @@ async fn a_segment_never_exceeds_buffer_max_bytes_and_a_larger_submission_is_ref
     assert_eq!(sizes.len(), 3);
     // One batch over the limit, and a partition's batches together over it.
     let huge = Bytes::from(fake_batch(400, -1, -1));
-    assert_eq!(p.submit(TOPIC, 0, huge).await.err().map(|e| e.code), Some(ErrorCode::MessageTooLarge));
-    let two = vec![big_batch(), big_batch()];
-    assert_eq!(p.submit_all(TOPIC, 0, two).await.err().map(|e| e.code), Some(ErrorCode::MessageTooLarge));
+    assert_eq!(p.submit(TOPIC, 0, huge).await.err().map(|e| e.code), Some(ErrorCode::RecordListTooLarge));
+    let two = p.validate(vec![big_batch(), big_batch()], p.limits(), "t-0".into()).await.unwrap();
+    assert_eq!(p.submit_all(TOPIC, 0, two).await.err().map(|e| e.code), Some(ErrorCode::RecordListTooLarge));
     drop(p);
     tasks.join().await;
     assert_eq!(fake.commits().len(), 3, "nothing of the refused submissions was committed");
@@ -103,7 +105,7 @@ async fn a_call_with_one_bad_batch_enqueues_none_of_its_batches() {
     let (p, tasks, fake, storage) = producer(config(1 << 20, 4, 1), true, Duration::from_secs(600));
     let mut bad = fake_batch(2, -1, -1);
     bad[20] ^= 0xff; // CRC
-    let r = p.submit_all(TOPIC, 0, vec![Bytes::from(fake_batch(1, -1, -1)), Bytes::from(bad)]).await;
+    let r = p.validate(vec![Bytes::from(fake_batch(1, -1, -1)), Bytes::from(bad)], p.limits(), "t-0".into()).await;
     assert_eq!(r.err().map(|e| e.code), Some(ErrorCode::CorruptMessage));
     drop(p);
     tasks.join().await;

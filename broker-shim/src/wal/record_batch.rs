@@ -25,8 +25,9 @@ use thiserror::Error;
 
 pub const HEADER_LEN: usize = 61;
 pub const MAGIC_V2: i8 = 2;
-const CRC_START: usize = 21;
-const TIMESTAMP_TYPE_BIT: i16 = 1 << 3;
+/// Where the CRC-covered part starts (attributes onwards).
+pub const CRC_START: usize = 21;
+pub const TIMESTAMP_TYPE_BIT: i16 = 1 << 3;
 const TRANSACTIONAL_BIT: i16 = 1 << 4;
 const CONTROL_BIT: i16 = 1 << 5;
 
@@ -50,6 +51,8 @@ pub enum BatchError {
 /// The header fields of a validated batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchHeader {
+    /// The raw attributes (compression, timestamp type, transactional, control bits).
+    pub attributes: i16,
     pub base_offset: i64,
     pub last_offset_delta: i32,
     pub base_timestamp: i64,
@@ -64,6 +67,14 @@ pub struct BatchHeader {
 }
 
 impl BatchHeader {
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & TRANSACTIONAL_BIT != 0
+    }
+
+    pub fn is_control(&self) -> bool {
+        self.attributes & CONTROL_BIT != 0
+    }
+
     /// The sequence of the batch's last record (wrapping at `i32::MAX`), or -1.
     pub fn last_sequence(&self) -> i32 {
         if self.base_sequence < 0 {
@@ -92,8 +103,24 @@ pub fn framed_len(bytes: &[u8]) -> Option<usize> {
     (len >= 0).then(|| 12 + len as usize)
 }
 
-/// Validates one whole batch (`bytes` is exactly the batch) and reads its header.
+/// Validates one whole stored batch (`bytes` is exactly the batch) and reads its header: its
+/// framing and CRC ([`parse`]), no transactional or control flag, and a record count matching its
+/// offset span. What a producer sends is checked record by record first (`crate::validate`).
 pub fn validate(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
+    let h = parse(bytes)?;
+    if h.attributes & (TRANSACTIONAL_BIT | CONTROL_BIT) != 0 {
+        return Err(BatchError::Transactional);
+    }
+    let span = i64::from(h.last_offset_delta) + 1;
+    if h.record_count <= 0 || i64::from(h.record_count) != span {
+        return Err(BatchError::RecordCount { count: h.record_count, span });
+    }
+    Ok(h)
+}
+
+/// Checks one whole batch's framing (length, magic) and CRC-32C, and reads its header; nothing
+/// about what the header says.
+pub fn parse(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
     if bytes.len() < HEADER_LEN {
         return Err(BatchError::TooShort(bytes.len()));
     }
@@ -111,10 +138,8 @@ pub fn validate(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
         return Err(BatchError::Crc { stored, computed });
     }
     let attributes = i16_at(bytes, 21);
-    if attributes & (TRANSACTIONAL_BIT | CONTROL_BIT) != 0 {
-        return Err(BatchError::Transactional);
-    }
-    let h = BatchHeader {
+    Ok(BatchHeader {
+        attributes,
         base_offset: i64_at(bytes, 0),
         last_offset_delta: i32_at(bytes, 23),
         base_timestamp: i64_at(bytes, 27),
@@ -125,17 +150,29 @@ pub fn validate(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
         producer_epoch: i16_at(bytes, 51),
         base_sequence: i32_at(bytes, 53),
         record_count: i32_at(bytes, 57),
-    };
-    let span = i64::from(h.last_offset_delta) + 1;
-    if h.record_count <= 0 || i64::from(h.record_count) != span {
-        return Err(BatchError::RecordCount { count: h.record_count, span });
+    })
+}
+
+/// Sets a batch's attributes and max timestamp and recomputes its CRC: what Kafka's
+/// `setMaxTimestamp` does to a producer's header (the timestamp-type bit, the records' largest
+/// CreateTime).
+pub fn set_header_times(bytes: &mut [u8], attributes: i16, max_timestamp: i64) -> Result<(), BatchError> {
+    if bytes.len() < HEADER_LEN {
+        return Err(BatchError::TooShort(bytes.len()));
     }
-    Ok(h)
+    bytes[21..23].copy_from_slice(&attributes.to_be_bytes());
+    bytes[35..43].copy_from_slice(&max_timestamp.to_be_bytes());
+    let crc = crc32c::crc32c(&bytes[CRC_START..]);
+    bytes[17..21].copy_from_slice(&crc.to_be_bytes());
+    Ok(())
 }
 
 /// Rewrites a stored batch for a consumer: the assigned base offset, and for LogAppendTime the
 /// append time as max timestamp (with the timestamp-type bit), then the CRC.
-pub fn inject(bytes: &mut [u8], base_offset: i64, log_append_time: Option<i64>) {
+pub fn inject(bytes: &mut [u8], base_offset: i64, log_append_time: Option<i64>) -> Result<(), BatchError> {
+    if bytes.len() < HEADER_LEN {
+        return Err(BatchError::TooShort(bytes.len()));
+    }
     bytes[0..8].copy_from_slice(&base_offset.to_be_bytes());
     if let Some(t) = log_append_time {
         let attributes = i16_at(bytes, 21) | TIMESTAMP_TYPE_BIT;
@@ -144,26 +181,31 @@ pub fn inject(bytes: &mut [u8], base_offset: i64, log_append_time: Option<i64>) 
         let crc = crc32c::crc32c(&bytes[CRC_START..]);
         bytes[17..21].copy_from_slice(&crc.to_be_bytes());
     }
+    Ok(())
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
 
-    /// A minimal valid uncompressed batch of `records` empty-bodied records (for tests; real
-    /// batches come from clients or from kafka-protocol's encoder).
+    /// A minimal valid uncompressed batch of `records` records with a one-byte value each (for
+    /// tests; real batches come from clients or from kafka-protocol's encoder).
     pub fn fake_batch(records: i32, producer_id: i64, base_sequence: i32) -> Vec<u8> {
         let mut b = vec![0u8; HEADER_LEN];
         b[16] = MAGIC_V2 as u8;
         b[23..27].copy_from_slice(&(records - 1).to_be_bytes());
         b[27..35].copy_from_slice(&1_000i64.to_be_bytes());
-        b[35..43].copy_from_slice(&2_000i64.to_be_bytes());
+        // The records' largest timestamp, as a producer writes it.
+        let max = 1_000 + i64::from(records - 1).clamp(0, 1000);
+        b[35..43].copy_from_slice(&max.to_be_bytes());
         b[43..51].copy_from_slice(&producer_id.to_be_bytes());
         b[51..53].copy_from_slice(&0i16.to_be_bytes());
         b[53..57].copy_from_slice(&base_sequence.to_be_bytes());
         b[57..61].copy_from_slice(&records.to_be_bytes());
         for i in 0..records {
-            b.extend_from_slice(&[i as u8; 3]);
+            // Timestamps 1000, 1001, ... (at most 2000).
+            let delta = i64::from(i).min(1000);
+            b.extend(crate::validate::records::encode_record(delta, i, None, Some(&[i as u8]), &[]));
         }
         let len = (b.len() - 12) as i32;
         b[8..12].copy_from_slice(&len.to_be_bytes());
@@ -201,10 +243,11 @@ pub(crate) mod tests {
     #[test]
     fn injection_sets_offset_and_append_time_and_keeps_the_crc_valid() {
         let mut b = fake_batch(2, -1, -1);
-        inject(&mut b, 4242, None);
+        inject(&mut b, 4242, None).unwrap();
         let h = validate(&b).unwrap();
-        assert_eq!((h.base_offset, h.timestamp_type, h.max_timestamp), (4242, 0, 2_000));
-        inject(&mut b, 7, Some(99_000));
+        assert_eq!((h.base_offset, h.timestamp_type, h.max_timestamp), (4242, 0, 1_001));
+        inject(&mut b, 7, Some(99_000)).unwrap();
+        assert_eq!(inject(&mut b[..60], 1, None), Err(BatchError::TooShort(60)));
         let h = validate(&b).unwrap();
         assert_eq!((h.base_offset, h.timestamp_type, h.max_timestamp), (7, 1, 99_000));
     }

@@ -12,12 +12,13 @@ use std::time::Duration;
 use anyhow::Context;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{decode_request_header_from_buffer, Decodable, StrBytes};
+use kafka_protocol::protocol::{Decodable, StrBytes};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::credentials::CredentialsFile;
 use super::mechanism::{Exchange, Mechanism, Step};
-use crate::kafka::{encode, handlers, read_frame, versions};
+use crate::kafka::frame::{decode_header, read_frame, Malformed};
+use crate::kafka::{encode, handlers, versions};
 
 pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
 pub const ILLEGAL_SASL_STATE: i16 = 34;
@@ -98,9 +99,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(server: &SaslServer, stream
                 Err(e) => anyhow::bail!("SASL authentication failed: {e}"),
             }
         }
-        let header = decode_request_header_from_buffer(&mut frame).context("bad request header")?;
-        let api = ApiKey::try_from(header.request_api_key)
-            .map_err(|_| anyhow::anyhow!("unknown API key {}", header.request_api_key))?;
+        let (api, header) = decode_header(&mut frame)?;
         let v = header.request_api_version;
         if api == ApiKey::ApiVersions {
             reply(stream, handlers::api_versions(&header)).await?;
@@ -113,7 +112,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(server: &SaslServer, stream
         );
         match (api, &mut phase) {
             (ApiKey::SaslHandshake, Phase::Handshake) => {
-                let req = SaslHandshakeRequest::decode(&mut frame, v).context("SaslHandshake")?;
+                let req = SaslHandshakeRequest::decode(&mut frame, v).map_err(|e| Malformed::body(api, v, e))?;
                 let wanted = req.mechanism.to_string();
                 let mechanism = Mechanism::from_name(&wanted).filter(|m| server.mechanisms.contains(m));
                 let code = if mechanism.is_some() { 0 } else { UNSUPPORTED_SASL_MECHANISM };
@@ -126,7 +125,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(server: &SaslServer, stream
                 phase = Phase::Exchange { exchange: mechanism.start(server.credentials.get()), raw: v == 0 };
             }
             (ApiKey::SaslAuthenticate, Phase::Exchange { exchange, raw: false }) => {
-                let req = SaslAuthenticateRequest::decode(&mut frame, v).context("SaslAuthenticate")?;
+                let req = SaslAuthenticateRequest::decode(&mut frame, v).map_err(|e| Malformed::body(api, v, e))?;
                 let (body, outcome) = match exchange.step(&req.auth_bytes) {
                     Ok(Step::Challenge(c)) => {
                         (SaslAuthenticateResponse::default().with_auth_bytes(Bytes::from(c)), None)
