@@ -14,6 +14,7 @@ pub mod config;
 pub mod coordinator;
 pub mod error;
 pub mod fetch;
+pub mod fuzz_targets;
 pub mod groups;
 pub mod health;
 pub mod kafka;

@@ -8,6 +8,7 @@
 pub mod backup;
 pub mod cli;
 pub mod ctl;
+pub mod fuzz_targets;
 pub mod metrics;
 pub mod node;
 pub mod raft;

@@ -17,7 +17,6 @@ use crate::coordinator::TopicMeta;
 use crate::error::KafkaError;
 use crate::fetch::FetchPartition;
 use crate::produce::{Producer, Waiting};
-use crate::wal::record_batch;
 
 const NONE: i16 = 0;
 const UNSUPPORTED_VERSION: i16 = 35;
@@ -313,31 +312,10 @@ async fn submit_partition(
     version: i16,
     topic: &TopicMeta,
     partition: i32,
-    mut records: bytes::Bytes,
+    records: bytes::Bytes,
 ) -> Result<(Vec<Waiting>, bool), KafkaError> {
-    let invalid = |m: String| KafkaError::new(ErrorCode::InvalidRecord, m);
     let name = format!("{}-{partition}", topic.name);
-    let len = record_batch::framed_len(&records).ok_or_else(|| {
-        invalid(format!("Produce requests with version {version} must have at least one record batch per partition"))
-    })?;
-    if len > records.len() {
-        return Err(KafkaError::new(
-            ErrorCode::CorruptMessage,
-            format!("the record batch for {name} claims {len} bytes, {} were sent", records.len()),
-        ));
-    }
-    let batch = records.split_to(len);
-    if !records.is_empty() {
-        return Err(invalid(format!(
-            "Produce requests with version {version} are only allowed to contain exactly one record batch per partition"
-        )));
-    }
-    if version < 7 && batch.len() > 22 && batch[22] & 0x07 == 4 {
-        return Err(KafkaError::new(
-            ErrorCode::UnsupportedCompressionType,
-            format!("Produce requests with version {version} are not allowed to use ZStandard compression"),
-        ));
-    }
+    let batch = crate::validate::one_batch(version, records, &name)?;
     let validated = producer.validate(vec![batch], producer.limits(), name).await?;
     let log_append_time = validated.iter().any(|b| b.header.timestamp_type == 1);
     Ok((producer.submit_all(topic.id, partition, validated).await?, log_append_time))

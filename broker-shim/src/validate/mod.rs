@@ -102,6 +102,34 @@ pub fn is_compressed(batch: &[u8]) -> bool {
     batch.len() > 22 && batch[22] & 0x07 != 0
 }
 
+/// One partition's records of a Produce request (v3+) as `ProduceRequest.validateRecords` wants
+/// them: exactly one record batch, whole; zstd only from v7. Returns the batch.
+pub fn one_batch(version: i16, mut records: Bytes, partition: &str) -> Result<Bytes, KafkaError> {
+    let invalid = |m: String| refuse(ErrorCode::InvalidRecord, m);
+    let len = record_batch::framed_len(&records).ok_or_else(|| {
+        invalid(format!("Produce requests with version {version} must have at least one record batch per partition"))
+    })?;
+    if len > records.len() {
+        return Err(refuse(
+            ErrorCode::CorruptMessage,
+            format!("the record batch for {partition} claims {len} bytes, {} were sent", records.len()),
+        ));
+    }
+    let batch = records.split_to(len);
+    if !records.is_empty() {
+        return Err(invalid(format!(
+            "Produce requests with version {version} are only allowed to contain exactly one record batch per partition"
+        )));
+    }
+    if version < 7 && batch.len() > 22 && batch[22] & 0x07 == Codec::Zstd as u8 {
+        return Err(refuse(
+            ErrorCode::UnsupportedCompressionType,
+            format!("Produce requests with version {version} are not allowed to use ZStandard compression"),
+        ));
+    }
+    Ok(batch)
+}
+
 /// Validates one producer batch (`batch` is exactly one batch, as framed by its length field)
 /// for `partition` (named in messages) at the broker's time `now_ms`.
 pub fn validate(batch: Bytes, limits: &Limits, now_ms: i64, partition: &str) -> Result<Validated, KafkaError> {

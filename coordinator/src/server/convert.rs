@@ -75,6 +75,28 @@ pub fn int8(v: i32, what: &str) -> Result<i8, Failure> {
     narrow(v, what)
 }
 
+/// The most batches one CommitFile may name (a 1 GiB segment of the smallest batches a broker
+/// accepts has fewer), and the largest file (a broker's `produce.buffer_max_bytes` at most).
+pub const MAX_COMMIT_BATCHES: usize = 1 << 24;
+pub const MAX_FILE_BYTES: i64 = 1 << 30;
+
+/// A CommitFile's counts and sizes within bounds, before anything of it is looked at further.
+pub fn commit_size(batches: usize, file_size: i64) -> Result<(), Failure> {
+    if batches > MAX_COMMIT_BATCHES {
+        return Err(Failure::new(
+            ErrorCode::InvalidRequest,
+            format!("{batches} batches in one file: at most {MAX_COMMIT_BATCHES}"),
+        ));
+    }
+    if file_size > MAX_FILE_BYTES {
+        return Err(Failure::new(
+            ErrorCode::InvalidRequest,
+            format!("a file of {file_size} bytes: at most {MAX_FILE_BYTES}"),
+        ));
+    }
+    Ok(())
+}
+
 pub fn commit_batch(b: &WireBatch) -> Result<CommitBatch, Failure> {
     Ok(CommitBatch {
         magic: int8(b.magic, "magic")?,

@@ -364,7 +364,9 @@ impl CoordinatorService for CoordinatorApi {
         let hop = hop_of(&request);
         let req = request.into_inner();
         let timeout = timeout_of(req.timeout_ms);
-        let object_format = match convert::int8(req.object_format, "object format") {
+        let object_format = match convert::commit_size(req.batches.len(), req.file_size)
+            .and_then(|()| convert::int8(req.object_format, "object format"))
+        {
             Ok(f) => f,
             Err(f) => {
                 let batches = req.batches.iter().map(|_| commit_error(&f)).collect();

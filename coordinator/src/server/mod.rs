@@ -14,7 +14,7 @@
 
 mod admin_service;
 pub mod authz;
-mod convert;
+pub(crate) mod convert;
 pub mod coordinator_service;
 mod groups;
 pub mod health;
@@ -108,6 +108,20 @@ pub async fn serve(
     Ok(())
 }
 
+/// The largest Raft message (a batch of log entries, a snapshot chunk) or forwarded request.
+pub const MAX_RAFT_MESSAGE_BYTES: usize = 256 << 20;
+/// The largest answer any service sends.
+const MAX_ANSWER_BYTES: usize = 256 << 20;
+/// The largest AdminService request (membership changes, moves: small messages).
+const MAX_ADMIN_REQUEST_BYTES: usize = 4 << 20;
+/// Health checks and reflection queries.
+const SMALL_REQUEST_BYTES: usize = 64 << 10;
+/// A call's headers, all together.
+const MAX_HEADER_LIST_BYTES: u32 = 64 << 10;
+/// HTTP/2 streams (calls) one connection may have open at once; a peer's channel carries every
+/// group's Raft traffic, a broker's its commits and reads.
+const MAX_STREAMS_PER_CONNECTION: u32 = 1024;
+
 /// One listener's server: every service (the gate decides who reaches which).
 async fn serve_one<H>(
     node: &Arc<Node>,
@@ -119,14 +133,19 @@ async fn serve_one<H>(
 where
     H: tonic_health::pb::health_server::Health,
 {
+    // Every service's message sizes are set here, none left to tonic's defaults (4 MiB in,
+    // unbounded out): what a request may carry bounds what decoding it can cost.
     let limit = node.config.max_request_bytes;
     let coordinator = CoordinatorServiceServer::new(coordinator_service::CoordinatorApi::new(node.clone()))
         .max_decoding_message_size(limit)
-        .max_encoding_message_size(256 << 20);
-    let admin = AdminServiceServer::new(admin_service::AdminApi::new(node.clone()));
+        .max_encoding_message_size(MAX_ANSWER_BYTES);
+    let admin = AdminServiceServer::new(admin_service::AdminApi::new(node.clone()))
+        .max_decoding_message_size(MAX_ADMIN_REQUEST_BYTES)
+        .max_encoding_message_size(MAX_ANSWER_BYTES);
     let raft = RaftServiceServer::new(raft_service::RaftApi::new(node.clone()))
-        .max_decoding_message_size(256 << 20)
-        .max_encoding_message_size(256 << 20);
+        .max_decoding_message_size(MAX_RAFT_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_ANSWER_BYTES);
+    let health = health.max_decoding_message_size(SMALL_REQUEST_BYTES).max_encoding_message_size(SMALL_REQUEST_BYTES);
     let reflection = |b: tonic_reflection::server::Builder<'static>| {
         b.register_encoded_file_descriptor_set(diskless_proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -138,14 +157,21 @@ where
     let reflection_v1 = reflection(tonic_reflection::server::Builder::configure())
         .with_service_name("grpc.reflection.v1.ServerReflection")
         .build_v1()
-        .context("reflection service")?;
+        .context("reflection service")?
+        .max_decoding_message_size(SMALL_REQUEST_BYTES)
+        .max_encoding_message_size(MAX_ANSWER_BYTES);
     // grpcurl before 1.8.8 and other older clients ask the v1alpha service.
     let reflection_v1alpha = reflection(tonic_reflection::server::Builder::configure())
         .with_service_name("grpc.reflection.v1alpha.ServerReflection")
         .build_v1alpha()
-        .context("reflection service")?;
+        .context("reflection service")?
+        .max_decoding_message_size(SMALL_REQUEST_BYTES)
+        .max_encoding_message_size(MAX_ANSWER_BYTES);
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
+        // HTTP/2 itself: headers (the metadata of a call) and streams in flight per connection.
+        .http2_max_header_list_size(MAX_HEADER_LIST_BYTES)
+        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
         .layer(crate::metrics::grpc::GrpcMetricsLayer)
         .layer(authz::AuthzLayer(gate))
         .add_service(coordinator)
