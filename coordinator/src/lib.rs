@@ -18,5 +18,5 @@ pub mod storage;
 
 /// The memory allocator of every node process (each binary that runs a node declares it as its
 /// `#[global_allocator]`): mimalloc instead of the system's, +6–7% commits/s under load with the
-/// same code, measured back to back (README, "Benchmarks").
+/// same code, measured back to back (bench/HISTORY.md).
 pub use mimalloc::MiMalloc as NodeAllocator;

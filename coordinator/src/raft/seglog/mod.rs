@@ -24,7 +24,7 @@
 //! directory fsync, so what remains always replays to the same log. A group whose few live entries hold up the oldest
 //! segment has them written again at the head (`relocate`), so an idle group cannot pin the log.
 
-mod record;
+pub(crate) mod record;
 mod segment;
 
 #[cfg(test)]

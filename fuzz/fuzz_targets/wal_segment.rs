@@ -1,0 +1,3 @@
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| diskless_broker_shim::fuzz_targets::wal_segment(data));
