@@ -19,6 +19,9 @@
 //!   that crashed before committing, or whose commit failed or was abandoned. The bucket listing is
 //!   paged through (never held whole); objects older than `orphan_grace_ms` are fenced in every
 //!   metadata partition and deleted when all answer FENCED.
+//!
+//! What the coordinator answers is taken as hostile: owners, partitions and times of any value,
+//! and a fence answer count that does not match the question, are kept or refused, never a panic.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -117,7 +120,7 @@ impl Cleaner {
                 "some metadata partitions did not list their released files; they wait for the next round"
             );
         }
-        let cutoff = now_ms() - self.config.delete_grace_ms as i64;
+        let cutoff = now_ms().saturating_sub(i64::try_from(self.config.delete_grace_ms).unwrap_or(i64::MAX));
         // Per object: the latest release listed, and where to fence it (None: everywhere — a file
         // recorded before owners were checked, whose owner list may not name the partition itself).
         let mut listed: BTreeMap<String, (i64, Option<BTreeSet<u32>>)> = BTreeMap::new();
@@ -180,7 +183,9 @@ impl Cleaner {
     /// Deletes objects under the key prefix that no coordinator knows and that are older than the
     /// orphan grace period, a page of the listing at a time.
     pub async fn delete_orphans(&self) -> anyhow::Result<Swept> {
-        let cutoff = SystemTime::now() - Duration::from_millis(self.config.orphan_grace_ms);
+        // A grace period longer than the clock's past keeps everything (never a panic).
+        let cutoff =
+            SystemTime::now().checked_sub(Duration::from_millis(self.config.orphan_grace_ms)).unwrap_or(UNIX_EPOCH);
         let mut swept = Swept::default();
         let mut listing = self.storage.list_stream(&self.key_prefix);
         let mut page: Vec<String> = Vec::with_capacity(PAGE);

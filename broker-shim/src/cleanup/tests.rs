@@ -142,3 +142,27 @@ async fn orphans_are_fenced_everywhere_before_deletion_a_page_of_the_listing_at_
     assert_eq!(calls.iter().map(Vec::len).collect::<Vec<_>>(), [PAGE, PAGE, 5]);
     assert!(calls.iter().flatten().all(|(_, groups)| groups.is_empty()), "orphans are fenced in every partition");
 }
+
+#[tokio::test]
+async fn grace_periods_and_times_of_any_value_keep_files_instead_of_panicking() {
+    let (mut cleaner, fake, storage) = setup(&["wal/a", "wal/b", "wal/c"], u64::MAX).await;
+    fake.listed.lock().unwrap().files = vec![
+        released("wal/a", i64::MIN, u32::MAX, &[i32::MIN, -1, i32::MAX]),
+        released("wal/b", i64::MAX, 0, &[]),
+        released("wal/c", i64::MIN, 0, &[0]),
+    ];
+    fake.answers.lock().unwrap().insert("wal/a".into(), Fence::Live);
+    fake.answers.lock().unwrap().insert("wal/c".into(), Fence::Released { at: i64::MAX });
+    // Grace periods past the clock's past (2^63 ms and more overflowed the cutoff's arithmetic).
+    for grace in [1 << 63, u64::MAX] {
+        cleaner.config.delete_grace_ms = grace;
+        let s = cleaner.delete_released().await.unwrap();
+        assert_eq!(s.deleted, 0, "grace {grace}");
+    }
+    // Released at the dawn of time, per the listing, but live or just released per the fence.
+    cleaner.config.delete_grace_ms = 0;
+    assert_eq!(cleaner.delete_released().await.unwrap().deleted, 0);
+    let s = cleaner.delete_orphans().await.unwrap();
+    assert_eq!((s.deleted, s.kept), (0, 3));
+    assert_eq!(storage.list("wal/").await.unwrap().len(), 3);
+}

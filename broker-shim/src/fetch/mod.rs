@@ -5,7 +5,10 @@
 //! is injected, giving record batches a Kafka consumer parses as if they came from a classic log.
 //!
 //! A damaged batch fails its partition with CORRUPT_MESSAGE (the others are served); an object that
-//! cannot be read fails its partitions with a retriable KAFKA_STORAGE_ERROR.
+//! cannot be read fails its partitions with a retriable KAFKA_STORAGE_ERROR. Total on hostile
+//! input: coordinates from FindBatches (negative, huge, overlapping, mismatched) and bytes from
+//! object storage are checked before any arithmetic or read with them, each failure naming the
+//! object key and the byte offset, never a panic.
 
 pub mod cache;
 
@@ -14,7 +17,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use diskless_proto::v1::find_batches_response::BatchInfo;
+use diskless_proto::v1::find_batches_response::{BatchInfo, FindBatchesPartitionResponse, FindBatchesTopicResponse};
 use diskless_proto::v1::{find_batches_request, FindBatchesRequest};
 use diskless_proto::ErrorCode;
 use futures_util::stream::{self, StreamExt};
@@ -124,8 +127,9 @@ impl Fetcher {
 
         // Reads never go backwards: the next FindBatches waits for what this one saw.
         self.coordinators.record_applied(&r.applied);
-        // Per partition: its answer; and every batch whose bytes are needed.
-        let mut answers: Vec<_> = r.topics.into_iter().map(|t| t.partitions.into_iter().next()).collect();
+        // Per partition: its answer (exactly one per partition asked for, answers for another
+        // partition dropped); and every batch whose bytes are needed.
+        let mut answers = answers_for(parts, r.topics);
         // A replica behind the leader may call an offset past its own high watermark out of range
         // when it is not: ask the leader (strictly) before telling a consumer to reset.
         for (a, p) in answers.iter_mut().zip(parts) {
@@ -181,15 +185,17 @@ impl Reader {
         let mut g = Gathered::default();
         let mut needed: BTreeMap<String, Vec<Range<u64>>> = BTreeMap::new();
         for b in batches {
-            let at = b.byte_offset as u64;
+            // Bad coordinates are read from nowhere: `assemble` fails their partition.
+            let Ok(range) = coordinates(b) else { continue };
+            let at = range.start;
             if g.cached.contains_key(&(b.object_key.clone(), at)) {
                 continue;
             }
-            match self.cache.get(&b.object_key, at) {
+            match self.cache.get(&b.object_key, at).filter(|bytes| bytes.len() as u64 == range.end - at) {
                 Some(bytes) => {
                     g.cached.insert((b.object_key.clone(), at), bytes);
                 }
-                None => needed.entry(b.object_key.clone()).or_default().push(at..at + b.byte_size as u64),
+                None => needed.entry(b.object_key.clone()).or_default().push(range),
             }
         }
         g.read = self.read_objects(needed).await;
@@ -208,7 +214,7 @@ impl Reader {
                 let mut merged: Vec<Range<u64>> = vec![];
                 for r in ranges {
                     match merged.last_mut() {
-                        Some(last) if r.start <= last.end + gap => last.end = last.end.max(r.end),
+                        Some(last) if r.start <= last.end.saturating_add(gap) => last.end = last.end.max(r.end),
                         _ => merged.push(r),
                     }
                 }
@@ -225,8 +231,15 @@ impl Reader {
     fn assemble(&self, batches: &[BatchInfo], gathered: &Gathered) -> Result<Bytes, KafkaError> {
         let mut out = BytesMut::new();
         for b in batches {
-            let at = b.byte_offset as u64;
-            let raw = match gathered.cached.get(&(b.object_key.clone(), at)) {
+            let Range { start: at, end } = coordinates(b).map_err(|why| {
+                tracing::error!(object = %b.object_key, at = b.byte_offset, %why, "FindBatches gave impossible coordinates");
+                KafkaError::new(
+                    ErrorCode::CorruptMessage,
+                    format!("batch at byte {} of {}: the coordinator's coordinates {why}", b.byte_offset, b.object_key),
+                )
+            })?;
+            let cached = gathered.cached.get(&(b.object_key.clone(), at)).filter(|raw| raw.len() as u64 == end - at);
+            let raw = match cached {
                 Some(raw) => raw.clone(),
                 None => {
                     let ranges = match gathered.read.get(&b.object_key) {
@@ -234,20 +247,33 @@ impl Reader {
                         Some(Err(e)) => {
                             return Err(KafkaError::new(
                                 ErrorCode::KafkaStorageError,
-                                format!("reading object {}: {e}", b.object_key),
+                                format!("reading object {} (the batch at byte {}): {e}", b.object_key, b.byte_offset),
                             ))
                         }
-                        None => return Err(KafkaError::new(ErrorCode::KafkaStorageError, "batch bytes not read")),
+                        None => {
+                            return Err(KafkaError::new(
+                                ErrorCode::KafkaStorageError,
+                                format!("batch at byte {} of {}: its bytes were not read", b.byte_offset, b.object_key),
+                            ))
+                        }
                     };
-                    let end = at + b.byte_size as u64;
                     let (range, bytes) =
                         ranges.iter().find(|(r, _)| r.start <= at && end <= r.end).ok_or_else(|| {
-                            KafkaError::new(ErrorCode::KafkaStorageError, "batch outside the ranges read")
+                            KafkaError::new(
+                                ErrorCode::KafkaStorageError,
+                                format!("batch at byte {} of {}: outside the ranges read", b.byte_offset, b.object_key),
+                            )
                         })?;
                     let lo = (at - range.start) as usize;
                     let hi = (end - range.start) as usize;
                     if hi > bytes.len() {
-                        return Err(self.corrupt(b, "object shorter than the batch's coordinates".into()));
+                        return Err(self.corrupt(
+                            b,
+                            format!(
+                                "the object ends at byte {}, before the batch does",
+                                range.start + bytes.len() as u64
+                            ),
+                        ));
                     }
                     let raw = bytes.slice(lo..hi);
                     // Check before caching: only good bytes are kept.
@@ -266,11 +292,16 @@ impl Reader {
 
     fn check(&self, b: &BatchInfo, raw: &[u8]) -> Result<(), KafkaError> {
         let h = record_batch::validate(raw).map_err(|e| self.corrupt(b, e.to_string()))?;
+        // `coordinates` bounded the span to what a batch can have.
         let span = b.last_offset - b.base_offset;
         if i64::from(h.last_offset_delta) != span {
             return Err(self.corrupt(
                 b,
-                format!("batch spans {} offsets, the coordinator says {}", h.last_offset_delta + 1, span + 1),
+                format!(
+                    "batch spans {} offsets, the coordinator says {}",
+                    i64::from(h.last_offset_delta) + 1,
+                    span + 1
+                ),
             ));
         }
         Ok(())
@@ -284,6 +315,44 @@ impl Reader {
             format!("batch at byte {} of {}: {why}", b.byte_offset, b.object_key),
         )
     }
+}
+
+/// The answer for each partition asked for, in order: the coordinator answers one topic of one
+/// partition per request topic; a missing answer, or one for another partition, is `None`.
+fn answers_for(
+    parts: &[FetchPartition],
+    topics: Vec<FindBatchesTopicResponse>,
+) -> Vec<Option<FindBatchesPartitionResponse>> {
+    let mut topics = topics.into_iter();
+    parts
+        .iter()
+        .map(|p| {
+            let t = topics.next()?;
+            let a = t.partitions.into_iter().next()?;
+            (t.topic_id == p.topic_id && a.partition_index == p.partition).then_some(a)
+        })
+        .collect()
+}
+
+/// Where a batch lies in its object, from what FindBatches says, if that can be a batch of a WAL
+/// segment: a whole batch header at least, within the largest segment, and offsets a batch can
+/// span (else why not).
+fn coordinates(b: &BatchInfo) -> Result<Range<u64>, String> {
+    let max = crate::config::MAX_BUFFER_BYTES as u64;
+    let (Ok(at), Ok(size)) = (u64::try_from(b.byte_offset), u64::try_from(b.byte_size)) else {
+        return Err(format!("(byte {}, {} bytes) are negative", b.byte_offset, b.byte_size));
+    };
+    if size < record_batch::HEADER_LEN as u64 || at.saturating_add(size) > max {
+        return Err(format!(
+            "({size} bytes from byte {at}) are not a batch within a WAL segment (at least {} bytes, ending by byte {max})",
+            record_batch::HEADER_LEN
+        ));
+    }
+    let span = b.last_offset.checked_sub(b.base_offset).filter(|s| *s >= 0 && *s < i64::from(i32::MAX));
+    if b.base_offset < 0 || span.is_none() {
+        return Err(format!("(offsets {} to {}) are not those of one batch", b.base_offset, b.last_offset));
+    }
+    Ok(at..at + size)
 }
 
 #[cfg(test)]
@@ -320,5 +389,162 @@ mod tests {
         let h = record_batch::validate(&out).unwrap();
         assert_eq!(h.record_count, 3);
         assert_eq!(i64::from_be_bytes(out[..8].try_into().unwrap()), 10, "base offset injected");
+    }
+
+    /// A small xorshift generator: damage that is random but the same on every run.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            let mut x = self.0;
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            self.0 = x;
+            x
+        }
+    }
+
+    fn info(byte_offset: i64, byte_size: i64, base_offset: i64, last_offset: i64) -> BatchInfo {
+        BatchInfo {
+            batch_id: 1,
+            object_key: "wal/a".into(),
+            magic: 2,
+            byte_offset,
+            byte_size,
+            base_offset,
+            last_offset,
+            log_append_timestamp: 5,
+            batch_max_timestamp: 2_000,
+            timestamp_type: 0,
+        }
+    }
+
+    /// `object` stored as `wal/a`, and the batches FindBatches named read from it by a fresh reader
+    /// (empty cache), checked and injected.
+    async fn serve(object: &[u8], batches: &[BatchInfo]) -> Result<Bytes, KafkaError> {
+        let storage = Storage::new(&StorageConfig::Memory).unwrap();
+        storage.put_new("wal/a", Bytes::copy_from_slice(object)).await.unwrap();
+        let reader = Reader { storage, cache: RangeCache::new(1 << 20), gap: u64::MAX };
+        let gathered = reader.gather(batches.iter()).await;
+        reader.assemble(batches, &gathered)
+    }
+
+    /// The error names the object and the byte of the batch.
+    fn names_object_and_byte(r: Result<Bytes, KafkaError>, what: &str) -> KafkaError {
+        let e = r.err().unwrap_or_else(|| panic!("{what}: served"));
+        assert!(e.message.contains("wal/a") && e.message.contains("byte"), "{what}: {e}");
+        e
+    }
+
+    /// One segment: the version byte, then a batch of 3 records (offsets 10 to 12).
+    fn segment() -> (Vec<u8>, usize) {
+        let batch = fake_batch(3, -1, -1);
+        let mut object = vec![0u8];
+        object.extend_from_slice(&batch);
+        (object, batch.len())
+    }
+
+    #[tokio::test]
+    async fn coordinates_of_any_value_fail_their_partition_naming_the_object_and_byte_never_panicking() {
+        let (object, len) = segment();
+        let len = len as i64;
+        assert!(serve(&object, &[info(1, len, 10, 12)]).await.is_ok());
+        let huge = [i64::MIN, -1, 0x7fff_ffff, 0xffff_ffff, 1 << 40, i64::MAX];
+        let mut cases = vec![];
+        for v in huge {
+            cases.push(info(v, len, 10, 12));
+            cases.push(info(1, v, 10, 12));
+            cases.push(info(v, v, 10, 12));
+            cases.push(info(1, len, v, 12));
+            cases.push(info(1, len, 10, v));
+            if v < 0 || v.checked_add(2).is_none() {
+                cases.push(info(1, len, v, v.wrapping_add(2)));
+            }
+        }
+        for size in [0, 1, 60] {
+            cases.push(info(1, size, 10, 12));
+        }
+        cases.push(info(1, len, 12, 10));
+        cases.push(info(1, len, -5, i64::MAX));
+        cases.push(info(1, len, i64::MIN, i64::MAX));
+        // Within a segment's bounds, but past this object's end.
+        cases.push(info(1 << 29, len, 10, 12));
+        cases.push(info(2, len, 10, 12));
+        for b in cases {
+            let what = format!("{b:?}");
+            let e = names_object_and_byte(serve(&object, &[info(1, len, 10, 12), b]).await, &what);
+            assert!(matches!(e.code, ErrorCode::CorruptMessage | ErrorCode::KafkaStorageError), "{what}: {e}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_object_cut_anywhere_or_damaged_anywhere_fails_its_batch_naming_the_object_and_byte() {
+        let (object, len) = segment();
+        let b = info(1, len as i64, 10, 12);
+        let good = serve(&object, std::slice::from_ref(&b)).await.unwrap();
+        for cut in 0..object.len() {
+            names_object_and_byte(serve(&object[..cut], std::slice::from_ref(&b)).await, &format!("cut at {cut}"));
+        }
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for _ in 0..300 {
+            let at = 1 + (rng.next() % len as u64) as usize;
+            let mask = (rng.next() % 255) as u8 + 1;
+            let mut bad = object.clone();
+            bad[at] ^= mask;
+            let what = format!("byte {at} ^ {mask:#04x}");
+            let r = serve(&bad, std::slice::from_ref(&b)).await;
+            // Kafka's CRC leaves out the base offset (replaced by injection) and the partition
+            // leader epoch (passed on as it is).
+            match at - 1 {
+                0..8 => assert_eq!(r.unwrap(), good, "{what}"),
+                12..16 => {
+                    let out = r.unwrap_or_else(|e| panic!("{what}: {e}"));
+                    assert_eq!((&out[..12], &out[16..]), (&good[..12], &good[16..]), "{what}");
+                }
+                _ => {
+                    let e = names_object_and_byte(r, &what);
+                    assert_eq!(e.code, ErrorCode::CorruptMessage, "{what}: {e}");
+                }
+            }
+        }
+        // The batch length field, set to any size.
+        for v in [0u32, 1, 0x7fff_ffff, 0x8000_0000, 0xffff_ffff] {
+            let mut bad = object.clone();
+            bad[9..13].copy_from_slice(&v.to_be_bytes());
+            names_object_and_byte(serve(&bad, std::slice::from_ref(&b)).await, &format!("length {v:#x}"));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cached_range_of_another_size_is_not_served_for_a_batch() {
+        let (object, len) = segment();
+        let storage = Storage::new(&StorageConfig::Memory).unwrap();
+        storage.put_new("wal/a", Bytes::from(object)).await.unwrap();
+        let reader = Reader { storage, cache: RangeCache::new(1 << 20), gap: 0 };
+        reader.cache.put("wal/a", 1, Bytes::from_static(b"short"));
+        let b = info(1, len as i64, 10, 12);
+        let gathered = reader.gather([&b].into_iter()).await;
+        let out = reader.assemble(&[b], &gathered).expect("read from the object");
+        assert_eq!(record_batch::validate(&out).unwrap().record_count, 3);
+    }
+
+    #[test]
+    fn each_partition_asked_for_gets_exactly_one_answer_whatever_the_coordinator_sends() {
+        let part = |n| FetchPartition { topic_id: [1; 16], partition: n, offset: 0, max_bytes: 1 };
+        let answer = |topic: [u8; 16], n| FindBatchesTopicResponse {
+            topic_id: topic.to_vec(),
+            partitions: vec![FindBatchesPartitionResponse { partition_index: n, ..Default::default() }],
+        };
+        let parts = [part(0), part(1), part(2)];
+        let got = |topics| {
+            answers_for(&parts, topics).iter().map(|a| a.as_ref().map(|a| a.partition_index)).collect::<Vec<_>>()
+        };
+        assert_eq!(got(vec![]), [None, None, None]);
+        assert_eq!(got(vec![answer([1; 16], 0)]), [Some(0), None, None]);
+        let many = (0..10).map(|n| answer([1; 16], n)).collect();
+        assert_eq!(got(many), [Some(0), Some(1), Some(2)]);
+        let wrong = vec![answer([1; 16], 1), answer([2; 16], 1), FindBatchesTopicResponse::default()];
+        assert_eq!(got(wrong), [None, None, None]);
     }
 }

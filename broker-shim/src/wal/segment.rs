@@ -4,7 +4,8 @@
 //! partition contiguous (partitions in the order they first appear), batches of one partition in
 //! produce order. A segment is built in memory ([`SegmentBuilder`]), bounded by
 //! `diskless.append.buffer.max.bytes`, and read back by byte ranges; [`validate`] checks a whole
-//! object.
+//! object. [`validate`] is total on hostile bytes: any object is a list of batches within it or an
+//! error naming the byte where it goes wrong (the caller names the object), never a panic.
 
 use std::collections::BTreeMap;
 
@@ -93,9 +94,9 @@ impl<T> SegmentBuilder<T> {
 /// Why an object is not a valid WAL segment.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SegmentError {
-    #[error("empty object")]
+    #[error("empty object (no version byte at byte 0)")]
     Empty,
-    #[error("unknown WAL segment version {0}")]
+    #[error("unknown WAL segment version {0} at byte 0")]
     Version(u8),
     #[error("batch at byte {at}: {error}")]
     Batch { at: usize, error: BatchError },
@@ -148,5 +149,86 @@ mod tests {
         bad[0] = 9;
         assert_eq!(validate(&bad), Err(SegmentError::Version(9)));
         assert!(validate(&object[..object.len() - 2]).is_err());
+    }
+
+    /// A segment of three batches of 1, 2 and 3 records; the object and where each batch ends.
+    fn three_batches() -> (Vec<u8>, Vec<usize>) {
+        let mut object = vec![VERSION];
+        let mut ends = vec![];
+        for n in 1..=3 {
+            object.extend_from_slice(&fake_batch(n, -1, -1));
+            ends.push(object.len());
+        }
+        (object, ends)
+    }
+
+    /// Where the error says the trouble is (every variant names a byte).
+    fn byte_named(e: &SegmentError) -> usize {
+        match e {
+            SegmentError::Empty | SegmentError::Version(_) => 0,
+            SegmentError::Batch { at, .. } | SegmentError::Truncated(at) => *at,
+        }
+    }
+
+    #[test]
+    fn a_segment_cut_anywhere_is_an_error_naming_the_byte_unless_cut_between_batches() {
+        let (object, ends) = three_batches();
+        for cut in 0..object.len() {
+            match validate(&object[..cut]) {
+                Ok(batches) => {
+                    let whole: Vec<usize> = batches.iter().map(|(at, len, _)| at + len).collect();
+                    assert!(cut == 1 || ends.contains(&cut), "cut at {cut} accepted");
+                    assert_eq!(whole, ends.iter().copied().filter(|e| *e <= cut).collect::<Vec<_>>(), "cut at {cut}");
+                }
+                Err(e) => {
+                    assert!(byte_named(&e) < cut.max(1), "cut at {cut}: {e}");
+                    assert!(e.to_string().contains("byte"), "{e}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_segment_with_any_byte_damaged_is_an_error_naming_the_batch_s_byte() {
+        let (object, ends) = three_batches();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..300 {
+            let at = (next() % object.len() as u64) as usize;
+            let mask = (next() % 255) as u8 + 1;
+            let mut bad = object.clone();
+            bad[at] ^= mask;
+            // The batch the byte is in, and where in it.
+            let start = ends.iter().copied().rfind(|e| *e <= at).unwrap_or(1);
+            let r = validate(&bad);
+            match (at, at - start.min(at)) {
+                (0, _) => assert_eq!(r, Err(SegmentError::Version(mask)), "byte 0"),
+                // Kafka's CRC leaves out the base offset and the partition leader epoch.
+                (_, 0..8 | 12..16) => assert!(r.is_ok(), "byte {at}: {r:?}"),
+                _ => {
+                    let e = r.expect_err(&format!("byte {at} ^ {mask:#04x} accepted"));
+                    assert!(byte_named(&e) <= at, "byte {at}: {e}");
+                    assert!(e.to_string().contains("byte"), "{e}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_batch_length_field_of_any_size_is_an_error_naming_the_batch_s_byte() {
+        let (object, ends) = three_batches();
+        for start in [1, ends[0], ends[1]] {
+            for v in [0u32, 1, 48, 0x7fff_ffff, 0x8000_0000, 0xffff_ffff] {
+                let mut bad = object.clone();
+                bad[start + 8..start + 12].copy_from_slice(&v.to_be_bytes());
+                let e = validate(&bad).expect_err("accepted");
+                assert_eq!(byte_named(&e), start, "length {v:#x} of the batch at {start}: {e}");
+            }
+        }
     }
 }

@@ -10,7 +10,9 @@
 //! Written under a temporary name (the sections first, in a second temporary file, since the
 //! header needs their lengths), checked whole, fsynced and renamed: a file under the final name
 //! is complete. Reading checks the length, the end checksum and every section before a caller
-//! acts on any of it ([`Backup::open`]), so a damaged or truncated file is refused whole.
+//! acts on any of it ([`Backup::open`]), so a damaged or truncated file is refused whole. The
+//! reader is total on hostile bytes: any file is a backup or an error naming it and the offset,
+//! never a panic, and nothing is allocated by a length before the file is known to hold it.
 
 use std::fs::{self, File};
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
@@ -211,82 +213,119 @@ impl Backup {
         let mut r = BufReader::with_capacity(1 << 20, f);
         let mut crc = 0u32;
         let mut fixed = [0u8; 16];
-        read_crc(&mut r, &mut fixed, &mut crc).map_err(|_| bad(path, "shorter than a backup's header"))?;
+        read_crc(&mut r, &mut fixed, &mut crc)
+            .map_err(|_| bad(path, format!("{len} bytes, shorter than a backup's 16-byte header at offset 0")))?;
         if &fixed[..8] != MAGIC {
-            return Err(bad(path, "it does not start with DLBACKUP"));
+            return Err(bad(path, "it does not start with DLBACKUP (offset 0)"));
         }
-        let format = u32::from_be_bytes(fixed[8..12].try_into()?);
+        let format = u32::from_be_bytes([fixed[8], fixed[9], fixed[10], fixed[11]]);
         if format != FORMAT {
-            return Err(bad(path, format!("format {format}, this release reads format {FORMAT}")));
+            return Err(bad(path, format!("format {format} at offset 8, this release reads format {FORMAT}")));
         }
-        let header_len = u32::from_be_bytes(fixed[12..16].try_into()?);
+        let header_len = u32::from_be_bytes([fixed[12], fixed[13], fixed[14], fixed[15]]);
         if header_len > MAX_HEADER {
-            return Err(bad(path, "header length out of range (damaged)"));
-        }
-        let mut json = vec![0u8; header_len as usize];
-        read_crc(&mut r, &mut json, &mut crc).map_err(|_| bad(path, "truncated in the header"))?;
-        let header: Header = serde_json::from_slice(&json).map_err(|e| bad(path, format!("damaged header ({e})")))?;
-        let body_offset = 16 + header_len as u64;
-        let body: u64 = header.partitions.iter().map(|p| p.bytes).sum();
-        let expected = body_offset + body + 12;
-        if len < expected {
-            return Err(bad(path, format!("truncated: {len} bytes, the header announces {expected}")));
-        }
-        if len > expected {
-            return Err(bad(path, format!("{} bytes more than the header announces", len - expected)));
-        }
-        let sections: Vec<u32> = header.partitions.iter().map(|p| p.metadata_partition).collect();
-        let mut sorted = sections.clone();
-        sorted.sort_unstable();
-        if sorted != (0..header.num_metadata_partitions).collect::<Vec<_>>() {
             return Err(bad(
                 path,
                 format!(
-                    "the header lists sections {sections:?}, not one per metadata partition 0..{}",
-                    header.num_metadata_partitions
+                    "a header length of {header_len} bytes at offset 12, out of range (damaged; at most {MAX_HEADER})"
                 ),
             ));
         }
+        let body_offset = 16 + u64::from(header_len);
+        // The file must hold the header before it is read into memory.
+        if len < body_offset + 12 {
+            return Err(bad(
+                path,
+                format!("the length at offset 12 announces a {header_len}-byte header, more than the file holds: truncated at offset {len}"),
+            ));
+        }
+        let mut json = vec![0u8; header_len as usize];
+        read_crc(&mut r, &mut json, &mut crc).map_err(|e| bad(path, format!("at offset 16: the header: {e}")))?;
+        let header: Header = serde_json::from_slice(&json)
+            .map_err(|e| bad(path, format!("the header at offset 16 ({header_len} bytes) is damaged ({e})")))?;
+        let expected =
+            header.partitions.iter().try_fold(body_offset + 12, |sum, p| sum.checked_add(p.bytes)).ok_or_else(
+                || bad(path, "the header's section lengths add up past any file (damaged header at offset 16)"),
+            )?;
+        if len < expected {
+            return Err(bad(path, format!("truncated at offset {len}: the header announces {expected} bytes")));
+        }
+        if len > expected {
+            return Err(bad(
+                path,
+                format!("{} bytes more than the header announces, from offset {expected} on", len - expected),
+            ));
+        }
+        let body = expected - 12 - body_offset;
+        let sections: Vec<u32> = header.partitions.iter().map(|p| p.metadata_partition).collect();
+        let mut sorted = sections.clone();
+        sorted.sort_unstable();
+        let n = header.num_metadata_partitions;
+        // Compared without building 0..n: `n` is whatever the header says.
+        if sorted.len() as u64 != u64::from(n) || sorted.iter().enumerate().any(|(i, &g)| g as usize != i) {
+            return Err(bad(
+                path,
+                format!("the header (offset 16) lists sections {sections:?}, not one per metadata partition 0..{n}"),
+            ));
+        }
         let mut left = body;
-        let mut buf = vec![0u8; 1 << 20];
+        let mut buf = vec![0u8; (1 << 20).min(body as usize)];
         while left > 0 {
             let n = left.min(buf.len() as u64) as usize;
-            read_crc(&mut r, &mut buf[..n], &mut crc).map_err(|e| bad(path, e))?;
+            read_crc(&mut r, &mut buf[..n], &mut crc)
+                .map_err(|e| bad(path, format!("at offset {}: {e}", expected - 12 - left)))?;
             left -= n as u64;
         }
+        let end_at = expected - 12;
         let mut end = [0u8; 12];
-        r.read_exact(&mut end).map_err(|e| bad(path, e))?;
+        r.read_exact(&mut end).map_err(|e| bad(path, format!("at offset {end_at}: {e}")))?;
         if &end[..8] != END {
-            return Err(bad(path, "no end mark where the header says the file ends (damaged)"));
+            return Err(bad(
+                path,
+                format!("no end mark at offset {end_at}, where the header says the file ends (damaged)"),
+            ));
         }
         crc = crc32c::crc32c_append(crc, END);
-        let stored = u32::from_be_bytes(end[8..12].try_into()?);
+        let stored = u32::from_be_bytes([end[8], end[9], end[10], end[11]]);
         if stored != crc {
-            return Err(bad(path, "end checksum mismatch (the file is damaged)"));
+            return Err(bad(
+                path,
+                format!("the end checksum at offset {} does not match (the file is damaged)", end_at + 8),
+            ));
         }
         Ok(Backup { path: path.to_path_buf(), header, body_offset, checksum: crc })
     }
 
-    /// Reads every section through `visit` (partition, its bytes as a reader that stops at the
-    /// section's end). Each section must be read to its end by `visit`.
+    /// Reads every section through `visit` (partition, the offset of the file where its section
+    /// starts, its bytes as a reader that stops at the section's end). Each section must be read to
+    /// its end by `visit`.
     pub fn for_each_section(
         &self,
-        visit: &mut dyn FnMut(&Partition, &mut dyn Read) -> anyhow::Result<()>,
+        visit: &mut dyn FnMut(&Partition, u64, &mut dyn Read) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
         let mut f = File::open(&self.path)?;
         f.seek(SeekFrom::Start(self.body_offset))?;
         let mut r = BufReader::with_capacity(1 << 20, f);
+        let mut at = self.body_offset;
         for p in &self.header.partitions {
             let mut section = (&mut r).take(p.bytes);
-            visit(p, &mut section)
-                .with_context(|| format!("{}: metadata partition {}", self.path.display(), p.metadata_partition))?;
+            let place = || {
+                format!(
+                    "{}: metadata partition {} (the section at offsets {at}..{})",
+                    self.path.display(),
+                    p.metadata_partition,
+                    at + p.bytes
+                )
+            };
+            visit(p, at, &mut section).with_context(place)?;
             anyhow::ensure!(
                 section.limit() == 0,
-                "{}: metadata partition {}: the section holds {} bytes after its snapshot",
-                self.path.display(),
-                p.metadata_partition,
-                section.limit()
+                "{}: the section holds {} bytes after its snapshot, from offset {} on",
+                place(),
+                section.limit(),
+                at + p.bytes - section.limit()
             );
+            at += p.bytes;
         }
         Ok(())
     }
@@ -294,15 +333,19 @@ impl Backup {
     /// Checks every section: a whole snapshot with a good CRC, of the right length, of the
     /// partition and applied log id the header says.
     pub fn verify(&self) -> anyhow::Result<()> {
-        self.for_each_section(&mut |p, r| {
-            let meta = crate::raft::snapshot::read_from(&mut &mut *r, &mut |_, _| Ok(()))
-                .map_err(|e| anyhow::anyhow!("damaged section: {e}"))?;
-            let l = meta.last_log_id;
-            anyhow::ensure!(
-                l.map(|l| (l.index, l.leader_id.term, l.leader_id.node_id)).unwrap_or_default()
-                    == (p.applied_index, p.applied_term, p.applied_leader),
-                "the section's applied log id does not match the header"
-            );
+        self.for_each_section(&mut |p, at, r| {
+            let meta = crate::raft::snapshot::read_from_at(&mut &mut *r, at, &mut |_, _| Ok(()))
+                .map_err(|e| bad(&self.path, format!("damaged section: {e}")))?;
+            let l = meta.last_log_id.map(|l| (l.index, l.leader_id.term, l.leader_id.node_id)).unwrap_or_default();
+            if l != (p.applied_index, p.applied_term, p.applied_leader) {
+                return Err(bad(
+                    &self.path,
+                    format!(
+                        "the applied log id of the section's header (at offset {}) does not match the file's header",
+                        at + 12
+                    ),
+                ));
+            }
             Ok(())
         })
     }
@@ -374,7 +417,7 @@ mod tests {
         b.verify().unwrap();
         assert_eq!(b.header.partitions.iter().map(|p| p.metadata_partition).collect::<Vec<_>>(), [1, 0]);
         let mut pairs = 0;
-        b.for_each_section(&mut |_, r| {
+        b.for_each_section(&mut |_, _, r| {
             crate::raft::snapshot::read_from(&mut &mut *r, &mut |_, _| {
                 pairs += 1;
                 Ok(())
@@ -397,6 +440,151 @@ mod tests {
         for len in [0, 10, bytes.len() / 2, bytes.len() - 1] {
             std::fs::write(&path, &bytes[..len]).unwrap();
             assert!(Backup::open(&path).is_err(), "truncated to {len}");
+        }
+    }
+
+    /// A backup of two small sections (partitions 1, then 0); its bytes and one section's.
+    fn small_backup(dir: &Path) -> (PathBuf, Vec<u8>, Vec<u8>) {
+        let db = Db::open(&dir.join("db")).unwrap();
+        let mut t = Txn::new(&db);
+        for i in 0..5u32 {
+            let mut k = vec![0, 0, 0, 0, b'T'];
+            k.extend_from_slice(&i.to_be_bytes());
+            t.put(k, vec![i as u8; 3]);
+        }
+        db.write(t.into_write_batch(), false).unwrap();
+        let s = section(&db);
+        let path = dir.join("b.backup");
+        let mut w = Writer::create(&path).unwrap();
+        for g in [1, 0] {
+            w.write(&s).unwrap();
+            w.end_section(partition(g, s.len())).unwrap();
+        }
+        w.finish(header()).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        (path, bytes, s)
+    }
+
+    /// `bytes` as a backup file is refused (by `open` or `verify`) naming the file and an offset
+    /// within it; returns the offset.
+    fn refused(path: &Path, bytes: &[u8], what: &str) -> u64 {
+        std::fs::write(path, bytes).unwrap();
+        let e = Backup::open(path).and_then(|b| b.verify()).err().unwrap_or_else(|| panic!("{what}: accepted"));
+        let m = format!("{e:#}");
+        assert!(m.contains(&path.display().to_string()) && m.contains("not a usable backup file"), "{what}: {m}");
+        let at = crate::raft::snapshot::tests::offset_named(&m);
+        assert!(at <= bytes.len() as u64, "{what}: offset {at} of {} bytes: {m}", bytes.len());
+        at
+    }
+
+    /// A backup file made by hand: `json` as the header, `body` as the sections, a good end mark
+    /// and checksum.
+    fn handmade(json: &[u8], body: &[u8]) -> Vec<u8> {
+        let mut b = MAGIC.to_vec();
+        b.extend_from_slice(&FORMAT.to_be_bytes());
+        b.extend_from_slice(&(json.len() as u32).to_be_bytes());
+        b.extend_from_slice(json);
+        b.extend_from_slice(body);
+        b.extend_from_slice(END);
+        let crc = crc32c::crc32c(&b);
+        b.extend_from_slice(&crc.to_be_bytes());
+        b
+    }
+
+    #[test]
+    fn a_backup_cut_anywhere_is_an_error_naming_its_file_and_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, bytes, _) = small_backup(dir.path());
+        for cut in 0..bytes.len() {
+            refused(&path, &bytes[..cut], &format!("cut at {cut}"));
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert_eq!(refused(&path, &longer, "a byte more"), bytes.len() as u64);
+    }
+
+    #[test]
+    fn a_backup_with_any_byte_damaged_is_an_error_naming_its_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, bytes, _) = small_backup(dir.path());
+        let mut rng = crate::raft::snapshot::tests::Rng(0x9e37_79b9_7f4a_7c15);
+        for _ in 0..300 {
+            let (at, mask) = rng.flip(bytes.len());
+            let mut bad = bytes.clone();
+            bad[at] ^= mask;
+            refused(&path, &bad, &format!("byte {at} ^ {mask:#04x}"));
+        }
+    }
+
+    #[test]
+    fn a_backup_header_length_of_any_size_is_an_error_naming_its_offset_before_anything_is_allocated() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, bytes, _) = small_backup(dir.path());
+        let real = u32::from_be_bytes(bytes[12..16].try_into().unwrap());
+        for len in [0x7fff_ffffu32, 0x8000_0000, 0xffff_ffff, MAX_HEADER + 1] {
+            let mut bad = bytes.clone();
+            bad[12..16].copy_from_slice(&len.to_be_bytes());
+            assert_eq!(refused(&path, &bad, &format!("length {len:#x}")), 12, "length {len:#x}");
+        }
+        // In range, but more than the file holds: refused from the file's size, not by reading.
+        for len in [MAX_HEADER, bytes.len() as u32, 0, real - 1, real + 1] {
+            let mut bad = bytes.clone();
+            bad[12..16].copy_from_slice(&len.to_be_bytes());
+            refused(&path, &bad, &format!("length {len}"));
+        }
+    }
+
+    #[test]
+    fn a_header_announcing_impossible_sections_is_an_error_not_a_panic_or_an_allocation() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.backup");
+        let p = |g: u32, bytes: &str| {
+            format!(
+                r#"{{"metadata_partition":{g},"applied_index":0,"applied_term":0,"applied_leader":0,"digest":"d","bytes":{bytes},"node_id":1}}"#
+            )
+        };
+        let h = |n: u64, parts: &[String]| {
+            format!(
+                r#"{{"format":1,"cluster_id":"c","num_metadata_partitions":{n},"created_at_ms":0,"taken_through":"x","partitions":[{}]}}"#,
+                parts.join(",")
+            )
+        };
+        let max = u64::MAX.to_string();
+        let cases = [
+            ("section lengths that overflow", h(2, &[p(0, &max), p(1, &max)])),
+            ("a section longer than the file", h(1, &[p(0, "1000000000000")])),
+            ("a negative section length", h(1, &[p(0, "-1")])),
+            ("4 billion metadata partitions", h(u64::from(u32::MAX), &[p(0, "0"), p(1, "0")])),
+            ("more metadata partitions than a u32", h(1 << 40, &[p(0, "0")])),
+            ("a partition listed twice", h(2, &[p(0, "0"), p(0, "0")])),
+            ("an empty section", h(1, &[p(0, "0")])),
+        ];
+        for (what, json) in cases {
+            refused(&path, &handmade(json.as_bytes(), &[]), what);
+        }
+        // The same header, well formed, opens (so each case above fails for its own reason).
+        let ok = handmade(h(0, &[]).as_bytes(), &[]);
+        std::fs::write(&path, &ok).unwrap();
+        Backup::open(&path).and_then(|b| b.verify()).unwrap();
+    }
+
+    #[test]
+    fn a_damaged_section_behind_a_good_end_checksum_is_an_error_naming_its_offset_in_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, bytes, s) = small_backup(dir.path());
+        let body_offset = 16 + u32::from_be_bytes(bytes[12..16].try_into().unwrap()) as usize;
+        let body = &bytes[body_offset..bytes.len() - 12];
+        let json = &bytes[16..body_offset];
+        let mut rng = crate::raft::snapshot::tests::Rng(0x2545_f491_4f6c_dd1d);
+        for _ in 0..100 {
+            let (at, mask) = rng.flip(body.len());
+            let mut bad = body.to_vec();
+            bad[at] ^= mask;
+            let what = format!("section byte {at} ^ {mask:#04x}");
+            let named = refused(&path, &handmade(json, &bad), &what);
+            // Within the damaged section (the first or the second).
+            let section = (body_offset + at / s.len() * s.len()) as u64;
+            assert!((section..=section + s.len() as u64).contains(&named), "{what}: offset {named}");
         }
     }
 

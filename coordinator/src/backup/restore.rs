@@ -179,12 +179,12 @@ fn build(
         new.cluster_id(),
     )?;
     let mut out = vec![];
-    backup.for_each_section(&mut |p, r| {
+    backup.for_each_section(&mut |p, at, r| {
         let g = p.metadata_partition;
         let members: BTreeMap<NodeId, Replica> =
             req.members.iter().map(|m| (m.id, Replica::new(&m.addr, new.incarnation(m.id, g)))).collect();
         let sm = StateMachine::new(g, n);
-        let got = crate::raft::restore::restore_group(&db, dir, &sm, req.node_id, &members, &mut &mut *r)?;
+        let got = crate::raft::restore::restore_group(&db, dir, &sm, req.node_id, &members, &mut &mut *r, at)?;
         let digest: String = got.digest.iter().map(|b| format!("{b:02x}")).collect();
         anyhow::ensure!(
             digest == p.digest,

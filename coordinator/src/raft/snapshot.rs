@@ -5,10 +5,12 @@
 //! `"DLSNAP01"`, u32 header length, header (bincode of the openraft `SnapshotMeta`), then pairs
 //! `u32 key length (> 0), key, u32 value length, value` in key order, then `u32 0`, then the CRC32C
 //! of every preceding byte. A file is written to a temporary name, fsynced and renamed, so a file
-//! with the final name is whole; a reader still checks the CRC before installing.
+//! with the final name is whole; a reader still checks the CRC before installing. The reader is
+//! total on hostile bytes: a damaged file or stream is an error naming the file and the offset,
+//! never a panic, and no length field allocates more than the bytes that follow it.
 
 use std::fs::{self, File};
-use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufReader, BufWriter, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use super::{io_err, SnapshotMeta};
@@ -216,58 +218,104 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 
 /// Reads the header of a snapshot file (without checking the whole file).
 pub fn read_meta(path: &Path) -> io::Result<SnapshotMeta> {
-    let mut r = BufReader::new(File::open(path)?);
-    let (meta, _) = read_header(&mut r, &mut 0)?;
-    Ok(meta)
+    let mut f = BufReader::new(File::open(path)?);
+    let mut r = Tracked { inner: &mut f, crc: 0, at: 0, base: 0 };
+    read_header(&mut r).map_err(|e| named(path, e))
 }
 
 fn corrupt(path: &Path, why: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("snapshot file {}: {why}", path.display()))
 }
 
-fn read_exact_crc(r: &mut impl Read, buf: &mut [u8], crc: &mut u32) -> io::Result<()> {
-    r.read_exact(buf)?;
-    *crc = crc32c::crc32c_append(*crc, buf);
-    Ok(())
-}
-
-fn read_u32(r: &mut impl Read, crc: &mut u32) -> io::Result<u32> {
-    let mut b = [0u8; 4];
-    read_exact_crc(r, &mut b, crc)?;
-    Ok(u32::from_be_bytes(b))
+/// `e` with the file it came from (its message already names the offset).
+fn named(path: &Path, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("snapshot file {}: {e}", path.display()))
 }
 
 /// The largest key or value a snapshot may hold (RocksDB values of this project are far smaller).
 const MAX_FIELD: u32 = 64 << 20;
 
-fn read_header(r: &mut impl Read, crc: &mut u32) -> io::Result<(SnapshotMeta, usize)> {
+/// Bytes a length field may have allocated before they are read: a field grows by this much at a
+/// time, so a lying length costs no more memory than the bytes that are there.
+const CHUNK: usize = 64 << 10;
+
+/// A reader that keeps the CRC-32C of what it read and where it is, and words every failure as
+/// "at offset N" (of the stream: `base` is where the stream starts in its file).
+struct Tracked<'r, R: Read> {
+    inner: &'r mut R,
+    crc: u32,
+    at: u64,
+    base: u64,
+}
+
+impl<R: Read> Tracked<'_, R> {
+    /// An error about what lies at `at` (an offset of the stream).
+    fn bad_at(&self, at: u64, why: impl std::fmt::Display) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidData, format!("at offset {}: {why}", self.base + at))
+    }
+
+    /// Reads `buf.len()` bytes (`what` they are, for the error when they are not all there).
+    fn exact(&mut self, buf: &mut [u8], what: &str) -> io::Result<()> {
+        match self.inner.read_exact(buf) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                return Err(self.bad_at(self.at, format!("truncated: {what} of {} bytes is not all there", buf.len())))
+            }
+            Err(e) => return Err(io::Error::new(e.kind(), format!("at offset {}: {e}", self.base + self.at))),
+        }
+        self.crc = crc32c::crc32c_append(self.crc, buf);
+        self.at += buf.len() as u64;
+        Ok(())
+    }
+
+    fn u32(&mut self, what: &str) -> io::Result<u32> {
+        let mut b = [0u8; 4];
+        self.exact(&mut b, what)?;
+        Ok(u32::from_be_bytes(b))
+    }
+
+    /// A length field (at most `MAX_FIELD`), then that many bytes into `buf`, grown only as they
+    /// arrive. `None` for the end mark when `zero_ends`.
+    fn field(&mut self, buf: &mut Vec<u8>, what: &str, zero_ends: bool) -> io::Result<Option<()>> {
+        let at = self.at;
+        let len = self.u32(&format!("{what} length"))?;
+        if len == 0 && zero_ends {
+            return Ok(None);
+        }
+        if len > MAX_FIELD {
+            return Err(self.bad_at(at, format!("{what} length of {len} bytes out of range (at most {MAX_FIELD})")));
+        }
+        buf.clear();
+        let len = len as usize;
+        while buf.len() < len {
+            let from = buf.len();
+            buf.resize(from + (len - from).min(CHUNK), 0);
+            self.exact(&mut buf[from..], what)?;
+        }
+        Ok(Some(()))
+    }
+}
+
+fn read_header<R: Read>(r: &mut Tracked<'_, R>) -> io::Result<SnapshotMeta> {
     let mut magic = [0u8; 8];
-    read_exact_crc(r, &mut magic, crc)?;
+    r.exact(&mut magic, "the magic")?;
     if &magic != MAGIC {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "not a snapshot file (bad magic)"));
+        return Err(r.bad_at(0, "not a snapshot file (bad magic)"));
     }
-    let len = read_u32(r, crc)?;
-    if len > MAX_FIELD {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "snapshot header too long"));
-    }
-    let mut header = vec![0u8; len as usize];
-    read_exact_crc(r, &mut header, crc)?;
-    let meta = codec::decode(b"snapshot header", &header).map_err(io_err)?;
-    Ok((meta, 12 + len as usize))
+    let mut header = vec![];
+    r.field(&mut header, "header", false)?;
+    codec::decode(b"snapshot header", &header).map_err(|e| r.bad_at(12, format!("the header does not decode: {e}")))
 }
 
 /// Reads every pair of the file in order, then checks the CRC. `visit` sees pairs before the CRC
 /// is known: callers that must not act on a damaged file call [`verify`] first.
 pub fn for_each_pair(path: &Path, visit: &mut dyn FnMut(&[u8], &[u8]) -> io::Result<()>) -> io::Result<SnapshotMeta> {
     let mut r = BufReader::with_capacity(1 << 20, File::open(path)?);
-    let meta = read_from(&mut r, visit).map_err(|e| match e.kind() {
-        io::ErrorKind::UnexpectedEof => corrupt(path, "truncated"),
-        io::ErrorKind::InvalidData => corrupt(path, &e.to_string()),
-        _ => e,
-    })?;
+    let meta = read_from(&mut r, visit).map_err(|e| named(path, e))?;
     let mut rest = [0u8; 1];
     if r.read(&mut rest)? != 0 {
-        return Err(corrupt(path, "bytes after the checksum"));
+        let at = r.stream_position()? - 1;
+        return Err(corrupt(path, &format!("at offset {at}: bytes after the checksum")));
     }
     Ok(meta)
 }
@@ -276,32 +324,33 @@ pub fn for_each_pair(path: &Path, visit: &mut dyn FnMut(&[u8], &[u8]) -> io::Res
 /// checks; `visit` sees every pair on the way (before the CRC is known). Reads nothing past the
 /// CRC, so snapshots can be embedded in a larger stream (a backup file).
 pub fn read_from(r: &mut impl Read, visit: &mut dyn FnMut(&[u8], &[u8]) -> io::Result<()>) -> io::Result<SnapshotMeta> {
-    let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, format!("snapshot: {why}"));
-    let mut crc = 0;
-    let (meta, _) = read_header(r, &mut crc)?;
+    read_from_at(r, 0, visit)
+}
+
+/// [`read_from`] of a snapshot that starts at `offset` of its file: errors name offsets of the
+/// file. Total on hostile bytes: whatever `r` yields is a snapshot or an error naming the offset,
+/// never a panic, and no length field allocates more than the bytes that follow it.
+pub fn read_from_at(
+    r: &mut impl Read,
+    offset: u64,
+    visit: &mut dyn FnMut(&[u8], &[u8]) -> io::Result<()>,
+) -> io::Result<SnapshotMeta> {
+    let mut r = Tracked { inner: r, crc: 0, at: 0, base: offset };
+    let meta = read_header(&mut r)?;
     let (mut k, mut v) = (Vec::new(), Vec::new());
     loop {
-        let klen = read_u32(r, &mut crc)?;
-        if klen == 0 {
+        let pair = r.at;
+        if r.field(&mut k, "key", true)?.is_none() {
             break;
         }
-        if klen > MAX_FIELD {
-            return Err(bad("key length out of range"));
-        }
-        k.resize(klen as usize, 0);
-        read_exact_crc(r, &mut k, &mut crc)?;
-        let vlen = read_u32(r, &mut crc)?;
-        if vlen > MAX_FIELD {
-            return Err(bad("value length out of range"));
-        }
-        v.resize(vlen as usize, 0);
-        read_exact_crc(r, &mut v, &mut crc)?;
-        visit(&k, &v)?;
+        r.field(&mut v, "value", false)?;
+        visit(&k, &v).map_err(|e| io::Error::new(e.kind(), format!("the pair at offset {}: {e}", offset + pair)))?;
     }
-    let mut stored = [0u8; 4];
-    r.read_exact(&mut stored)?;
-    if u32::from_be_bytes(stored) != crc {
-        return Err(bad("checksum mismatch"));
+    let computed = r.crc;
+    let at = r.at;
+    let stored = r.u32("the checksum")?;
+    if stored != computed {
+        return Err(r.bad_at(at, format!("checksum mismatch (stored {stored:08x}, computed {computed:08x})")));
     }
     Ok(meta)
 }
@@ -312,9 +361,134 @@ pub fn verify(path: &Path) -> io::Result<SnapshotMeta> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::storage::{Db, Txn};
+
+    /// A small xorshift generator: damage that is random but the same on every run.
+    pub(crate) struct Rng(pub(crate) u64);
+
+    impl Rng {
+        pub(crate) fn next(&mut self) -> u64 {
+            let mut x = self.0;
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            self.0 = x;
+            x
+        }
+
+        /// A position below `n` and a non-zero mask to flip there.
+        pub(crate) fn flip(&mut self, n: usize) -> (usize, u8) {
+            ((self.next() % n as u64) as usize, (self.next() % 255) as u8 + 1)
+        }
+    }
+
+    /// The offset an error names ("... at offset N ..."; the last one named).
+    pub(crate) fn offset_named(e: &dyn std::fmt::Display) -> u64 {
+        let m = e.to_string();
+        let at = m.rfind("offset ").unwrap_or_else(|| panic!("no offset named: {m}"));
+        m[at + 7..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .unwrap_or_else(|_| panic!("{m}"))
+    }
+
+    /// A snapshot of 20 small pairs, as bytes.
+    fn small_snapshot() -> Vec<u8> {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("db")).unwrap();
+        let mut t = Txn::new(&db);
+        for i in 0..20u32 {
+            t.put(i.to_be_bytes().to_vec(), vec![i as u8; (i % 7) as usize]);
+        }
+        db.write(t.into_write_batch(), false).unwrap();
+        let applied = crate::raft::LogId::new(openraft::vote::leader_id_adv::LeaderId { term: 3, node_id: 1 }, 9);
+        let meta = SnapshotMeta { last_log_id: Some(applied), ..SnapshotMeta::default() };
+        let out = write_to(&db.read(), &[0], &[0xff; 5], &|_| false, &meta, Vec::new()).unwrap();
+        out
+    }
+
+    /// `bytes` as a snapshot file fails `verify` naming the file and an offset within it; the same
+    /// bytes as a stream embedded at offset 1000 name that offset shifted by 1000.
+    fn refused(dir: &Path, bytes: &[u8], what: &str) -> u64 {
+        let path = dir.join("bad.snap");
+        fs::write(&path, bytes).unwrap();
+        let e = verify(&path).err().unwrap_or_else(|| panic!("{what}: verified"));
+        assert!(e.to_string().contains(&path.display().to_string()), "{what}: {e}");
+        let at = offset_named(&e);
+        assert!(at <= bytes.len() as u64, "{what}: offset {at} of {} bytes: {e}", bytes.len());
+        let e = read_from_at(&mut &bytes[..], 1000, &mut |_, _| Ok(())).err();
+        // A stream is read up to its checksum: bytes after it are the embedding file's business.
+        if let Some(e) = e {
+            assert_eq!(offset_named(&e), at + 1000, "{what}: {e}");
+        }
+        at
+    }
+
+    #[test]
+    fn a_snapshot_cut_anywhere_is_an_error_naming_its_file_and_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = small_snapshot();
+        refused(dir.path(), &[], "empty");
+        for cut in 0..good.len() {
+            let at = refused(dir.path(), &good[..cut], &format!("cut at {cut}"));
+            assert!(at <= cut as u64, "cut at {cut}: offset {at}");
+        }
+        let mut longer = good.clone();
+        longer.push(0);
+        assert_eq!(refused(dir.path(), &longer, "a byte after the checksum"), good.len() as u64);
+    }
+
+    #[test]
+    fn a_snapshot_with_any_byte_damaged_is_an_error_naming_its_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = small_snapshot();
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for _ in 0..300 {
+            let (at, mask) = rng.flip(good.len());
+            let mut bad = good.clone();
+            bad[at] ^= mask;
+            refused(dir.path(), &bad, &format!("byte {at} ^ {mask:#04x}"));
+        }
+    }
+
+    #[test]
+    fn a_snapshot_length_field_of_any_size_is_an_error_naming_its_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = small_snapshot();
+        let header_len = u32::from_be_bytes(good[8..12].try_into().unwrap()) as usize;
+        let key_at = 12 + header_len;
+        let key_len = u32::from_be_bytes(good[key_at..key_at + 4].try_into().unwrap()) as usize;
+        let value_at = key_at + 4 + key_len;
+        for field in [8, key_at, value_at] {
+            for len in [0x7fff_ffffu32, 0x8000_0000, 0xffff_ffff, MAX_FIELD + 1] {
+                let mut bad = good.clone();
+                bad[field..field + 4].copy_from_slice(&len.to_be_bytes());
+                let at = refused(dir.path(), &bad, &format!("length {len:#x} at {field}"));
+                assert_eq!(at, field as u64, "length {len:#x} at {field}");
+            }
+            // In range but longer than what follows: truncated, past the field.
+            let mut bad = good.clone();
+            bad[field..field + 4].copy_from_slice(&MAX_FIELD.to_be_bytes());
+            let at = refused(dir.path(), &bad, &format!("length {MAX_FIELD} at {field}"));
+            assert!(at > field as u64, "length {MAX_FIELD} at {field}: offset {at}");
+        }
+    }
+
+    #[test]
+    fn a_length_field_longer_than_the_bytes_left_allocates_no_more_than_what_is_there() {
+        let mut bytes = MAX_FIELD.to_be_bytes().to_vec();
+        bytes.extend_from_slice(&[7; 10]);
+        let mut src = &bytes[..];
+        let mut r = Tracked { inner: &mut src, crc: 0, at: 0, base: 0 };
+        let mut buf = vec![];
+        let e = r.field(&mut buf, "value", false).unwrap_err();
+        assert!(e.to_string().contains("at offset 4: truncated"), "{e}");
+        assert!(buf.capacity() <= 2 * CHUNK, "{} bytes claimed for 10 bytes there", buf.capacity());
+    }
 
     #[test]
     fn a_written_snapshot_reads_back_and_damage_is_detected() {

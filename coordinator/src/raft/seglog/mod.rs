@@ -17,7 +17,8 @@
 //! **Crash safety.** Records are written in order into zero-filled space; a sync covers every
 //! record written before it. At open, segments must be numbered without gaps, every segment but
 //! the last must end with a seal, and every record before a seal must check out (else the
-//! directory is corrupt and the node refuses to start). The last segment is read up to its first
+//! directory is corrupt and the node refuses to start, naming the segment file and the offset;
+//! recovery is total on hostile bytes, never a panic). The last segment is read up to its first
 //! zero or invalid record (a torn tail: never acknowledged); what lies after that is zeroed and
 //! synced before writing resumes there, so bytes of a torn write are never read again. Segments
 //! go oldest first, each only when no live entry is in it, after a sync and followed by a
@@ -175,6 +176,14 @@ impl SegLog {
 
     fn load(dir: &Path, segment_bytes: u64, writable: bool) -> anyhow::Result<SegLog> {
         let seqs = if dir.exists() { segment::list(dir)? } else { vec![] };
+        // The last sequence number has no successor to switch to.
+        if let Some(&seq) = seqs.last().filter(|&&s| s == u64::MAX) {
+            anyhow::bail!(
+                "the Raft log in {} is corrupt: {} is numbered past any log",
+                dir.display(),
+                segment::path(dir, seq).display()
+            );
+        }
         for w in seqs.windows(2) {
             anyhow::ensure!(
                 w[1] == w[0] + 1,
@@ -220,10 +229,18 @@ impl SegLog {
                 }
                 continue;
             }
+            if s.blank {
+                anyhow::bail!(
+                    "the Raft log in {} is corrupt: {} has a blank header (zeros at offset 0) but is not the last segment",
+                    dir.display(),
+                    segment::path(dir, seq).display()
+                );
+            }
             if !s.sealed && !last {
                 anyhow::bail!(
-                    "the Raft log in {} is corrupt: segment {seq:016x} has {} at offset {} before its seal",
+                    "the Raft log in {} is corrupt: {} has {} at offset {} before its seal",
                     dir.display(),
+                    segment::path(dir, seq).display(),
                     s.stopped.as_deref().unwrap_or("an error"),
                     s.end
                 );
@@ -479,7 +496,10 @@ impl SegLog {
         let locs: Vec<Loc> = grp.locs.iter().copied().collect();
         let mut payloads = Vec::with_capacity(locs.len());
         for (i, loc) in locs.iter().enumerate() {
-            payloads.push((first + i as u64, read_at(&inner.segments[&loc.seg].file, *loc, g, first + i as u64)?));
+            payloads.push((
+                first + i as u64,
+                read_at(&self.dir, &inner.segments[&loc.seg].file, *loc, g, first + i as u64)?,
+            ));
         }
         let start = inner.current;
         let mut buf = vec![];
@@ -594,7 +614,7 @@ impl SegLog {
         let entries = wanted
             .into_iter()
             .enumerate()
-            .map(|(i, (loc, file))| read_at(&file, loc, g, start + i as u64))
+            .map(|(i, (loc, file))| read_at(&self.dir, &file, loc, g, start + i as u64))
             .collect::<io::Result<_>>()?;
         Ok((start, entries))
     }
@@ -664,15 +684,20 @@ impl Inner {
 }
 
 /// Reads and checks the entry record at `loc` (group `g`, index `index`); its payload.
-fn read_at(file: &File, loc: Loc, g: u32, index: u64) -> io::Result<Vec<u8>> {
+/// `loc.len` was read back from the file at open, so the buffer is never larger than what the
+/// file held.
+fn read_at(dir: &Path, file: &File, loc: Loc, g: u32, index: u64) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; loc.len as usize];
-    file.read_exact_at(&mut buf, loc.offset)?;
+    let at = || format!("{} offset {}", segment::path(dir, loc.seg).display(), loc.offset);
+    file.read_exact_at(&mut buf, loc.offset).map_err(|e| {
+        io::Error::new(e.kind(), format!("read the Raft log record of group {g} index {index} ({}): {e}", at()))
+    })?;
     match record::parse(&buf) {
         record::Next::Record(r) if r.kind == Kind::Entry && r.group == g && r.index == index => {}
         other => {
             return Err(corrupt(format!(
-                "the Raft log record of group {g} index {index} (segment {:016x} offset {}) reads back as {other:?}",
-                loc.seg, loc.offset
+                "the Raft log record of group {g} index {index} ({}) reads back as {other:?}",
+                at()
             )))
         }
     }
@@ -709,7 +734,7 @@ pub fn copy_group(
             dst.truncate(g, at)?;
             break;
         }
-        let (start, chunk) = src.read(g, at, (at + 256).min(last + 1))?;
+        let (start, chunk) = src.read(g, at, at.saturating_add(256).min(last + 1))?;
         if chunk.is_empty() {
             continue;
         }

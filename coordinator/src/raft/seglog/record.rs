@@ -4,7 +4,8 @@
 //! `kind: u8`, `group: u32 LE`, `index: u64 LE`, then the payload (an entry's bincode bytes, or
 //! nothing). Segments are zero-filled before use, so a zero header means "nothing was written
 //! here"; anything else that does not check out is a torn or corrupt record. It must not know
-//! what a payload means.
+//! what a payload means. [`parse`] is total on hostile bytes: whatever it is given, it answers
+//! `End`, a record lying wholly within the bytes, or `Invalid`, never a panic.
 
 /// Bytes before the body: length and checksum.
 pub const HEADER: usize = 8;
@@ -104,7 +105,13 @@ pub fn parse(buf: &[u8]) -> Next<'_> {
     let group = u32::from_le_bytes([body[1], body[2], body[3], body[4]]);
     let mut index = [0u8; 8];
     index.copy_from_slice(&body[5..13]);
-    Next::Record(Record { kind, group, index: u64::from_le_bytes(index), payload: &body[FIXED..], len: HEADER + len })
+    let index = u64::from_le_bytes(index);
+    // No log reaches the last index (its successor could not be named): such an entry is forged
+    // or damaged, and replaying it would overflow the index arithmetic.
+    if kind == Kind::Entry && index == u64::MAX {
+        return Next::Invalid(format!("an entry record at index {index}, past any log"));
+    }
+    Next::Record(Record { kind, group, index, payload: &body[FIXED..], len: HEADER + len })
 }
 
 #[cfg(test)]
@@ -138,5 +145,42 @@ mod tests {
             d[flip] ^= 0x40;
             assert!(matches!(parse(&d), Next::Invalid(_)), "flip at {flip}");
         }
+    }
+
+    #[test]
+    fn a_record_length_field_of_any_value_is_invalid_unless_it_frames_the_record() {
+        let mut b = vec![];
+        encode(&mut b, Kind::Entry, 1, 1, b"payload");
+        b.extend_from_slice(&[0; 64]);
+        let real = (FIXED + 7) as u32;
+        for len in [1u32, 12, real + 1, 0x7fff_ffff, 0x8000_0000, 0xffff_ffff, MAX_RECORD as u32 + 1] {
+            let mut d = b.clone();
+            d[..4].copy_from_slice(&len.to_le_bytes());
+            assert!(matches!(parse(&d), Next::Invalid(_)), "length {len:#x}");
+            // Forged: the checksum made to match the bytes the length claims, where there are any.
+            if let Some(body) = d.get(HEADER..HEADER + len as usize) {
+                let crc = crc32c::crc32c(body);
+                d[4..8].copy_from_slice(&crc.to_le_bytes());
+            }
+            let r = parse(&d);
+            assert!(
+                matches!(r, Next::Invalid(_)) || matches!(r, Next::Record(x) if x.len <= d.len()),
+                "length {len:#x}: {r:?}"
+            );
+        }
+        // A zero length with a non-zero checksum is not the end.
+        let mut d = b.clone();
+        d[..4].copy_from_slice(&0u32.to_le_bytes());
+        assert!(matches!(parse(&d), Next::Invalid(_)));
+    }
+
+    #[test]
+    fn an_entry_at_the_last_index_is_invalid_even_with_a_good_checksum() {
+        let mut b = vec![];
+        encode(&mut b, Kind::Entry, 1, u64::MAX, b"x");
+        assert!(matches!(parse(&b), Next::Invalid(why) if why.contains("past any log")));
+        let mut t = vec![];
+        encode(&mut t, Kind::Truncate, 1, u64::MAX, &[]);
+        assert!(matches!(parse(&t), Next::Record(_)), "a truncation from there is harmless");
     }
 }

@@ -5,6 +5,8 @@
 //! A segment starts with a header (magic, sequence number, CRC32C) and holds records from
 //! [`FIRST`] on (`record.rs`). A spare segment (`spare.tmp`) is prepared ahead of need; it becomes
 //! segment `seq` by a rename followed by a directory fsync. It must not decide what records mean.
+//! [`scan`] is total on hostile bytes: a file of any content reads to its first invalid record or
+//! is an error naming the file and the offset, never a panic.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -83,7 +85,8 @@ pub fn activate(dir: &Path, seq: u64, bytes: u64) -> io::Result<File> {
     Ok(f)
 }
 
-fn header(seq: u64) -> [u8; 20] {
+/// A segment's header: magic, sequence number, CRC32C of both.
+pub(super) fn header(seq: u64) -> [u8; 20] {
     let mut h = [0u8; 20];
     h[..8].copy_from_slice(MAGIC);
     h[8..16].copy_from_slice(&seq.to_le_bytes());
@@ -129,7 +132,9 @@ pub fn scan(dir: &Path, seq: u64) -> io::Result<Scanned> {
     let path = path(dir, seq);
     let bytes = std::fs::read(&path)?;
     let bad = |why: String| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {why}", path.display()));
-    let head = bytes.get(..20).ok_or_else(|| bad("shorter than a segment header".into()))?;
+    let head = bytes
+        .get(..20)
+        .ok_or_else(|| bad(format!("{} bytes, shorter than a segment header (20 bytes at offset 0)", bytes.len())))?;
     let written_end = bytes.iter().rposition(|&b| b != 0).map_or(0, |p| p as u64 + 1);
     if head.iter().all(|&b| b == 0) {
         // `written_end` > 0: records behind a blank header (the caller keeps them aside).
@@ -144,7 +149,7 @@ pub fn scan(dir: &Path, seq: u64) -> io::Result<Scanned> {
         });
     }
     if head != header(seq) {
-        return Err(bad(format!("its header is not that of segment {seq}")));
+        return Err(bad(format!("its header (20 bytes at offset 0) is not that of segment {seq:016x}")));
     }
     let mut out =
         Scanned { blank: false, records: vec![], end: FIRST, sealed: false, stopped: None, written_end, tail: vec![] };

@@ -42,7 +42,7 @@ impl Model {
 }
 
 fn payload(g: u32, i: u64, len: usize) -> Vec<u8> {
-    (0..len).map(|k| (g as u64 * 31 + i * 7 + k as u64) as u8).collect()
+    (0..len).map(|k| (g as u64 * 31).wrapping_add(i.wrapping_mul(7)).wrapping_add(k as u64) as u8).collect()
 }
 
 /// Everything the log holds, read back through its API.
@@ -363,4 +363,169 @@ fn a_purge_during_a_copy_leaves_no_hole() {
     assert_eq!(b.bounds(4), Some((1_501, 2_000)));
     assert_eq!(b.read(4, 1_501, 2_001).unwrap(), a.read(4, 1_501, 2_001).unwrap());
     assert_eq!(b.purged(4), Some(1_500));
+}
+
+/// A small xorshift generator: damage that is random but the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    /// A position below `n` and a non-zero mask to flip there.
+    fn flip(&mut self, n: usize) -> (usize, u8) {
+        ((self.next() % n as u64) as usize, (self.next() % 255) as u8 + 1)
+    }
+}
+
+/// Segment `seq` made by hand: its header, then `records` (group 0's entries at these indexes,
+/// or anything else) from `FIRST` on, then a seal when `sealed`, then `pad` zeros.
+fn handmade(seq: u64, records: &[(Kind, u32, u64)], sealed: bool, pad: usize) -> Vec<u8> {
+    let mut b = segment::header(seq).to_vec();
+    b.resize(segment::FIRST as usize, 0);
+    for &(kind, g, i) in records {
+        let p = if kind == Kind::Entry { payload(g, i, 10) } else { vec![] };
+        record::encode(&mut b, kind, g, i, &p);
+    }
+    if sealed {
+        record::encode(&mut b, Kind::Seal, 0, 0, &[]);
+    }
+    b.resize(b.len() + pad, 0);
+    b
+}
+
+/// A log of two handmade segments: 1 (sealed, entries 1 and 2 of group 0 and 1 of group 5) and
+/// 2 (the last one: entries 3 to 5 of group 0). Returns the directory and both files' bytes.
+fn two_segments(tmp: &Path) -> (PathBuf, Vec<u8>, Vec<u8>) {
+    let dir = tmp.join("log");
+    std::fs::create_dir_all(&dir).unwrap();
+    let e = |g, i| (Kind::Entry, g, i);
+    let one = handmade(1, &[e(0, 1), e(0, 2), e(5, 1)], true, 0);
+    let two = handmade(2, &[e(0, 3), e(0, 4), e(0, 5)], false, 64);
+    std::fs::write(segment::path(&dir, 1), &one).unwrap();
+    std::fs::write(segment::path(&dir, 2), &two).unwrap();
+    let log = SegLog::open_read_only(&dir).unwrap();
+    assert_eq!((log.bounds(0), log.bounds(5)), (Some((1, 5)), Some((1, 1))));
+    (dir, one, two)
+}
+
+/// Opening `dir` fails, naming segment `seq`'s file and an offset.
+fn refused_naming(dir: &Path, seq: u64, what: &str) -> String {
+    let e = SegLog::open_read_only(dir).err().unwrap_or_else(|| panic!("{what}: the log opened"));
+    let m = format!("{e:#}");
+    let file = segment::path(dir, seq).display().to_string();
+    assert!(m.contains(&file) && m.contains("offset"), "{what}: {m}");
+    m
+}
+
+/// Group 0's entries read back are those written, from 1 on.
+fn reads_back_group_0(log: &SegLog, what: &str) -> u64 {
+    let (first, last) = log.bounds(0).unwrap_or_else(|| panic!("{what}: no entries"));
+    assert_eq!(first, 1, "{what}");
+    let (_, got) = log.read(0, 1, last + 1).unwrap();
+    for (k, b) in got.iter().enumerate() {
+        assert_eq!(b, &payload(0, 1 + k as u64, 10), "{what}: entry {}", 1 + k);
+    }
+    last
+}
+
+/// Every record before a seal must check out: a sealed segment cut anywhere, a byte of it
+/// flipped anywhere it is read, or a length field of any size is an error naming the file and
+/// the offset (never a panic); damage in the unread padding between header and records is none.
+#[test]
+fn a_sealed_segment_with_any_byte_damaged_or_cut_is_an_error_naming_its_file_and_offset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, one, _) = two_segments(tmp.path());
+    let path = segment::path(&dir, 1);
+    for cut in 0..one.len() {
+        std::fs::write(&path, &one[..cut]).unwrap();
+        refused_naming(&dir, 1, &format!("cut at {cut}"));
+    }
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for _ in 0..300 {
+        let (at, mask) = rng.flip(one.len());
+        let mut bad = one.clone();
+        bad[at] ^= mask;
+        std::fs::write(&path, &bad).unwrap();
+        let what = format!("byte {at} ^ {mask:#04x}");
+        if (20..segment::FIRST as usize).contains(&at) {
+            let log = SegLog::open_read_only(&dir).unwrap_or_else(|e| panic!("{what}: {e:#}"));
+            assert_eq!(reads_back_group_0(&log, &what), 5, "{what}");
+        } else {
+            refused_naming(&dir, 1, &what);
+        }
+    }
+    let first = segment::FIRST as usize;
+    for len in [0u32, 5, 12, 0x7fff_ffff, 0x8000_0000, 0xffff_ffff] {
+        let mut bad = one.clone();
+        bad[first..first + 4].copy_from_slice(&len.to_le_bytes());
+        std::fs::write(&path, &bad).unwrap();
+        let m = refused_naming(&dir, 1, &format!("length {len:#x}"));
+        assert!(m.contains(&format!("offset {first}")), "length {len:#x}: {m}");
+    }
+}
+
+/// The last segment's damage is a torn tail: cut or flipped anywhere past its header, the log
+/// opens with a gap-free prefix of its entries, each as written; a damaged header is an error
+/// naming the file and the offset.
+#[test]
+fn the_last_segment_damaged_anywhere_opens_to_a_prefix_of_its_entries_or_is_an_error_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, _, two) = two_segments(tmp.path());
+    let path = segment::path(&dir, 2);
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let cuts = (0..two.len()).map(|cut| (two[..cut].to_vec(), format!("cut at {cut}")));
+    let flips = (0..300).map(|_| {
+        let (at, mask) = rng.flip(two.len());
+        let mut bad = two.clone();
+        bad[at] ^= mask;
+        (bad, format!("byte {at} ^ {mask:#04x}"))
+    });
+    for (bytes, what) in cuts.chain(flips.collect::<Vec<_>>()) {
+        std::fs::write(&path, &bytes).unwrap();
+        let header_intact = bytes.get(..20) == Some(&two[..20]);
+        match SegLog::open_read_only(&dir) {
+            Ok(log) => {
+                assert!(header_intact, "{what}: opened with a damaged header");
+                let last = reads_back_group_0(&log, &what);
+                assert!((2..=5).contains(&last), "{what}: last {last}");
+            }
+            Err(_) => {
+                assert!(!header_intact, "{what}: refused with its header intact");
+                refused_naming(&dir, 2, &what);
+            }
+        }
+    }
+}
+
+/// An entry at the last index (with a good checksum: forged, not torn) would overflow the index
+/// arithmetic when replayed: before a seal it is an error naming the file and the offset; in the
+/// last segment it ends the log there. A segment numbered `u64::MAX` is refused.
+#[test]
+fn an_entry_at_the_last_index_or_a_segment_numbered_past_any_log_is_refused_not_a_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, _, _) = two_segments(tmp.path());
+    let e = |g, i| (Kind::Entry, g, i);
+    let forged = handmade(1, &[e(0, 1), e(0, u64::MAX)], true, 0);
+    std::fs::write(segment::path(&dir, 1), &forged).unwrap();
+    let m = refused_naming(&dir, 1, "an entry at u64::MAX before a seal");
+    assert!(m.contains("past any log"), "{m}");
+
+    std::fs::write(segment::path(&dir, 1), handmade(1, &[e(0, 1), e(0, 2)], true, 0)).unwrap();
+    std::fs::write(segment::path(&dir, 2), handmade(2, &[e(0, 3), e(0, u64::MAX), e(0, 4)], false, 0)).unwrap();
+    let log = SegLog::open_read_only(&dir).unwrap();
+    assert_eq!(reads_back_group_0(&log, "an entry at u64::MAX in the last segment"), 3);
+    drop(log);
+
+    let other = tmp.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(segment::path(&other, u64::MAX), handmade(u64::MAX, &[e(0, 1)], false, 0)).unwrap();
+    let e = SegLog::open_read_only(&other).unwrap_err();
+    assert!(format!("{e:#}").contains("ffffffffffffffff.seg"), "{e:#}");
 }
