@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README: "Run the tests"): checks and installs the prerequisites, then runs
 # every test of the workspace, the short fault-suite run and the smoke benchmark included.
-# Extra arguments go to `cargo test` (e.g. `tests/run.sh --test t20_leader_crash`).
+# Extra arguments go to `cargo test` (e.g. `tests/run.sh --test cluster t20_leader_crash::`).
 #
 # Builds go to $CARGO_TARGET_DIR (default ~/.cache/diskless-target), outside the clone, so
 # RocksDB's C++ is compiled once per machine. Tests that need a tool (moto_server, kcat, the

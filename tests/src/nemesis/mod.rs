@@ -10,7 +10,7 @@
 //!  heal all ─▶ settle (availability, final reads, digests, objects) ─▶ checker ─▶ report
 //! ```
 //!
-//! Used by the short seeded run in `cargo test` (`tests/tests/t90_nemesis.rs`) and by the
+//! Used by the short seeded run in `cargo test` (`tests/tests/cluster/t90_nemesis.rs`) and by the
 //! `nemesis` binary for long runs (`tests/nemesis.sh`). This module owns the run's sequence; each
 //! concept lives in its own file: `rng`, `history`, `system` (processes), `proxy`, `faults`,
 //! `workload`, `kafka_client`, `settle`, `checker`, `report`.
@@ -76,7 +76,9 @@ impl Config {
             topics: 2,
             partitions: 4,
             keep: false,
-            replay: format!("DISKLESS_NEMESIS_SEED={seed} cargo test --workspace --test t90_nemesis"),
+            replay: format!(
+                "DISKLESS_NEMESIS_SEED={seed} cargo test -p diskless-cluster-tests --test cluster t90_nemesis::"
+            ),
         }
     }
 }
