@@ -22,10 +22,10 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 impl LocalCluster {
-    /// Starts 3 nodes with `groups` metadata partitions under a temporary directory (or `base`);
-    /// with `tls`, every node's listener requires mutual TLS (a CA made for the run; the nodes
-    /// present their own certificates to each other).
-    pub async fn start(groups: u32, base: Option<PathBuf>, tls: bool) -> anyhow::Result<LocalCluster> {
+    /// Starts 3 nodes with `metadata_partitions` metadata partitions under a temporary directory
+    /// (or `base`); with `tls`, every node's listener requires mutual TLS (a CA made for the run;
+    /// the nodes present their own certificates to each other).
+    pub async fn start(metadata_partitions: u32, base: Option<PathBuf>, tls: bool) -> anyhow::Result<LocalCluster> {
         let dir = match base {
             Some(b) => tempfile::Builder::new().prefix("diskless-bench-").tempdir_in(b)?,
             None => tempfile::Builder::new().prefix("diskless-bench-").tempdir()?,
@@ -69,7 +69,7 @@ impl LocalCluster {
             let child = cmd
                 .arg("--data-dir")
                 .arg(dir.path().join(format!("node-{}", i + 1)))
-                .args(["--metadata-partitions", &groups.to_string()])
+                .args(["--metadata-partitions", &metadata_partitions.to_string()])
                 .env("RUST_LOG", "warn")
                 .stdout(Stdio::null())
                 .stderr(log)

@@ -32,7 +32,7 @@ pub struct Coord {
 pub enum Conn {
     /// Commits and strict reads go through the broker's client (each metadata partition's part
     /// straight to its leader, as a broker does); FindBatches to this connection's node.
-    Ours { reader: Reader, broker: Arc<diskless_broker_shim::coordinator::Coordinators>, last_applied: Vec<GroupIndex> },
+    Ours { reader: Reader, broker: Arc<diskless_broker_shim::cluster::ClusterClient>, last_applied: Vec<GroupIndex> },
     /// One connection with its statements prepared once, as a broker's connection pool would.
     Pg { client: Arc<tokio_postgres::Client>, commit: tokio_postgres::Statement, reader: Reader },
 }
@@ -42,7 +42,7 @@ pub enum Conn {
 #[derive(Clone)]
 pub enum Reader {
     /// FindBatches to one node; strict reads through the broker's client (to the leader).
-    Ours(CoordinatorServiceClient<Channel>, Arc<diskless_broker_shim::coordinator::Coordinators>),
+    Ours(CoordinatorServiceClient<Channel>, Arc<diskless_broker_shim::cluster::ClusterClient>),
     Pg {
         client: Arc<tokio_postgres::Client>,
         find: tokio_postgres::Statement,
@@ -132,12 +132,8 @@ impl System {
             System::Ours { addrs, tls } => {
                 let ch = channel(&addrs[i % addrs.len()], tls)?;
                 let broker = Arc::new(
-                    diskless_broker_shim::coordinator::Coordinators::connect_with(
-                        addrs,
-                        Default::default(),
-                        tls.clone(),
-                    )
-                    .await?,
+                    diskless_broker_shim::cluster::ClusterClient::connect_with(addrs, Default::default(), tls.clone())
+                        .await?,
                 );
                 Ok(Conn::Ours {
                     reader: Reader::Ours(

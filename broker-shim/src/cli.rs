@@ -3,9 +3,10 @@
 
 use std::path::PathBuf;
 
-use crate::config::{ShimConfig, StorageConfig};
+use crate::config::ShimConfig;
 use crate::service::BrokerApi;
-use crate::Shim;
+use crate::shim::Shim;
+use crate::storage::StorageConfig;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use diskless_proto::broker::broker_service_server::BrokerServiceServer;
@@ -57,7 +58,7 @@ enum Cmd {
 
 fn scram_credential(cmd: Cmd) -> anyhow::Result<()> {
     use crate::kafka::security::credentials::Credentials;
-    use crate::kafka::security::scram::{ScramCredential, ScramHash};
+    use crate::kafka::security::salted::{ScramCredential, ScramHash};
     let Cmd::ScramCredential { file, user, password, mechanisms, iterations, delete } = cmd;
     let mut creds = Credentials::read(&file)?;
     if delete {
@@ -128,12 +129,15 @@ pub fn main() -> anyhow::Result<()> {
             .await
             .with_context(|| format!("listen on {}", config.listen))?;
         let addr = listener.local_addr()?;
-        let shim = Shim::start(config).await?;
+        let shim = Shim::start(config.settings()?).await?;
         println!("diskless-broker listening on {addr}");
-        for (name, addr) in shim.start_kafka_listeners().await? {
-            println!("diskless-broker Kafka listener {name} on {addr}");
+        if let Some(k) = &config.kafka {
+            for (name, addr) in crate::kafka::start_listeners(&shim, k).await? {
+                println!("diskless-broker Kafka listener {name} on {addr}");
+            }
         }
-        if let Some(m) = shim.start_metrics().await? {
+        if let Some(m) = &config.metrics_addr {
+            let m = shim.start_metrics(m).await?;
             println!("diskless-broker metrics on http://{m}/metrics");
         }
         // The registry task ends early only when another live broker holds this broker's id.
@@ -162,7 +166,7 @@ pub fn main() -> anyhow::Result<()> {
             }
             tracing::info!("shutting down: committing what was accepted");
         };
-        let tls = match &shim.config.tls {
+        let tls = match &config.tls {
             Some(f) => Some(diskless_tls::ServerTls::new(f).context("[tls] of the broker API")?),
             None => None,
         };
@@ -178,7 +182,7 @@ pub fn main() -> anyhow::Result<()> {
             .serve_with_incoming_shutdown(incoming, shutdown)
             .await?;
         let fatal = fatal_rx.try_recv().ok();
-        if fatal.is_none() && shim.config.kafka.is_some() {
+        if fatal.is_none() && shim.advertised {
             shim.registry.unregister().await;
         }
         shim.shutdown().await;

@@ -28,8 +28,7 @@ impl KafkaError {
         if code == 0 {
             return None;
         }
-        let c = i16::try_from(code).ok().and_then(ErrorCode::from_code).unwrap_or(ErrorCode::UnknownServerError);
-        Some(KafkaError::new(c, message.unwrap_or_else(|| format!("error code {code}"))))
+        Some(KafkaError::new(ErrorCode::from_wire(code), message.unwrap_or_else(|| format!("error code {code}"))))
     }
 
     /// A coordinator that could not be reached: retriable.

@@ -32,7 +32,7 @@ fn check_accepted(v: &validate::Validated, limits: &Limits) {
 /// A request frame (after its size prefix) through header and body decoding, and a Produce's
 /// records through the broker's checks and validation.
 pub fn kafka_request(data: &[u8]) {
-    let Ok((header, body)) = crate::kafka::frame::decode_request(Bytes::copy_from_slice(data)) else { return };
+    let Ok((header, body)) = crate::kafka::decode_request(Bytes::copy_from_slice(data)) else { return };
     if let RequestKind::Produce(req) = body {
         for t in req.topic_data {
             for p in t.partition_data {
@@ -184,7 +184,7 @@ mod tests {
         for (target, bytes) in &seeds {
             match *target {
                 "kafka_request" => {
-                    let (_, body) = crate::kafka::frame::decode_request(Bytes::from(bytes.clone())).unwrap();
+                    let (_, body) = crate::kafka::decode_request(Bytes::from(bytes.clone())).unwrap();
                     kafka_request(bytes);
                     let _ = body;
                 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
-use crate::Shim;
+use crate::shim::Shim;
 
 /// How often the registration is looked at.
 pub const CHECK_EVERY: Duration = Duration::from_millis(250);
@@ -27,10 +27,10 @@ pub const BROKER: &str = "diskless.broker.v1.BrokerService";
 
 /// Whether the broker serves, and if not, why.
 pub fn check(shim: &Shim) -> Result<(), String> {
-    if shim.config.kafka.is_some() && !shim.registry.lease_held() {
+    if shim.advertised && !shim.registry.lease_held() {
         return Err(format!(
             "broker {} holds no registration in the broker registry (not yet registered, or its lease lapsed)",
-            shim.config.broker_id
+            shim.broker_id
         ));
     }
     Ok(())

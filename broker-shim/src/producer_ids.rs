@@ -10,22 +10,22 @@ use std::sync::Arc;
 
 use diskless_proto::v1::AllocateProducerIdsRequest;
 
-use crate::coordinator::Coordinators;
+use crate::cluster::ClusterClient;
 use crate::error::KafkaError;
 
 /// Ids asked for at a time (Kafka's ProducerIdManager asks for 1000).
 pub const BLOCK_SIZE: i32 = 1000;
 
 pub struct ProducerIds {
-    coordinators: Arc<Coordinators>,
+    cluster: Arc<ClusterClient>,
     broker_id: i32,
     /// `[next, end)`: what is left of the current block.
     block: tokio::sync::Mutex<(i64, i64)>,
 }
 
 impl ProducerIds {
-    pub fn new(coordinators: Arc<Coordinators>, broker_id: i32) -> ProducerIds {
-        ProducerIds { coordinators, broker_id, block: tokio::sync::Mutex::new((0, 0)) }
+    pub fn new(cluster: Arc<ClusterClient>, broker_id: i32) -> ProducerIds {
+        ProducerIds { cluster, broker_id, block: tokio::sync::Mutex::new((0, 0)) }
     }
 
     /// A producer id no one else was or will be given.
@@ -43,7 +43,7 @@ impl ProducerIds {
         let req = AllocateProducerIdsRequest { broker_id: self.broker_id, count: BLOCK_SIZE, timeout_ms: 10_000 };
         // Repeating is safe: a block whose answer was lost is never used.
         let r = self
-            .coordinators
+            .cluster
             .call(|mut c| async move { c.allocate_producer_ids(req).await })
             .await
             .map_err(|s| KafkaError::unavailable("allocate producer ids", &s))?;

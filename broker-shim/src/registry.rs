@@ -21,7 +21,7 @@ use diskless_proto::v1 as coord;
 use diskless_proto::{partition_key, rendezvous_score, ErrorCode};
 use serde::{Deserialize, Serialize};
 
-use crate::coordinator::Coordinators;
+use crate::cluster::ClusterClient;
 
 /// `[registry]`: this broker's rack and its lease.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -109,7 +109,7 @@ pub fn preferred_replica(
 
 /// The registry as this broker uses it.
 pub struct Registry {
-    coordinators: Arc<Coordinators>,
+    cluster: Arc<ClusterClient>,
     config: RegistryConfig,
     broker_id: i32,
     incarnation: u64,
@@ -124,11 +124,11 @@ pub struct Registry {
 const CALL_TIMEOUT_MS: i32 = 5_000;
 
 impl Registry {
-    pub fn new(coordinators: Arc<Coordinators>, config: RegistryConfig, broker_id: i32) -> Arc<Registry> {
+    pub fn new(cluster: Arc<ClusterClient>, config: RegistryConfig, broker_id: i32) -> Arc<Registry> {
         let me =
             LiveBroker { id: broker_id, host: String::new(), port: -1, rack: config.rack.clone(), listeners: vec![] };
         Arc::new(Registry {
-            coordinators,
+            cluster,
             config,
             broker_id,
             incarnation: uuid::Uuid::new_v4().as_u64_pair().0,
@@ -199,7 +199,7 @@ impl Registry {
     /// Reads the live brokers again; false when the cluster did not answer (the old list stays).
     pub async fn refresh(&self) -> bool {
         let r = self
-            .coordinators
+            .cluster
             .call(
                 |mut c| async move { c.list_brokers(coord::ListBrokersRequest { timeout_ms: CALL_TIMEOUT_MS }).await },
             )
@@ -243,7 +243,7 @@ impl Registry {
             timeout_ms: CALL_TIMEOUT_MS,
             listeners: me.listeners,
         };
-        self.coordinators
+        self.cluster
             .call(|mut c| {
                 let request = request.clone();
                 async move { c.register_broker(request).await }
@@ -258,7 +258,7 @@ impl Registry {
             lease_ms: self.config.lease_ms as i64,
             timeout_ms: CALL_TIMEOUT_MS,
         };
-        self.coordinators.call(|mut c| async move { c.broker_heartbeat(request).await }).await
+        self.cluster.call(|mut c| async move { c.broker_heartbeat(request).await }).await
     }
 
     /// Gives the id back (a clean shutdown): other brokers take over its partitions and groups at
@@ -271,7 +271,7 @@ impl Registry {
         };
         let r = tokio::time::timeout(
             Duration::from_secs(5),
-            self.coordinators.call(|mut c| async move { c.unregister_broker(request).await }),
+            self.cluster.call(|mut c| async move { c.unregister_broker(request).await }),
         )
         .await;
         match r {

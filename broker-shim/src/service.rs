@@ -13,7 +13,7 @@ use tonic::{Request, Response, Status};
 
 use crate::error::KafkaError;
 use crate::fetch::FetchPartition;
-use crate::Shim;
+use crate::shim::Shim;
 
 pub struct BrokerApi {
     shim: Arc<Shim>,
@@ -25,7 +25,7 @@ impl BrokerApi {
     }
 
     async fn topic_id(&self, name: &str) -> Result<[u8; 16], KafkaError> {
-        match self.shim.coordinators.topic(name).await {
+        match self.shim.cluster.topic(name).await {
             Ok(Some(t)) => Ok(t.id),
             Ok(None) => Err(KafkaError::new(ErrorCode::UnknownTopicOrPartition, format!("no topic named {name:?}"))),
             Err(s) => Err(KafkaError::unavailable("list topics", &s)),
@@ -57,7 +57,7 @@ impl BrokerService for BrokerApi {
             }],
             timeout_ms: 30_000,
         };
-        let out = self.shim.coordinators.call_once(|mut cl| async move { cl.create_partitions(req).await }).await;
+        let out = self.shim.cluster.call_once(|mut cl| async move { cl.create_partitions(req).await }).await;
         let err = match out {
             Ok(resp) => {
                 resp.topics.into_iter().next().and_then(|t| KafkaError::from_wire(t.error_code, t.error_message))
@@ -81,8 +81,8 @@ impl BrokerService for BrokerApi {
                     topics: vec![c::delete_topics_request::DeletableTopicState { topic_id: id.to_vec() }],
                     timeout_ms: 30_000,
                 };
-                self.shim.coordinators.forget_topic(&name);
-                match self.shim.coordinators.call_once(|mut cl| async move { cl.delete_topics(req).await }).await {
+                self.shim.cluster.forget_topic(&name);
+                match self.shim.cluster.call_once(|mut cl| async move { cl.delete_topics(req).await }).await {
                     Ok(r) => r
                         .responses
                         .into_iter()
@@ -104,7 +104,7 @@ impl BrokerService for BrokerApi {
         };
         if let Err(e) = &result {
             if e.code == ErrorCode::UnknownTopicOrPartition {
-                self.shim.coordinators.forget_topic(&r.topic);
+                self.shim.cluster.forget_topic(&r.topic);
             }
         }
         let ok = result.as_ref().ok();
@@ -156,7 +156,7 @@ impl BrokerService for BrokerApi {
         let r = request.into_inner();
         let result = match self.topic_id(&r.topic).await {
             Err(e) => Err(e),
-            Ok(id) => self.shim.coordinators.delete_records_before(id, r.partition, r.offset, 30_000).await,
+            Ok(id) => self.shim.cluster.delete_records_before(id, r.partition, r.offset, 30_000).await,
         };
         let (error_code, error_message) = fields(&result.as_ref().err().cloned());
         Ok(Response::new(DeleteRecordsResponse {
@@ -173,7 +173,7 @@ impl BrokerService for BrokerApi {
         let r = request.into_inner();
         let result = match self.topic_id(&r.topic).await {
             Err(e) => Err(e),
-            Ok(id) => self.shim.coordinators.list_offset(id, r.partition, r.timestamp).await,
+            Ok(id) => self.shim.cluster.list_offset(id, r.partition, r.timestamp).await,
         };
         let (error_code, error_message) = fields(&result.as_ref().err().cloned());
         let (timestamp, offset) = *result.as_ref().unwrap_or(&(-1, -1));

@@ -1,7 +1,7 @@
 //! Where should the Raft log live? Appending entries and making them durable, two ways, on the
 //! same disk, back to back:
 //!
-//! - `rocksdb`: as the nodes do today (`raft/log_store.rs`, `raft/wal_sync.rs`): each entry a put
+//! - `rocksdb`: as the nodes did before the log moved out of RocksDB: each entry a put
 //!   in the `raft` column family of the node's RocksDB, written unsynced, then one WAL fsync
 //!   (`flush_wal(true)`) for everything written; old entries purged with a range delete, as
 //!   openraft's purge does, so memtable flushes and compactions run as in a node.
@@ -279,8 +279,8 @@ fn main() {
     }
 }
 
-/// The nodes' own log (`raft::seglog`), one group: segments prepared as it goes (a spare in the
-/// background), switched, purged and collected as in a node.
+/// The nodes' own log (`raft::seglog`), one metadata partition: segments prepared as it goes (a
+/// spare in the background), switched, purged and collected as in a node.
 struct SegLogBench {
     log: SegLog,
     buf: Vec<(u64, Vec<u8>)>,

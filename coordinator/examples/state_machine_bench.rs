@@ -119,7 +119,7 @@ impl Bench {
             self.now += 1;
             out.push(self.sm.apply(&mut txn, &Command { now_ms: self.now, op }).expect("apply"));
         }
-        txn.put(Keys::new(self.sm.group()).applied(), vec![7; APPLIED_VALUE_BYTES]);
+        txn.put(Keys::new(self.sm.metadata_partition()).applied(), vec![7; APPLIED_VALUE_BYTES]);
         txn.commit(self.sync).expect("write");
         out
     }

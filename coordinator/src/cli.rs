@@ -12,7 +12,8 @@ use crate::node::{Member, Node, NodeConfig};
 #[derive(Debug, Parser)]
 #[command(name = "diskless-coordinator", version, about)]
 pub struct ServerArgs {
-    /// TOML configuration file (see deploy/local/ for an example). Flags and environment override it.
+    /// TOML configuration file (see deploy/local/ for an example). Flags and environment override
+    /// it.
     #[arg(long, env = "DISKLESS_CONFIG")]
     pub config: Option<PathBuf>,
     #[arg(long, env = "DISKLESS_NODE_ID")]
@@ -109,13 +110,13 @@ pub async fn run_server(args: ServerArgs) -> anyhow::Result<()> {
     let addr = listeners.client.local_addr()?;
     let peer_addr = listeners.peer.as_ref().map(|l| l.local_addr()).transpose()?;
     let node = Node::start(config).await?;
-    tracing::info!(node = node.id, %addr, ?peer_addr, groups = node.num_groups(), "coordinator node serving");
+    tracing::info!(node = node.id, %addr, ?peer_addr, metadata_partitions = node.num_partitions(), "coordinator node serving");
     println!("diskless-coordinator node {} listening on {addr}", node.id);
     if let Some(p) = peer_addr {
         println!("diskless-coordinator node {} peer listener on {p}", node.id);
     }
     if let Some(m) = node.config.metrics_addr.clone() {
-        let bound = crate::metrics::scrape::serve(&node, &m).await?;
+        let bound = crate::server::metrics_listener::serve(&node, &m).await?;
         println!("diskless-coordinator node {} metrics on http://{bound}/metrics", node.id);
     }
     let shutdown = async {

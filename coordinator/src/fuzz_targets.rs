@@ -45,7 +45,7 @@ pub fn seglog_records(data: &[u8]) {
     while let Next::Record(r) = record::parse(&data[at..]) {
         assert!(r.len >= record::HEADER + record::FIXED && at + r.len <= data.len(), "a record within the bytes");
         let mut again = vec![];
-        record::encode(&mut again, r.kind, r.group, r.index, r.payload);
+        record::encode(&mut again, r.kind, r.partition, r.index, r.payload);
         assert_eq!(again, data[at..at + r.len], "a record reads back as written");
         if r.kind == Kind::Entry {
             round_trip::<crate::raft::Entry>(b"fuzz entry", r.payload);

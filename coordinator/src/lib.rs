@@ -3,7 +3,7 @@
 //! Data flows `server` → `node` → `raft` → `state_machine` → `storage`: the gRPC server routes a
 //! request to its metadata partition's leader, the node proposes it to that partition's Raft group,
 //! each replica's state machine applies it to RocksDB, and `storage` is the only module that touches
-//! RocksDB. `metrics` (Prometheus) is bumped by every layer and reads the node when scraped. See `ARCHITECTURE.md` at the repository root for the whole map.
+//! RocksDB. `metrics` (Prometheus instruments) is bumped by every layer; `server` serves them. See `ARCHITECTURE.md` at the repository root for the whole map.
 
 pub mod backup;
 pub mod cli;

@@ -296,8 +296,8 @@ struct Driver {
     now: i64,
     next_key: u32,
     epochs: [i16; 3],
-    group: u32,
-    groups: u32,
+    mp: u32,
+    num_mps: u32,
     /// The last commits sent, for repeats.
     sent: Vec<CommitFile>,
 }
@@ -311,7 +311,7 @@ impl Driver {
     /// The owner ids a commit names: this metadata partition (alone or with another) mostly;
     /// sometimes not, or out of range, which the state machine refuses.
     fn owners(&self, pick: u8) -> Vec<i32> {
-        let (g, n) = (self.group as i32, self.groups as i32);
+        let (g, n) = (self.mp as i32, self.num_mps as i32);
         match pick % 32 {
             0 => vec![],
             1 => vec![(g + 1) % n, n],
@@ -653,11 +653,11 @@ struct Real {
 }
 
 impl Real {
-    fn new(group: u32, groups: u32, cached: bool) -> Real {
+    fn new(mp: u32, num_mps: u32, cached: bool) -> Real {
         let dir = tempfile::tempdir().unwrap();
         let db = Db::open(dir.path()).unwrap();
         let hot = cached.then(StateMachine::hot_keys);
-        Real { _dir: dir, db, sm: StateMachine::new(group, groups), hot }
+        Real { _dir: dir, db, sm: StateMachine::new(mp, num_mps), hot }
     }
 
     fn apply(&mut self, cmd: &Command) -> Outcome {
@@ -821,14 +821,14 @@ fn apply_run(batched: &mut Real, run: &mut Vec<(Command, Outcome)>) {
     }
 }
 
-fn run_case(ops: &[(TOp, u64)], group: u32, groups: u32) {
-    let mut real = Real::new(group, groups, true);
-    let mut twin = Real::new(group, groups, false);
-    let mut batched = Real::new(group, groups, true);
+fn run_case(ops: &[(TOp, u64)], mp: u32, num_mps: u32) {
+    let mut real = Real::new(mp, num_mps, true);
+    let mut twin = Real::new(mp, num_mps, false);
+    let mut batched = Real::new(mp, num_mps, true);
     // Commands not yet applied by `batched`, with the model's answers.
     let mut run: Vec<(Command, Outcome)> = vec![];
-    let mut model = Model::new(group, groups);
-    let mut driver = Driver { now: 1_000_000, next_key: 0, epochs: [0; 3], group, groups, sent: vec![] };
+    let mut model = Model::new(mp, num_mps);
+    let mut driver = Driver { now: 1_000_000, next_key: 0, epochs: [0; 3], mp, num_mps, sent: vec![] };
     // Every sequence starts with two topics, so most operations find something to act on.
     let setup = (1..=2)
         .map(|topic| (TOp::Create { topic, partitions: 3, name: 9, retention_ms: Some(-1), retention_bytes: None }, 0));
@@ -861,9 +861,9 @@ fn state_machine_matches_the_model_and_replicas_agree_byte_for_byte() {
     let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
     let strategy = (prop::collection::vec((top(), any::<u64>()), 340..480), 0u32..2, 1u32..3);
     runner
-        .run(&strategy, |(ops, group, groups)| {
-            let group = group % groups;
-            run_case(&ops, group, groups);
+        .run(&strategy, |(ops, mp, num_mps)| {
+            let mp = mp % num_mps;
+            run_case(&ops, mp, num_mps);
             Ok(())
         })
         .unwrap();

@@ -1,13 +1,16 @@
 //! Kafka's error codes, as the coordinator API returns them (KIP-1164 uses Kafka's `int16` codes).
 //!
-//! Only the codes this project produces are listed; their numbers are Kafka's and must never
-//! change. `retriable` follows Kafka's classification, so callers can decide to retry without a
-//! table of their own.
+//! The one vocabulary of Kafka codes for the whole project: the coordinator's state machine and
+//! services, and every answer of the broker's Kafka listener. Only the codes this project produces
+//! are listed; their numbers are Kafka's and must never change. The state machine stores codes as
+//! their `i16`: adding a variant is safe, renaming its number or removing it is not. `retriable`
+//! follows Kafka's classification, so callers can decide to retry without a table of their own.
 
-/// A Kafka protocol error code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// A Kafka protocol error code. The default is NONE, as in Kafka's messages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(i16)]
 pub enum ErrorCode {
+    #[default]
     None = 0,
     UnknownServerError = -1,
     OffsetOutOfRange = 1,
@@ -43,6 +46,19 @@ pub enum ErrorCode {
     NonEmptyGroup = 68,
     GroupIdNotFound = 69,
     GroupSubscribedToTopic = 86,
+    // The broker's group coordinator (issue 24: its codes were a private table).
+    CoordinatorLoadInProgress = 14,
+    CoordinatorNotAvailable = 15,
+    NotCoordinator = 16,
+    InconsistentGroupProtocol = 23,
+    InvalidSessionTimeout = 26,
+    RebalanceInProgress = 27,
+    MemberIdRequired = 79,
+    FencedInstanceId = 82,
+    // SASL on the broker's Kafka listeners (issue 24).
+    UnsupportedSaslMechanism = 33,
+    IllegalSaslState = 34,
+    SaslAuthenticationFailed = 58,
     // The broker registry (issue 15).
     StaleBrokerEpoch = 77,
     DuplicateBrokerRegistration = 101,
@@ -50,7 +66,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code above, for exhaustive tests and lookups.
-    pub const ALL: [ErrorCode; 35] = [
+    pub const ALL: [ErrorCode; 46] = [
         ErrorCode::None,
         ErrorCode::UnknownServerError,
         ErrorCode::OffsetOutOfRange,
@@ -84,6 +100,17 @@ impl ErrorCode {
         ErrorCode::NonEmptyGroup,
         ErrorCode::GroupIdNotFound,
         ErrorCode::GroupSubscribedToTopic,
+        ErrorCode::CoordinatorLoadInProgress,
+        ErrorCode::CoordinatorNotAvailable,
+        ErrorCode::NotCoordinator,
+        ErrorCode::InconsistentGroupProtocol,
+        ErrorCode::InvalidSessionTimeout,
+        ErrorCode::RebalanceInProgress,
+        ErrorCode::MemberIdRequired,
+        ErrorCode::FencedInstanceId,
+        ErrorCode::UnsupportedSaslMechanism,
+        ErrorCode::IllegalSaslState,
+        ErrorCode::SaslAuthenticationFailed,
         ErrorCode::StaleBrokerEpoch,
         ErrorCode::DuplicateBrokerRegistration,
     ];
@@ -101,6 +128,12 @@ impl ErrorCode {
     /// The code for a Kafka `int16`, if this project knows it.
     pub fn from_code(code: i16) -> Option<ErrorCode> {
         Self::ALL.into_iter().find(|c| c.code() == code)
+    }
+
+    /// The code of a gRPC message's `int32`; one this project does not know (or out of `int16`'s
+    /// range) is UNKNOWN_SERVER_ERROR.
+    pub fn from_wire(code: i32) -> ErrorCode {
+        i16::try_from(code).ok().and_then(ErrorCode::from_code).unwrap_or(ErrorCode::UnknownServerError)
     }
 
     /// Kafka's name for the code, as in its documentation.
@@ -139,6 +172,17 @@ impl ErrorCode {
             ErrorCode::NonEmptyGroup => "NON_EMPTY_GROUP",
             ErrorCode::GroupIdNotFound => "GROUP_ID_NOT_FOUND",
             ErrorCode::GroupSubscribedToTopic => "GROUP_SUBSCRIBED_TO_TOPIC",
+            ErrorCode::CoordinatorLoadInProgress => "COORDINATOR_LOAD_IN_PROGRESS",
+            ErrorCode::CoordinatorNotAvailable => "COORDINATOR_NOT_AVAILABLE",
+            ErrorCode::NotCoordinator => "NOT_COORDINATOR",
+            ErrorCode::InconsistentGroupProtocol => "INCONSISTENT_GROUP_PROTOCOL",
+            ErrorCode::InvalidSessionTimeout => "INVALID_SESSION_TIMEOUT",
+            ErrorCode::RebalanceInProgress => "REBALANCE_IN_PROGRESS",
+            ErrorCode::MemberIdRequired => "MEMBER_ID_REQUIRED",
+            ErrorCode::FencedInstanceId => "FENCED_INSTANCE_ID",
+            ErrorCode::UnsupportedSaslMechanism => "UNSUPPORTED_SASL_MECHANISM",
+            ErrorCode::IllegalSaslState => "ILLEGAL_SASL_STATE",
+            ErrorCode::SaslAuthenticationFailed => "SASL_AUTHENTICATION_FAILED",
             ErrorCode::StaleBrokerEpoch => "STALE_BROKER_EPOCH",
             ErrorCode::DuplicateBrokerRegistration => "DUPLICATE_BROKER_REGISTRATION",
         }
@@ -155,6 +199,9 @@ impl ErrorCode {
                 | ErrorCode::ReplicaNotAvailable
                 | ErrorCode::KafkaStorageError
                 | ErrorCode::UnknownTopicId
+                | ErrorCode::CoordinatorLoadInProgress
+                | ErrorCode::CoordinatorNotAvailable
+                | ErrorCode::NotCoordinator
         )
     }
 }
@@ -183,10 +230,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn names_are_unique_and_match_the_variants() {
+        let mut names: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.name()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), ErrorCode::ALL.len());
+        for c in ErrorCode::ALL {
+            // Kafka's name is the variant's, in SCREAMING_SNAKE_CASE.
+            let variant: String = format!("{c:?}")
+                .chars()
+                .enumerate()
+                .flat_map(|(i, ch)| {
+                    let sep = (i > 0 && ch.is_ascii_uppercase()).then_some('_');
+                    sep.into_iter().chain(std::iter::once(ch.to_ascii_uppercase()))
+                })
+                .collect();
+            assert_eq!(c.name(), variant, "{c:?}");
+        }
+    }
+
+    #[test]
     fn codes_round_trip_and_are_unique() {
         for c in ErrorCode::ALL {
             assert_eq!(ErrorCode::from_code(c.code()), Some(c));
+            assert_eq!(ErrorCode::from_wire(c.wire()), c);
         }
+        assert_eq!(ErrorCode::from_wire(1 << 20), ErrorCode::UnknownServerError);
+        assert_eq!(ErrorCode::from_wire(i32::from(i16::MAX)), ErrorCode::UnknownServerError);
         let mut codes: Vec<i16> = ErrorCode::ALL.iter().map(|c| c.code()).collect();
         codes.sort();
         codes.dedup();

@@ -4,7 +4,8 @@
 //! coordinator replica filters partitions by it. It must never change for an existing cluster, so
 //! it is defined here once, over fixed bytes, with fixed functions (not `std`'s randomised hasher):
 //! CRC32C of the topic id, then the SplitMix64 finalizer over that and the partition index. (CRC
-//! alone is linear: the partitions of one topic would land on a fraction of the groups.)
+//! alone is linear: the partitions of one topic would land on a fraction of the metadata
+//! partitions.)
 
 /// The metadata partition (Raft group) in `0..num_metadata_partitions` that owns partition
 /// `partition` of topic `topic_id`.
@@ -112,12 +113,12 @@ mod tests {
                 counts[metadata_partition_for(&[t; 16], p, 8) as usize] += 1;
             }
         }
-        // 1024 partitions over 8 groups: every group gets a fair share (expected 128).
+        // 1024 partitions over 8 metadata partitions: each gets a fair share (expected 128).
         assert!(counts.iter().all(|&c| (80..=176).contains(&c)), "{counts:?}");
     }
 
     #[test]
-    fn the_partitions_of_one_topic_reach_every_group() {
+    fn the_partitions_of_one_topic_reach_every_metadata_partition() {
         for t in 0..32u8 {
             let mut seen = [false; 8];
             for p in 0..64 {

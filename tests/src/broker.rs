@@ -19,7 +19,7 @@ pub enum TestStorage {
 impl TestStorage {
     /// The store itself, for tests that look at or damage objects directly.
     pub fn open(&self) -> diskless_broker_shim::storage::Storage {
-        use diskless_broker_shim::config::StorageConfig;
+        use diskless_broker_shim::storage::StorageConfig;
         let config = match self {
             TestStorage::Local(p) => StorageConfig::Local { path: p.clone() },
             TestStorage::S3 { endpoint, bucket } => StorageConfig::S3 {

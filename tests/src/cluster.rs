@@ -20,15 +20,18 @@ pub type Admin = AdminServiceClient<Channel>;
 /// Settings every test cluster shares; tests change what they need.
 #[derive(Debug, Clone)]
 pub struct Options {
-    pub groups: u32,
+    pub metadata_partitions: u32,
     pub snapshot_after_entries: u64,
     pub entries_kept_after_snapshot: u64,
     pub leader_balance_ms: u64,
-    /// Every snapshot install pauses this long, twice (see the node's `test_snapshot_install_pause_ms`).
+    /// Every snapshot install pauses this long, twice (see the node's
+    /// `test_snapshot_install_pause_ms`).
     pub snapshot_install_pause_ms: u64,
-    /// How often group leaders run retention (`retention_check_ms`; an hour: practically never).
+    /// How often metadata partition leaders run retention (`retention_check_ms`; an hour:
+    /// practically never).
     pub retention_check_ms: u64,
-    /// Serve Prometheus metrics on a free port per node (`metrics_addr`; see [`Cluster::metrics_addr`]).
+    /// Serve Prometheus metrics on a free port per node (`metrics_addr`; see
+    /// [`Cluster::metrics_addr`]).
     pub metrics: bool,
     /// Data directories per node: 1 is the `data_dir` form; more are `data_dirs` (see
     /// [`Cluster::data_dirs`]).
@@ -44,7 +47,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            groups: 4,
+            metadata_partitions: 4,
             snapshot_after_entries: 20_000,
             entries_kept_after_snapshot: 1_000,
             leader_balance_ms: 2_000,
@@ -105,7 +108,8 @@ pub fn free_port() -> u16 {
 }
 
 impl Cluster {
-    /// Starts `n` bootstrapping nodes (ids 1..=n) and waits until every group has a leader.
+    /// Starts `n` bootstrapping nodes (ids 1..=n) and waits until every metadata partition has a
+    /// leader.
     pub async fn start(n: u64, options: Options) -> Cluster {
         let c = Cluster::launch(n, options);
         c.wait_for_leaders(Duration::from_secs(60)).await;
@@ -193,7 +197,7 @@ impl Cluster {
              test_snapshot_install_pause_ms = {}\n{}\n{}\n{}\n\
              [raft]\nsnapshot_after_entries = {}\nentries_kept_after_snapshot = {}\n",
             node.addr,
-            o.groups,
+            o.metadata_partitions,
             o.leader_balance_ms,
             o.retention_check_ms,
             o.snapshot_install_pause_ms,
@@ -381,7 +385,8 @@ impl Cluster {
             .into_inner()
     }
 
-    /// Waits until node `via` sees a leader for every group, agreed by all running nodes.
+    /// Waits until node `via` sees a leader for every metadata partition, agreed by all running
+    /// nodes.
     pub async fn wait_for_leaders(&self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         loop {
@@ -406,34 +411,38 @@ impl Cluster {
             if ok {
                 return;
             }
-            assert!(Instant::now() < deadline, "groups have no agreed leader after {timeout:?}");
+            assert!(Instant::now() < deadline, "metadata partitions have no agreed leader after {timeout:?}");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 
-    /// The leader of each group as node `via` sees it.
+    /// The leader of each metadata partition as node `via` sees it.
     pub async fn leaders(&self, via: u64) -> Vec<u64> {
         self.status(via, false).await.groups.iter().map(|g| g.leader).collect()
     }
 
     /// Waits until every running node has applied at least what `via`'s leaders have, then returns
-    /// each group's digest per node (all must agree).
+    /// each metadata partition's digest per node (all must agree).
     pub async fn converged_digests(&self, timeout: Duration) -> Vec<BTreeMap<u64, String>> {
         let deadline = Instant::now() + timeout;
         loop {
-            let mut per_group: Vec<BTreeMap<u64, (u64, String)>> = vec![BTreeMap::new(); self.options.groups as usize];
+            let mut per_partition: Vec<BTreeMap<u64, (u64, String)>> =
+                vec![BTreeMap::new(); self.options.metadata_partitions as usize];
             for id in self.running() {
                 let s = self.status(id, true).await;
                 for g in s.groups {
-                    per_group[g.metadata_partition as usize].insert(id, (g.digest_applied_index, g.digest));
+                    per_partition[g.metadata_partition as usize].insert(id, (g.digest_applied_index, g.digest));
                 }
             }
-            let same_index = per_group.iter().all(|m| {
+            let same_index = per_partition.iter().all(|m| {
                 let idx: Vec<u64> = m.values().map(|(i, _)| *i).collect();
                 idx.windows(2).all(|w| w[0] == w[1])
             });
             if same_index || Instant::now() > deadline {
-                return per_group.into_iter().map(|m| m.into_iter().map(|(id, (_, d))| (id, d)).collect()).collect();
+                return per_partition
+                    .into_iter()
+                    .map(|m| m.into_iter().map(|(id, (_, d))| (id, d)).collect())
+                    .collect();
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
         }

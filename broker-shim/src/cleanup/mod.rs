@@ -23,6 +23,9 @@
 //! What the coordinator answers is taken as hostile: owners, partitions and times of any value,
 //! and a fence answer count that does not match the question, are kept or refused, never a panic.
 
+pub mod config;
+
+pub use config::CleanupConfig;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -31,8 +34,7 @@ use diskless_proto::v1::{ConfirmFilesDeletedRequest, ListFilesToDeleteRequest, L
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt};
 
-use crate::config::CleanupConfig;
-use crate::coordinator::{Coordinators, Fence};
+use crate::cluster::{ClusterClient, Fence};
 use crate::storage::Storage;
 
 /// Files handled per round, and orphan candidates fenced per request.
@@ -45,8 +47,8 @@ pub struct Swept {
     pub kept: usize,
 }
 
-/// What the cleaner asks of the coordinator cluster ([`Coordinators`], or a fake in tests).
-pub trait CleanupCoordinator: Send + Sync + 'static {
+/// What the cleaner asks of the coordinator cluster ([`ClusterClient`], or a fake in tests).
+pub trait CleanupClient: Send + Sync + 'static {
     fn files_to_delete(&self, limit: usize) -> BoxFuture<'_, anyhow::Result<ListFilesToDeleteResponse>>;
     /// Fences each object in the metadata partitions given (empty: every one).
     fn fence(&self, objects: Vec<(String, Vec<u32>)>) -> BoxFuture<'_, anyhow::Result<Vec<Fence>>>;
@@ -54,7 +56,7 @@ pub trait CleanupCoordinator: Send + Sync + 'static {
     fn confirm(&self, object_keys: Vec<String>) -> BoxFuture<'_, anyhow::Result<Vec<(String, String)>>>;
 }
 
-impl CleanupCoordinator for Coordinators {
+impl CleanupClient for ClusterClient {
     fn files_to_delete(&self, limit: usize) -> BoxFuture<'_, anyhow::Result<ListFilesToDeleteResponse>> {
         async move {
             let limit = i32::try_from(limit).unwrap_or(i32::MAX);
@@ -93,7 +95,7 @@ impl CleanupCoordinator for Coordinators {
 pub struct Cleaner {
     config: CleanupConfig,
     storage: Storage,
-    coordinators: Arc<dyn CleanupCoordinator>,
+    coordinators: Arc<dyn CleanupClient>,
     key_prefix: String,
 }
 
@@ -105,7 +107,7 @@ impl Cleaner {
     pub fn new(
         config: CleanupConfig,
         storage: Storage,
-        coordinators: Arc<dyn CleanupCoordinator>,
+        coordinators: Arc<dyn CleanupClient>,
         key_prefix: String,
     ) -> Cleaner {
         Cleaner { config, storage, coordinators, key_prefix }

@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 
 use super::*;
-use crate::config::StorageConfig;
+use crate::storage::StorageConfig;
 
 /// A coordinator cluster that lists what the test says and fences as the test says (FENCED by
 /// default), recording every call.
@@ -20,7 +20,7 @@ struct Fake {
     confirmed: Mutex<Vec<String>>,
 }
 
-impl CleanupCoordinator for Fake {
+impl CleanupClient for Fake {
     fn files_to_delete(&self, _limit: usize) -> BoxFuture<'_, anyhow::Result<ListFilesToDeleteResponse>> {
         async move { Ok(self.listed.lock().unwrap().clone()) }.boxed()
     }

@@ -11,6 +11,9 @@
 //! object key and the byte offset, never a panic.
 
 pub mod cache;
+pub mod config;
+
+pub use config::FetchConfig;
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -22,8 +25,7 @@ use diskless_proto::v1::{find_batches_request, FindBatchesRequest};
 use diskless_proto::ErrorCode;
 use futures_util::stream::{self, StreamExt};
 
-use crate::config::FetchConfig;
-use crate::coordinator::Coordinators;
+use crate::cluster::ClusterClient;
 use crate::error::KafkaError;
 use crate::storage::Storage;
 use crate::wal::record_batch;
@@ -49,7 +51,7 @@ pub struct Fetched {
 }
 
 pub struct Fetcher {
-    coordinators: Arc<Coordinators>,
+    cluster: Arc<ClusterClient>,
     reader: Reader,
 }
 
@@ -72,9 +74,9 @@ struct Gathered {
 const PARALLEL_OBJECTS: usize = 16;
 
 impl Fetcher {
-    pub fn new(config: &FetchConfig, storage: Storage, coordinators: Arc<Coordinators>) -> Fetcher {
+    pub fn new(config: &FetchConfig, storage: Storage, cluster: Arc<ClusterClient>) -> Fetcher {
         Fetcher {
-            coordinators,
+            cluster,
             reader: Reader { storage, cache: RangeCache::new(config.cache_bytes), gap: config.coalesce_gap_bytes },
         }
     }
@@ -99,12 +101,12 @@ impl Fetcher {
                 })
                 .collect(),
             timeout_ms: 10_000,
-            min_applied: self.coordinators.min_applied(),
+            min_applied: self.cluster.min_applied(),
         };
         let mut attempts = 0;
         let r = loop {
             let r = self
-                .coordinators
+                .cluster
                 .call(|mut c| {
                     let req = req.clone();
                     async move { c.find_batches(req).await }
@@ -119,14 +121,14 @@ impl Fetcher {
                 .flat_map(|t| &t.partitions)
                 .any(|p| p.error_code == ErrorCode::ReplicaNotAvailable.wire());
             attempts += 1;
-            if !unavailable || attempts >= self.coordinators.nodes() {
+            if !unavailable || attempts >= self.cluster.nodes() {
                 break r;
             }
-            self.coordinators.move_on();
+            self.cluster.move_on();
         };
 
         // Reads never go backwards: the next FindBatches waits for what this one saw.
-        self.coordinators.record_applied(&r.applied);
+        self.cluster.record_applied(&r.applied);
         // Per partition: its answer (exactly one per partition asked for, answers for another
         // partition dropped); and every batch whose bytes are needed.
         let mut answers = answers_for(parts, r.topics);
@@ -138,7 +140,7 @@ impl Fetcher {
                 && p.offset > a.high_watermark
                 && a.high_watermark >= 0
             {
-                if let Ok((_, hwm)) = self.coordinators.list_offset(p.topic_id, p.partition, -1).await {
+                if let Ok((_, hwm)) = self.cluster.list_offset(p.topic_id, p.partition, -1).await {
                     if p.offset <= hwm {
                         a.error_code = 0;
                         a.error_message = None;
@@ -338,7 +340,7 @@ fn answers_for(
 /// segment: a whole batch header at least, within the largest segment, and offsets a batch can
 /// span (else why not).
 fn coordinates(b: &BatchInfo) -> Result<Range<u64>, String> {
-    let max = crate::config::MAX_BUFFER_BYTES as u64;
+    let max = crate::produce::config::MAX_BUFFER_BYTES as u64;
     let (Ok(at), Ok(size)) = (u64::try_from(b.byte_offset), u64::try_from(b.byte_size)) else {
         return Err(format!("(byte {}, {} bytes) are negative", b.byte_offset, b.byte_size));
     };
@@ -358,7 +360,7 @@ fn coordinates(b: &BatchInfo) -> Result<Range<u64>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::StorageConfig;
+    use crate::storage::StorageConfig;
     use crate::wal::record_batch::tests::fake_batch;
 
     #[tokio::test]

@@ -3,9 +3,10 @@
 //! tests run without a cluster.
 
 use diskless_proto::v1::{ConsumerGroup, FetchOffsetsRequest, StoreGroupRequest};
+use diskless_proto::ErrorCode;
 use futures_util::future::BoxFuture;
 
-use crate::coordinator::Coordinators;
+use crate::cluster::ClusterClient;
 
 /// Why storing or loading a group failed.
 #[derive(Debug, thiserror::Error)]
@@ -13,16 +14,16 @@ pub enum StoreError {
     /// The cluster refused it with this Kafka error code (e.g. ILLEGAL_GENERATION: a newer
     /// generation is stored, this broker was deposed).
     #[error("refused with error {code}: {message}")]
-    Refused { code: i16, message: String },
+    Refused { code: ErrorCode, message: String },
     #[error("coordinator cluster unavailable: {0}")]
     Unavailable(String),
 }
 
 impl StoreError {
     /// The Kafka code to answer members with, if the cluster gave one that makes sense to them.
-    pub fn code(&self) -> Option<i16> {
+    pub fn code(&self) -> Option<ErrorCode> {
         match self {
-            StoreError::Refused { code: 22, .. } => Some(super::codes::ILLEGAL_GENERATION),
+            StoreError::Refused { code: ErrorCode::IllegalGeneration, .. } => Some(ErrorCode::IllegalGeneration),
             _ => None,
         }
     }
@@ -35,7 +36,7 @@ pub trait GroupStore: Send + Sync + 'static {
 
 const TIMEOUT_MS: i32 = 10_000;
 
-impl GroupStore for Coordinators {
+impl GroupStore for ClusterClient {
     fn store<'a>(&'a self, group_id: &'a str, group: ConsumerGroup) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let req = StoreGroupRequest { group_id: group_id.to_string(), group: Some(group), timeout_ms: TIMEOUT_MS };
@@ -49,7 +50,7 @@ impl GroupStore for Coordinators {
             match r.error_code {
                 0 => Ok(()),
                 code => Err(StoreError::Refused {
-                    code: i16::try_from(code).unwrap_or(-1),
+                    code: ErrorCode::from_wire(code),
                     message: r.error_message.unwrap_or_default(),
                 }),
             }
@@ -72,7 +73,7 @@ impl GroupStore for Coordinators {
             match r.error_code {
                 0 => Ok(r.group),
                 code => Err(StoreError::Refused {
-                    code: i16::try_from(code).unwrap_or(-1),
+                    code: ErrorCode::from_wire(code),
                     message: r.error_message.unwrap_or_default(),
                 }),
             }

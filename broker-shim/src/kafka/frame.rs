@@ -134,22 +134,6 @@ pub fn decode_header(frame: &mut Bytes) -> Result<(ApiKey, RequestHeader), Malfo
     Ok((api, header))
 }
 
-/// Decodes a whole request the way the listener does: its header, the version checked against
-/// what this broker speaks, and its body at that version (the fuzz targets drive this).
-pub fn decode_request(mut frame: Bytes) -> Result<(RequestHeader, kafka_protocol::messages::RequestKind), Malformed> {
-    let (api, header) = decode_header(&mut frame)?;
-    let version = header.request_api_version;
-    let range = super::versions::supported(api)
-        .ok_or_else(|| Malformed::new(Reason::UnsupportedVersion, format!("API {api:?} is not served")))?;
-    // ApiVersions is answered whatever its version (the client learns which to use).
-    if api != ApiKey::ApiVersions && !(range.min..=range.max).contains(&version) {
-        return Err(Malformed::new(Reason::UnsupportedVersion, format!("API {api:?} version {version}")));
-    }
-    let body = kafka_protocol::messages::RequestKind::decode(api, &mut frame, version)
-        .map_err(|e| Malformed::body(api, version, e))?;
-    Ok((header, body))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

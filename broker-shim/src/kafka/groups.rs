@@ -8,41 +8,34 @@
 use std::collections::{BTreeMap, HashMap};
 
 use diskless_proto::v1 as coord;
+use diskless_proto::ErrorCode;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
-use super::{encode, Listener, Reply};
-use crate::groups::{codes::*, JoinRequest};
+use super::listener::Listener;
+use super::response::{encode, text as s, topic_name, Reply};
+use crate::groups::JoinRequest;
 
-const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-const UNSUPPORTED_VERSION: i16 = 35;
-const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 const TIMEOUT_MS: i32 = 15_000;
-
-fn s(v: &str) -> StrBytes {
-    StrBytes::from_string(v.to_string())
-}
-
-fn topic_name(v: &str) -> TopicName {
-    TopicName(s(v))
-}
 
 /// A coordinator-cluster answer as a group coordinator's Kafka error: routing and availability
 /// problems become COORDINATOR_NOT_AVAILABLE, which clients retry after finding the coordinator.
-fn cluster_code(code: i32) -> i16 {
-    match code {
-        6 | 7 | 9 => COORDINATOR_NOT_AVAILABLE,
-        c => i16::try_from(c).unwrap_or(-1),
+fn cluster_code(code: i32) -> ErrorCode {
+    match ErrorCode::from_wire(code) {
+        ErrorCode::NotLeaderOrFollower | ErrorCode::RequestTimedOut | ErrorCode::ReplicaNotAvailable => {
+            ErrorCode::CoordinatorNotAvailable
+        }
+        c => c,
     }
 }
 
 /// NOT_COORDINATOR unless this broker coordinates `group_id` (the client finds the coordinator
 /// again).
-fn owned(l: &Listener, group_id: &str) -> Result<(), i16> {
+fn owned(l: &Listener, group_id: &str) -> Result<(), ErrorCode> {
     if l.shim.registry.owns_group(group_id) {
         Ok(())
     } else {
-        Err(NOT_COORDINATOR)
+        Err(ErrorCode::NotCoordinator)
     }
 }
 
@@ -51,16 +44,16 @@ fn owned(l: &Listener, group_id: &str) -> Result<(), i16> {
 /// Groups: the live broker with the highest rendezvous score for the group id (the same answer
 /// from every broker that sees the same live brokers; `registry`). Transactions are not supported:
 /// COORDINATOR_NOT_AVAILABLE with a message.
-pub fn find_coordinator(l: &Listener, header: &RequestHeader, req: FindCoordinatorRequest) -> Reply {
+pub(super) fn find_coordinator(l: &Listener, header: &RequestHeader, req: FindCoordinatorRequest) -> Reply {
     let v = header.request_api_version;
     let why = "transactions are not supported by diskless brokers yet";
-    let answer = |key_type: i8, key: &str| -> (i16, BrokerId, String, i32, Option<StrBytes>) {
+    let answer = |key_type: i8, key: &str| -> (ErrorCode, BrokerId, String, i32, Option<StrBytes>) {
         if key_type == 0 {
             let b = l.shim.registry.group_coordinator(key);
             let (host, port) = l.advertised_of(&b);
-            (NONE, BrokerId(b.id), host, port, None)
+            (ErrorCode::None, BrokerId(b.id), host, port, None)
         } else {
-            (COORDINATOR_NOT_AVAILABLE, BrokerId(-1), String::new(), -1, Some(s(why)))
+            (ErrorCode::CoordinatorNotAvailable, BrokerId(-1), String::new(), -1, Some(s(why)))
         }
     };
     let body = if v >= 4 {
@@ -74,7 +67,7 @@ pub fn find_coordinator(l: &Listener, header: &RequestHeader, req: FindCoordinat
                     .with_node_id(node)
                     .with_host(s(&host))
                     .with_port(port)
-                    .with_error_code(code)
+                    .with_error_code(code.code())
                     .with_error_message(message)
             })
             .collect();
@@ -82,7 +75,7 @@ pub fn find_coordinator(l: &Listener, header: &RequestHeader, req: FindCoordinat
     } else {
         let (code, node, host, port, message) = answer(if v >= 1 { req.key_type } else { 0 }, &req.key);
         let mut body = FindCoordinatorResponse::default()
-            .with_error_code(code)
+            .with_error_code(code.code())
             .with_node_id(node)
             .with_host(s(&host))
             .with_port(port);
@@ -96,7 +89,7 @@ pub fn find_coordinator(l: &Listener, header: &RequestHeader, req: FindCoordinat
 
 // ---------------------------------------------------------------- the classic protocol
 
-pub async fn join_group(l: &Listener, header: &RequestHeader, req: JoinGroupRequest) -> Reply {
+pub(super) async fn join_group(l: &Listener, header: &RequestHeader, req: JoinGroupRequest) -> Reply {
     let v = header.request_api_version;
     let join = JoinRequest {
         group_id: req.group_id.0.to_string(),
@@ -126,8 +119,8 @@ pub async fn join_group(l: &Listener, header: &RequestHeader, req: JoinGroupRequ
         })
         .collect();
     let mut body = JoinGroupResponse::default()
-        .with_error_code(out.error)
-        .with_generation_id(if out.error == NONE { out.generation } else { -1 })
+        .with_error_code(out.error.code())
+        .with_generation_id(if out.error == ErrorCode::None { out.generation } else { -1 })
         .with_protocol_name(Some(s(out.protocol.as_deref().unwrap_or_default())))
         .with_leader(s(&out.leader))
         .with_member_id(s(&out.member_id))
@@ -138,14 +131,14 @@ pub async fn join_group(l: &Listener, header: &RequestHeader, req: JoinGroupRequ
     encode(ApiKey::JoinGroup, header, v, &body)
 }
 
-pub async fn sync_group(l: &Listener, header: &RequestHeader, req: SyncGroupRequest) -> Reply {
+pub(super) async fn sync_group(l: &Listener, header: &RequestHeader, req: SyncGroupRequest) -> Reply {
     let v = header.request_api_version;
     let assignments = req.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.clone())).collect();
     let out = match owned(l, &req.group_id.0) {
         Ok(()) => l.shim.groups.sync(&req.group_id.0, req.generation_id, &req.member_id, assignments).await,
         Err(error) => crate::groups::SyncOutcome { error, ..Default::default() },
     };
-    let mut body = SyncGroupResponse::default().with_error_code(out.error).with_assignment(out.assignment);
+    let mut body = SyncGroupResponse::default().with_error_code(out.error.code()).with_assignment(out.assignment);
     if v >= 5 {
         body =
             body.with_protocol_type(out.protocol_type.map(|p| s(&p))).with_protocol_name(out.protocol.map(|p| s(&p)));
@@ -153,16 +146,16 @@ pub async fn sync_group(l: &Listener, header: &RequestHeader, req: SyncGroupRequ
     encode(ApiKey::SyncGroup, header, v, &body)
 }
 
-pub async fn heartbeat(l: &Listener, header: &RequestHeader, req: HeartbeatRequest) -> Reply {
+pub(super) async fn heartbeat(l: &Listener, header: &RequestHeader, req: HeartbeatRequest) -> Reply {
     let v = header.request_api_version;
     let code = match owned(l, &req.group_id.0) {
         Ok(()) => l.shim.groups.heartbeat(&req.group_id.0, req.generation_id, &req.member_id).await,
         Err(code) => code,
     };
-    encode(ApiKey::Heartbeat, header, v, &HeartbeatResponse::default().with_error_code(code))
+    encode(ApiKey::Heartbeat, header, v, &HeartbeatResponse::default().with_error_code(code.code()))
 }
 
-pub async fn leave_group(l: &Listener, header: &RequestHeader, req: LeaveGroupRequest) -> Reply {
+pub(super) async fn leave_group(l: &Listener, header: &RequestHeader, req: LeaveGroupRequest) -> Reply {
     let v = header.request_api_version;
     let who: Vec<(String, Option<String>)> = if v >= 3 {
         req.members
@@ -177,7 +170,7 @@ pub async fn leave_group(l: &Listener, header: &RequestHeader, req: LeaveGroupRe
         Err(code) => Err(code),
     };
     let body = match left {
-        Err(code) => LeaveGroupResponse::default().with_error_code(code),
+        Err(code) => LeaveGroupResponse::default().with_error_code(code.code()),
         Ok(codes) if v >= 3 => LeaveGroupResponse::default().with_members(
             who.iter()
                 .zip(codes)
@@ -185,33 +178,37 @@ pub async fn leave_group(l: &Listener, header: &RequestHeader, req: LeaveGroupRe
                     leave_group_response::MemberResponse::default()
                         .with_member_id(s(id))
                         .with_group_instance_id(instance.as_ref().map(|i| s(i)))
-                        .with_error_code(code)
+                        .with_error_code(code.code())
                 })
                 .collect(),
         ),
-        Ok(codes) => LeaveGroupResponse::default().with_error_code(codes.first().copied().unwrap_or(NONE)),
+        Ok(codes) => {
+            LeaveGroupResponse::default().with_error_code(codes.first().copied().unwrap_or(ErrorCode::None).code())
+        }
     };
     encode(ApiKey::LeaveGroup, header, v, &body)
 }
 
 /// KIP-848's protocol is not built: refused so the client falls back to the classic protocol.
-pub fn consumer_group_heartbeat(header: &RequestHeader) -> Reply {
+pub(super) fn consumer_group_heartbeat(header: &RequestHeader) -> Reply {
     let v = header.request_api_version;
-    let body = ConsumerGroupHeartbeatResponse::default().with_error_code(UNSUPPORTED_VERSION).with_error_message(Some(
-        s("the consumer group protocol (KIP-848) is not supported; use group.protocol=classic"),
-    ));
+    let body = ConsumerGroupHeartbeatResponse::default()
+        .with_error_code(ErrorCode::UnsupportedVersion.code())
+        .with_error_message(Some(s(
+            "the consumer group protocol (KIP-848) is not supported; use group.protocol=classic",
+        )));
     encode(ApiKey::ConsumerGroupHeartbeat, header, v, &body)
 }
 
 // ---------------------------------------------------------------- committed offsets
 
-pub async fn offset_commit(l: &Listener, header: &RequestHeader, req: OffsetCommitRequest) -> Reply {
+pub(super) async fn offset_commit(l: &Listener, header: &RequestHeader, req: OffsetCommitRequest) -> Reply {
     let v = header.request_api_version;
     let group_id = req.group_id.0.to_string();
     let generation = req.generation_id_or_member_epoch;
     let member_id = req.member_id.to_string();
     // Per topic: its id, or the error for all its partitions.
-    let mut answers: Vec<(String, Vec<(i32, i16)>)> = vec![];
+    let mut answers: Vec<(String, Vec<(i32, ErrorCode)>)> = vec![];
     let mut sent: Vec<(usize, usize)> = vec![];
     let mut offsets = vec![];
     let check = match owned(l, &group_id) {
@@ -225,9 +222,9 @@ pub async fn offset_commit(l: &Listener, header: &RequestHeader, req: OffsetComm
         for (pi, p) in t.partitions.iter().enumerate() {
             let code = match (&check, &meta) {
                 (Err(code), _) => *code,
-                (_, Err(_)) => UNKNOWN_TOPIC_OR_PARTITION,
+                (_, Err(_)) => ErrorCode::UnknownTopicOrPartition,
                 (Ok(()), Ok(m)) if p.partition_index < 0 || p.partition_index >= m.partitions => {
-                    UNKNOWN_TOPIC_OR_PARTITION
+                    ErrorCode::UnknownTopicOrPartition
                 }
                 (Ok(()), Ok(m)) => {
                     offsets.push(coord::GroupOffset {
@@ -239,7 +236,7 @@ pub async fn offset_commit(l: &Listener, header: &RequestHeader, req: OffsetComm
                         ..Default::default()
                     });
                     sent.push((ti, pi));
-                    NONE
+                    ErrorCode::None
                 }
             };
             parts.push((p.partition_index, code));
@@ -258,19 +255,19 @@ pub async fn offset_commit(l: &Listener, header: &RequestHeader, req: OffsetComm
         let started = std::time::Instant::now();
         let r = l
             .shim
-            .coordinators
+            .cluster
             .call(|mut c| {
                 let request = request.clone();
                 async move { c.commit_offsets(request).await }
             })
             .await;
         crate::metrics::get().offset_commit_seconds.observe(started.elapsed().as_secs_f64());
-        let codes: Vec<i16> = match r {
+        let codes: Vec<ErrorCode> = match r {
             Ok(resp) if resp.offsets.len() == n => resp.offsets.iter().map(|o| cluster_code(o.error_code)).collect(),
-            Ok(_) => vec![COORDINATOR_NOT_AVAILABLE; n],
+            Ok(_) => vec![ErrorCode::CoordinatorNotAvailable; n],
             Err(status) => {
                 tracing::info!(group = group_id, %status, "OffsetCommit: coordinator cluster unavailable");
-                vec![COORDINATOR_NOT_AVAILABLE; n]
+                vec![ErrorCode::CoordinatorNotAvailable; n]
             }
         };
         for ((ti, pi), code) in sent.into_iter().zip(codes) {
@@ -286,7 +283,7 @@ pub async fn offset_commit(l: &Listener, header: &RequestHeader, req: OffsetComm
                     .map(|(p, code)| {
                         offset_commit_response::OffsetCommitResponsePartition::default()
                             .with_partition_index(p)
-                            .with_error_code(code)
+                            .with_error_code(code.code())
                     })
                     .collect(),
             )
@@ -297,12 +294,12 @@ pub async fn offset_commit(l: &Listener, header: &RequestHeader, req: OffsetComm
 
 /// One group's committed offsets: (topic name, partition, offset, leader epoch, metadata, code) in
 /// topic and partition order; or a group-level error.
-type Fetched = Result<Vec<(String, i32, i64, i32, Option<String>, i16)>, i16>;
+type Fetched = Result<Vec<(String, i32, i64, i32, Option<String>, ErrorCode)>, ErrorCode>;
 
 async fn fetch_group(l: &Listener, group_id: &str, wanted: Option<Vec<(String, Vec<i32>)>>) -> Fetched {
     owned(l, group_id)?;
-    let catalog = l.shim.coordinators.refresh_topics().await.map_err(|_| COORDINATOR_LOAD_IN_PROGRESS)?;
-    let by_name: HashMap<&str, &crate::coordinator::TopicMeta> = catalog.iter().map(|t| (t.name.as_str(), t)).collect();
+    let catalog = l.shim.cluster.refresh_topics().await.map_err(|_| ErrorCode::CoordinatorLoadInProgress)?;
+    let by_name: HashMap<&str, &crate::cluster::TopicMeta> = catalog.iter().map(|t| (t.name.as_str(), t)).collect();
     let by_id: HashMap<[u8; 16], &str> = catalog.iter().map(|t| (t.id, t.name.as_str())).collect();
     let mut partitions = vec![];
     let mut unknown = vec![];
@@ -320,41 +317,51 @@ async fn fetch_group(l: &Listener, group_id: &str, wanted: Option<Vec<(String, V
             }
         }
         if partitions.is_empty() {
-            return Ok(unknown.into_iter().map(|(n, p)| (n, p, -1, -1, Some(String::new()), NONE)).collect());
+            return Ok(unknown
+                .into_iter()
+                .map(|(n, p)| (n, p, -1, -1, Some(String::new()), ErrorCode::None))
+                .collect());
         }
     }
     let request = coord::FetchOffsetsRequest { group_id: group_id.to_string(), partitions, timeout_ms: TIMEOUT_MS };
     let resp = l
         .shim
-        .coordinators
+        .cluster
         .call(|mut c| {
             let request = request.clone();
             async move { c.fetch_offsets(request).await }
         })
         .await
-        .map_err(|_| COORDINATOR_NOT_AVAILABLE)?;
+        .map_err(|_| ErrorCode::CoordinatorNotAvailable)?;
     if resp.error_code != 0 {
         return Err(match cluster_code(resp.error_code) {
-            COORDINATOR_NOT_AVAILABLE => COORDINATOR_LOAD_IN_PROGRESS,
+            ErrorCode::CoordinatorNotAvailable => ErrorCode::CoordinatorLoadInProgress,
             c => c,
         });
     }
-    let mut out: Vec<(String, i32, i64, i32, Option<String>, i16)> = resp
+    let mut out: Vec<(String, i32, i64, i32, Option<String>, ErrorCode)> = resp
         .offsets
         .into_iter()
         .filter_map(|o| {
             let id: [u8; 16] = o.topic_id.as_slice().try_into().ok()?;
             let name = by_id.get(&id)?;
-            Some((name.to_string(), o.partition, o.offset, o.leader_epoch, Some(o.metadata.unwrap_or_default()), NONE))
+            Some((
+                name.to_string(),
+                o.partition,
+                o.offset,
+                o.leader_epoch,
+                Some(o.metadata.unwrap_or_default()),
+                ErrorCode::None,
+            ))
         })
         .filter(|r| wanted.is_some() || r.2 >= 0)
         .collect();
-    out.extend(unknown.into_iter().map(|(n, p)| (n, p, -1, -1, Some(String::new()), NONE)));
+    out.extend(unknown.into_iter().map(|(n, p)| (n, p, -1, -1, Some(String::new()), ErrorCode::None)));
     out.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
     Ok(out)
 }
 
-pub async fn offset_fetch(l: &Listener, header: &RequestHeader, req: OffsetFetchRequest) -> Reply {
+pub(super) async fn offset_fetch(l: &Listener, header: &RequestHeader, req: OffsetFetchRequest) -> Reply {
     let v = header.request_api_version;
     if v >= 8 {
         let mut groups = vec![];
@@ -364,7 +371,7 @@ pub async fn offset_fetch(l: &Listener, header: &RequestHeader, req: OffsetFetch
                 .as_ref()
                 .map(|ts| ts.iter().map(|t| (t.name.0.to_string(), t.partition_indexes.clone())).collect::<Vec<_>>());
             let group = match fetch_group(l, &g.group_id.0, wanted).await {
-                Err(code) => offset_fetch_response::OffsetFetchResponseGroup::default().with_error_code(code),
+                Err(code) => offset_fetch_response::OffsetFetchResponseGroup::default().with_error_code(code.code()),
                 Ok(rows) => {
                     let mut topics: BTreeMap<String, Vec<offset_fetch_response::OffsetFetchResponsePartitions>> =
                         BTreeMap::new();
@@ -375,7 +382,7 @@ pub async fn offset_fetch(l: &Listener, header: &RequestHeader, req: OffsetFetch
                                 .with_committed_offset(offset)
                                 .with_committed_leader_epoch(epoch)
                                 .with_metadata(metadata.map(|m| s(&m)))
-                                .with_error_code(code),
+                                .with_error_code(code.code()),
                         );
                     }
                     offset_fetch_response::OffsetFetchResponseGroup::default().with_topics(
@@ -399,7 +406,7 @@ pub async fn offset_fetch(l: &Listener, header: &RequestHeader, req: OffsetFetch
         .as_ref()
         .map(|ts| ts.iter().map(|t| (t.name.0.to_string(), t.partition_indexes.clone())).collect::<Vec<_>>());
     let body = match fetch_group(l, &req.group_id.0, wanted).await {
-        Err(code) if v >= 2 => OffsetFetchResponse::default().with_error_code(code),
+        Err(code) if v >= 2 => OffsetFetchResponse::default().with_error_code(code.code()),
         Err(code) => {
             // v1 has no group-level error: every partition asked for carries it.
             let topics = req
@@ -417,7 +424,7 @@ pub async fn offset_fetch(l: &Listener, header: &RequestHeader, req: OffsetFetch
                                         .with_partition_index(p)
                                         .with_committed_offset(-1)
                                         .with_metadata(Some(s("")))
-                                        .with_error_code(code)
+                                        .with_error_code(code.code())
                                 })
                                 .collect(),
                         )
@@ -433,7 +440,7 @@ pub async fn offset_fetch(l: &Listener, header: &RequestHeader, req: OffsetFetch
                     .with_partition_index(p)
                     .with_committed_offset(offset)
                     .with_metadata(metadata.map(|m| s(&m)))
-                    .with_error_code(code);
+                    .with_error_code(code.code());
                 if v >= 5 {
                     part = part.with_committed_leader_epoch(epoch);
                 }
@@ -456,19 +463,19 @@ pub async fn offset_fetch(l: &Listener, header: &RequestHeader, req: OffsetFetch
 
 // ---------------------------------------------------------------- admin
 
-pub async fn list_groups(l: &Listener, header: &RequestHeader, req: ListGroupsRequest) -> Reply {
+pub(super) async fn list_groups(l: &Listener, header: &RequestHeader, req: ListGroupsRequest) -> Reply {
     let v = header.request_api_version;
     let listed = l
         .shim
-        .coordinators
+        .cluster
         .call(|mut c| async move { c.list_groups(coord::ListGroupsRequest { timeout_ms: TIMEOUT_MS }).await })
         .await;
     let (mut code, stored) = match listed {
         Ok(r) => (cluster_code(r.error_code), r.groups),
-        Err(_) => (COORDINATOR_NOT_AVAILABLE, vec![]),
+        Err(_) => (ErrorCode::CoordinatorNotAvailable, vec![]),
     };
-    if code == UNKNOWN_TOPIC_OR_PARTITION {
-        code = NONE;
+    if code == ErrorCode::UnknownTopicOrPartition {
+        code = ErrorCode::None;
     }
     let live = l.shim.groups.states();
     let mut all: BTreeMap<String, (String, &'static str)> = BTreeMap::new();
@@ -500,10 +507,15 @@ pub async fn list_groups(l: &Listener, header: &RequestHeader, req: ListGroupsRe
             g
         })
         .collect();
-    encode(ApiKey::ListGroups, header, v, &ListGroupsResponse::default().with_error_code(code).with_groups(groups))
+    encode(
+        ApiKey::ListGroups,
+        header,
+        v,
+        &ListGroupsResponse::default().with_error_code(code.code()).with_groups(groups),
+    )
 }
 
-pub async fn describe_groups(l: &Listener, header: &RequestHeader, req: DescribeGroupsRequest) -> Reply {
+pub(super) async fn describe_groups(l: &Listener, header: &RequestHeader, req: DescribeGroupsRequest) -> Reply {
     let v = header.request_api_version;
     let mut groups = vec![];
     for id in &req.groups {
@@ -513,7 +525,7 @@ pub async fn describe_groups(l: &Listener, header: &RequestHeader, req: Describe
             Err(code) => Err(code),
         };
         match described {
-            Err(code) => g = g.with_error_code(code),
+            Err(code) => g = g.with_error_code(code.code()),
             Ok(d) => {
                 let dead = d.protocol_type.is_empty() && d.members.is_empty();
                 g = g
@@ -541,16 +553,16 @@ pub async fn describe_groups(l: &Listener, header: &RequestHeader, req: Describe
     encode(ApiKey::DescribeGroups, header, v, &DescribeGroupsResponse::default().with_groups(groups))
 }
 
-pub async fn delete_groups(l: &Listener, header: &RequestHeader, req: DeleteGroupsRequest) -> Reply {
+pub(super) async fn delete_groups(l: &Listener, header: &RequestHeader, req: DeleteGroupsRequest) -> Reply {
     let v = header.request_api_version;
-    let mut results: BTreeMap<String, i16> = BTreeMap::new();
+    let mut results: BTreeMap<String, ErrorCode> = BTreeMap::new();
     let mut ask = vec![];
     for id in &req.groups_names {
         let id = id.0.to_string();
         if let Err(code) = owned(l, &id) {
             results.insert(id, code);
         } else if l.shim.groups.has_members(&id) {
-            results.insert(id, NON_EMPTY_GROUP);
+            results.insert(id, ErrorCode::NonEmptyGroup);
         } else {
             ask.push(id);
         }
@@ -559,7 +571,7 @@ pub async fn delete_groups(l: &Listener, header: &RequestHeader, req: DeleteGrou
         let request = coord::DeleteGroupsRequest { group_ids: ask.clone(), timeout_ms: TIMEOUT_MS };
         match l
             .shim
-            .coordinators
+            .cluster
             .call(|mut c| {
                 let request = request.clone();
                 async move { c.delete_groups(request).await }
@@ -569,14 +581,14 @@ pub async fn delete_groups(l: &Listener, header: &RequestHeader, req: DeleteGrou
             Ok(r) => {
                 for e in r.results {
                     let code = cluster_code(e.error_code);
-                    if code == NONE {
+                    if code == ErrorCode::None {
                         l.shim.groups.forget(&e.group_id);
                     }
                     results.insert(e.group_id, code);
                 }
             }
             Err(_) => ask.into_iter().for_each(|id| {
-                results.insert(id, COORDINATOR_NOT_AVAILABLE);
+                results.insert(id, ErrorCode::CoordinatorNotAvailable);
             }),
         }
     }
@@ -586,20 +598,20 @@ pub async fn delete_groups(l: &Listener, header: &RequestHeader, req: DeleteGrou
         .map(|id| {
             delete_groups_response::DeletableGroupResult::default()
                 .with_group_id(id.clone())
-                .with_error_code(results.get(id.0.as_str()).copied().unwrap_or(GROUP_ID_NOT_FOUND))
+                .with_error_code(results.get(id.0.as_str()).copied().unwrap_or(ErrorCode::GroupIdNotFound).code())
         })
         .collect();
     encode(ApiKey::DeleteGroups, header, v, &DeleteGroupsResponse::default().with_results(results))
 }
 
-pub async fn offset_delete(l: &Listener, header: &RequestHeader, req: OffsetDeleteRequest) -> Reply {
+pub(super) async fn offset_delete(l: &Listener, header: &RequestHeader, req: OffsetDeleteRequest) -> Reply {
     let v = header.request_api_version;
     let group_id = req.group_id.0.to_string();
     if let Err(code) = owned(l, &group_id) {
-        return encode(ApiKey::OffsetDelete, header, v, &OffsetDeleteResponse::default().with_error_code(code));
+        return encode(ApiKey::OffsetDelete, header, v, &OffsetDeleteResponse::default().with_error_code(code.code()));
     }
     let busy = l.shim.groups.has_members(&group_id);
-    let mut answers: Vec<(TopicName, Vec<(i32, i16)>)> = vec![];
+    let mut answers: Vec<(TopicName, Vec<(i32, ErrorCode)>)> = vec![];
     let mut sent = vec![];
     let mut partitions = vec![];
     for (ti, t) in req.topics.iter().enumerate() {
@@ -607,8 +619,8 @@ pub async fn offset_delete(l: &Listener, header: &RequestHeader, req: OffsetDele
         let mut parts = vec![];
         for (pi, p) in t.partitions.iter().enumerate() {
             let code = match &meta {
-                _ if busy => GROUP_SUBSCRIBED_TO_TOPIC,
-                Err(_) => UNKNOWN_TOPIC_OR_PARTITION,
+                _ if busy => ErrorCode::GroupSubscribedToTopic,
+                Err(_) => ErrorCode::UnknownTopicOrPartition,
                 Ok(m) => {
                     partitions.push(coord::GroupOffset {
                         topic_id: m.id.to_vec(),
@@ -616,7 +628,7 @@ pub async fn offset_delete(l: &Listener, header: &RequestHeader, req: OffsetDele
                         ..Default::default()
                     });
                     sent.push((ti, pi));
-                    NONE
+                    ErrorCode::None
                 }
             };
             parts.push((p.partition_index, code));
@@ -628,7 +640,7 @@ pub async fn offset_delete(l: &Listener, header: &RequestHeader, req: OffsetDele
         let request = coord::DeleteOffsetsRequest { group_id, partitions, timeout_ms: TIMEOUT_MS };
         let codes = match l
             .shim
-            .coordinators
+            .cluster
             .call(|mut c| {
                 let request = request.clone();
                 async move { c.delete_offsets(request).await }
@@ -636,7 +648,7 @@ pub async fn offset_delete(l: &Listener, header: &RequestHeader, req: OffsetDele
             .await
         {
             Ok(r) if r.partitions.len() == n => r.partitions.iter().map(|o| cluster_code(o.error_code)).collect(),
-            _ => vec![COORDINATOR_NOT_AVAILABLE; n],
+            _ => vec![ErrorCode::CoordinatorNotAvailable; n],
         };
         for ((ti, pi), code) in sent.into_iter().zip(codes) {
             answers[ti].1[pi].1 = code;
@@ -651,7 +663,7 @@ pub async fn offset_delete(l: &Listener, header: &RequestHeader, req: OffsetDele
                     .map(|(p, code)| {
                         offset_delete_response::OffsetDeleteResponsePartition::default()
                             .with_partition_index(p)
-                            .with_error_code(code)
+                            .with_error_code(code.code())
                     })
                     .collect(),
             )

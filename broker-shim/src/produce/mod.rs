@@ -31,6 +31,8 @@
 //!   flight are bounded as above.
 //! - Shutdown seals and commits what was accepted.
 
+pub mod config;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,8 +44,9 @@ use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
-use crate::config::ProduceConfig;
-use crate::coordinator::{Coordinators, Fence, MIN_COMMIT_WINDOW};
+pub use config::ProduceConfig;
+
+use crate::cluster::{ClusterClient, Fence, MIN_COMMIT_WINDOW};
 use crate::error::KafkaError;
 use crate::storage::Storage;
 use crate::validate::{Limits, Validated, Validator};
@@ -103,18 +106,18 @@ struct Sealed {
 }
 
 /// Where sealed segments are committed, and what is asked before deleting one that failed: the
-/// coordinator cluster ([`Coordinators`]), or a fake in tests.
+/// coordinator cluster ([`ClusterClient`]), or a fake in tests.
 pub trait Committer: Send + Sync + 'static {
-    fn num_groups(&self) -> u32;
+    fn num_metadata_partitions(&self) -> u32;
     /// Commits a segment; nothing is sent after `deadline`. Per-batch results in request order.
     fn commit(&self, req: CommitFileRequest, deadline: Instant) -> BoxFuture<'_, CommitFileResponse>;
     /// Fences an object key in these metadata partitions (see FenceObjects).
     fn fence(&self, object_key: String, metadata_partitions: Vec<u32>) -> BoxFuture<'_, Fence>;
 }
 
-impl Committer for Coordinators {
-    fn num_groups(&self) -> u32 {
-        Coordinators::num_groups(self)
+impl Committer for ClusterClient {
+    fn num_metadata_partitions(&self) -> u32 {
+        ClusterClient::num_metadata_partitions(self)
     }
 
     fn commit(&self, req: CommitFileRequest, deadline: Instant) -> BoxFuture<'_, CommitFileResponse> {
@@ -407,7 +410,7 @@ async fn commit(s: Sealed, broker_id: i32, storage: &Storage, committer: &dyn Co
         abandon(seq, key, placed, storage, stats);
         return;
     }
-    let n = committer.num_groups();
+    let n = committer.num_metadata_partitions();
     let owners: BTreeSet<i32> = placed
         .iter()
         .map(|p| diskless_proto::metadata_partition_for(&p.partition.topic_id, p.partition.partition, n) as i32)

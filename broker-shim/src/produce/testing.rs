@@ -11,9 +11,10 @@ use futures_util::FutureExt;
 use tokio::sync::Semaphore;
 
 use super::{Committer, Producer, ProducerTasks};
-use crate::config::{ProduceConfig, StorageConfig};
-use crate::coordinator::Fence;
+use crate::cluster::Fence;
+use crate::produce::ProduceConfig;
 use crate::storage::Storage;
+use crate::storage::StorageConfig;
 
 pub struct FakeCoordinator {
     pub storage: Storage,
@@ -55,7 +56,7 @@ impl FakeCoordinator {
 }
 
 impl Committer for FakeCoordinator {
-    fn num_groups(&self) -> u32 {
+    fn num_metadata_partitions(&self) -> u32 {
         1
     }
 

@@ -6,7 +6,7 @@ use diskless_proto::ErrorCode;
 
 use super::testing::producer;
 use super::Waiting;
-use crate::config::ProduceConfig;
+use crate::produce::ProduceConfig;
 use crate::wal::record_batch::tests::fake_batch;
 
 const TOPIC: [u8; 16] = [7; 16];

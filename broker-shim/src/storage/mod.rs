@@ -6,6 +6,7 @@
 //! ages (streamed page by page). It must not know what a segment holds. `faulty` wraps the store for
 //! the fault suite.
 
+pub mod config;
 pub mod faulty;
 
 use std::ops::Range;
@@ -19,7 +20,7 @@ use futures_util::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
-use crate::config::StorageConfig;
+pub use config::StorageConfig;
 
 /// An object and when it was last written.
 #[derive(Debug, Clone)]

@@ -363,7 +363,7 @@ mod tests {
     use crate::raft::SnapshotMeta;
     use crate::storage::{Db, Txn};
 
-    /// A snapshot stream of `n` pairs of group 0's keys.
+    /// A snapshot stream of `n` pairs of metadata partition 0's keys.
     fn section(db: &Db) -> Vec<u8> {
         let meta = SnapshotMeta::default();
         crate::raft::snapshot::write_to(&db.read(), &[0; 4], &[0, 0, 0, 1], &|_| false, &meta, Vec::new()).unwrap()

@@ -36,8 +36,8 @@ pub fn inspect(data_dir: &Path, keys: bool, out: &mut dyn Write) -> anyhow::Resu
         .with_context(|| format!("read the Raft log in {}", log_dir.display()))?;
     writeln!(out, "{}", json!({ "kind": "identity", "data_dir": data_dir, "identity": id }))?;
     for g in 0..n {
-        let mut line = crate::raft::inspect::group(&db, &log, data_dir, g)?;
-        let (from, to) = Keys::new(g).group_range();
+        let mut line = crate::raft::inspect::partition(&db, &log, data_dir, g)?;
+        let (from, to) = Keys::new(g).metadata_partition_range();
         let applied = Keys::new(g).applied();
         let mut tables: BTreeMap<String, (u64, u64)> = BTreeMap::new();
         db.read().scan(&from, &to, &mut |k, v| {
@@ -59,7 +59,7 @@ pub fn inspect(data_dir: &Path, keys: bool, out: &mut dyn Write) -> anyhow::Resu
     }
     if keys {
         for g in 0..n {
-            let (from, to) = Keys::new(g).group_range();
+            let (from, to) = Keys::new(g).metadata_partition_range();
             let mut err = None;
             db.read().scan(&from, &to, &mut |k, v| {
                 if let Err(e) = writeln!(out, "{}", key_line(g, k, v)) {
@@ -121,7 +121,8 @@ fn decoded<T: serde::de::DeserializeOwned + serde::Serialize>(k: &[u8], v: &[u8]
     }
 }
 
-/// One state key as a JSON object: table, the key's fields, the value (decoded for the main tables).
+/// One state key as a JSON object: table, the key's fields, the value (decoded for the main
+/// tables).
 fn key_line(g: u32, k: &[u8], v: &[u8]) -> serde_json::Value {
     let text = |at: usize| String::from_utf8_lossy(k.get(at..).unwrap_or_default()).into_owned();
     let mut line = json!({ "kind": "key", "metadata_partition": g, "table": table_name(k) });

@@ -4,11 +4,11 @@
 //! Every node of the new cluster is restored from the same file with the same `--members` and
 //! `--cluster-token`; each restore derives the same new cluster id and the same new replica
 //! incarnations for every member (a hash of the token, the backup's checksum and the members), so
-//! the groups' memberships agree without the nodes talking. Nothing of the source's identity is
-//! kept: its nodes refuse the new cluster's messages and the other way round. The backup is
-//! checked whole before anything is written, the directory is built under a temporary name and
-//! renamed into place at the end, and each partition's restored state must hash to the digest the
-//! backup recorded. It must not touch a directory that holds anything.
+//! the metadata partitions' memberships agree without the nodes talking. Nothing of the source's
+//! identity is kept: its nodes refuse the new cluster's messages and the other way round. The
+//! backup is checked whole before anything is written, the directory is built under a temporary
+//! name and renamed into place at the end, and each partition's restored state must hash to the
+//! digest the backup recorded. It must not touch a directory that holds anything.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -83,12 +83,12 @@ impl NewIdentity {
         id
     }
 
-    fn incarnation(&self, node: NodeId, group: u32) -> u64 {
+    fn incarnation(&self, node: NodeId, partition: u32) -> u64 {
         let d = Sha256::new()
             .chain_update(self.seed)
             .chain_update(b"replica")
             .chain_update(node.to_be_bytes())
-            .chain_update(group.to_be_bytes())
+            .chain_update(partition.to_be_bytes())
             .finalize();
         let mut b = [0u8; 8];
         b.copy_from_slice(&d[..8]);
@@ -184,7 +184,7 @@ fn build(
         let members: BTreeMap<NodeId, Replica> =
             req.members.iter().map(|m| (m.id, Replica::new(&m.addr, new.incarnation(m.id, g)))).collect();
         let sm = StateMachine::new(g, n);
-        let got = crate::raft::restore::restore_group(&db, dir, &sm, req.node_id, &members, &mut &mut *r, at)?;
+        let got = crate::raft::restore::restore_partition(&db, dir, &sm, req.node_id, &members, &mut &mut *r, at)?;
         let digest: String = got.digest.iter().map(|b| format!("{b:02x}")).collect();
         anyhow::ensure!(
             digest == p.digest,

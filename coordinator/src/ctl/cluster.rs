@@ -1,8 +1,9 @@
-//! `coordctl status --cluster`, `health` and `check`: ask every node of the membership (as the
-//! node at `--addr` knows it) and say whether the cluster is healthy. Unhealthy — exit status 1 —
-//! when a node does not answer, sees a metadata partition without a leader, or holds a replica
-//! its group does not count as a member; for `health`, when a node's gRPC health is not SERVING;
-//! for `check`, when two replicas of a group differ at the same applied index.
+//! `coordctl status --cluster`, `health` and `check`: ask every node of the membership (as the node
+//! at `--addr` knows it) and say whether the cluster is healthy. Unhealthy — exit status 1 — when a
+//! node does not answer, sees a metadata partition without a leader, or holds a replica its
+//! metadata partition does not count as a member; for `health`, when a node's gRPC health is not
+//! SERVING; for `check`, when two replicas of a metadata partition differ at the same applied
+//! index.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
@@ -55,7 +56,7 @@ pub async fn status(addr: &str) -> anyhow::Result<Report> {
 
     let mut problems = vec![];
     let mut notes = vec![];
-    let groups = first.num_metadata_partitions;
+    let num_partitions = first.num_metadata_partitions;
     for (id, (a, r)) in &answers {
         match r {
             Err(e) => problems.push(format!("node {id} at {a} does not answer: {e:#}")),
@@ -76,7 +77,7 @@ pub async fn status(addr: &str) -> anyhow::Result<Report> {
             }
         }
     }
-    for g in 0..groups {
+    for g in 0..num_partitions {
         let seen: BTreeSet<u64> = answers
             .values()
             .filter_map(|(_, r)| r.as_ref().ok())
@@ -91,9 +92,9 @@ pub async fn status(addr: &str) -> anyhow::Result<Report> {
     let ok = problems.is_empty();
 
     let mut text = String::new();
-    let _ = writeln!(text, "cluster {} ({groups} metadata partitions), asked through {addr}", first.cluster_id);
+    let _ = writeln!(text, "cluster {} ({num_partitions} metadata partitions), asked through {addr}", first.cluster_id);
     let _ =
-        writeln!(text, "\n{:>6}  {:<22} {:<11} {:>9}  {:>10}", "node", "address", "answer", "leaders", "WAL fsyncs");
+        writeln!(text, "\n{:>6}  {:<22} {:<11} {:>9}  {:>10}", "node", "address", "answer", "leaders", "log fsyncs");
     for (id, (a, r)) in &answers {
         match r {
             Ok(s) => {
@@ -105,13 +106,13 @@ pub async fn status(addr: &str) -> anyhow::Result<Report> {
             }
         }
     }
-    let _ = write!(text, "\n{:>5}", "group");
+    let _ = write!(text, "\n{:>9}", "partition");
     for id in answers.keys() {
         let _ = write!(text, "  {:>24}", format!("node {id}: leader/applied"));
     }
     let _ = writeln!(text);
-    for g in 0..groups as usize {
-        let _ = write!(text, "{g:>5}");
+    for g in 0..num_partitions as usize {
+        let _ = write!(text, "{g:>9}");
         for (_, r) in answers.values() {
             let cell = match r.as_ref().ok().and_then(|s| s.groups.get(g)) {
                 Some(gs) if gs.leader == 0 => format!("-/{}", gs.applied_index),
@@ -145,7 +146,7 @@ pub async fn status(addr: &str) -> anyhow::Result<Report> {
         "healthy": ok,
         "cluster_id": first.cluster_id,
         "asked_through": addr,
-        "num_metadata_partitions": groups,
+        "num_metadata_partitions": num_partitions,
         "nodes": nodes,
         "problems": problems,
         "notes": notes,
@@ -199,9 +200,9 @@ pub async fn health(addr: &str, cluster: bool) -> anyhow::Result<Report> {
 const CHECK_ROUNDS: usize = 20;
 const CHECK_PAUSE: Duration = Duration::from_millis(250);
 
-/// One group's replicas compared.
+/// One metadata partition's replicas compared.
 #[derive(Debug, serde::Serialize)]
-struct GroupCheck {
+struct PartitionCheck {
     metadata_partition: u32,
     /// `equal` (every replica, same applied index), `DIFFERENT` (two replicas at the same applied
     /// index differ), or `unverified` (the replicas never stood at one applied index together).
@@ -226,30 +227,32 @@ fn verdict(replicas: &BTreeMap<u64, (u64, String)>) -> &'static str {
     }
 }
 
-/// `coordctl check`: every group's replica digests compared across the nodes. Replicas are
-/// comparable only at the same applied index, so it asks again (up to [`CHECK_ROUNDS`] times)
-/// until each group's replicas stand at one index; a group still moving is `unverified`.
+/// `coordctl check`: every metadata partition's replica digests compared across the nodes. Replicas
+/// are comparable only at the same applied index, so it asks again (up to [`CHECK_ROUNDS`] times)
+/// until each metadata partition's replicas stand at one index; a metadata partition still moving
+/// is `unverified`.
 pub async fn check(addr: &str) -> anyhow::Result<Report> {
     let (first, members) = members(addr).await?;
-    let groups = first.num_metadata_partitions;
-    let mut results: BTreeMap<u32, GroupCheck> = BTreeMap::new();
+    let num_partitions = first.num_metadata_partitions;
+    let mut results: BTreeMap<u32, PartitionCheck> = BTreeMap::new();
     let mut unreachable: BTreeMap<u64, String> = BTreeMap::new();
     for round in 0..CHECK_ROUNDS {
         if round > 0 {
             tokio::time::sleep(CHECK_PAUSE).await;
         }
-        let todo: Vec<u32> = (0..groups).filter(|g| results.get(g).is_none_or(|c| c.verdict == "unverified")).collect();
+        let todo: Vec<u32> =
+            (0..num_partitions).filter(|g| results.get(g).is_none_or(|c| c.verdict == "unverified")).collect();
         if todo.is_empty() {
             break;
         }
         let answers = futures_util::future::join_all(members.values().map(|a| ask(a, true))).await;
         unreachable.clear();
-        let mut per_group: BTreeMap<u32, BTreeMap<u64, (u64, String)>> = BTreeMap::new();
+        let mut per_partition: BTreeMap<u32, BTreeMap<u64, (u64, String)>> = BTreeMap::new();
         for ((id, a), r) in members.iter().zip(answers) {
             match r {
                 Ok(s) => {
                     for g in s.groups.into_iter().filter(|g| g.member) {
-                        per_group
+                        per_partition
                             .entry(g.metadata_partition)
                             .or_default()
                             .insert(*id, (g.digest_applied_index, g.digest));
@@ -261,8 +264,8 @@ pub async fn check(addr: &str) -> anyhow::Result<Report> {
             }
         }
         for g in todo {
-            let replicas = per_group.remove(&g).unwrap_or_default();
-            results.insert(g, GroupCheck { metadata_partition: g, verdict: verdict(&replicas), replicas });
+            let replicas = per_partition.remove(&g).unwrap_or_default();
+            results.insert(g, PartitionCheck { metadata_partition: g, verdict: verdict(&replicas), replicas });
         }
     }
     let different: Vec<u32> =
@@ -272,14 +275,14 @@ pub async fn check(addr: &str) -> anyhow::Result<Report> {
     let ok = different.is_empty() && unreachable.is_empty();
 
     let mut text = String::new();
-    let _ = writeln!(text, "{:>5}  {:<10}  replicas (node: applied index, digest)", "group", "verdict");
+    let _ = writeln!(text, "{:>9}  {:<10}  replicas (node: applied index, digest)", "partition", "verdict");
     for c in results.values() {
         let replicas: Vec<String> = c
             .replicas
             .iter()
             .map(|(id, (index, digest))| format!("{id}: {index} {}", digest.get(..12).unwrap_or(digest)))
             .collect();
-        let _ = writeln!(text, "{:>5}  {:<10}  {}", c.metadata_partition, c.verdict, replicas.join(", "));
+        let _ = writeln!(text, "{:>9}  {:<10}  {}", c.metadata_partition, c.verdict, replicas.join(", "));
     }
     for (id, e) in &unreachable {
         let _ = writeln!(text, "node {id} does not answer: {e}");

@@ -79,14 +79,14 @@ pub async fn describe(addr: &str, node: Option<u64>) -> anyhow::Result<Report> {
 pub async fn alter(
     addr: &str,
     node: Option<u64>,
-    group: u32,
+    partition: u32,
     to: Option<&str>,
     cancel: bool,
     no_wait: bool,
 ) -> anyhow::Result<Report> {
     let mut c = client(addr, node).await?;
     anyhow::ensure!(cancel || to.is_some(), "give --to DIR (or --cancel)");
-    let req = AlterReplicaDirRequest { metadata_partition: group, dir: to.unwrap_or_default().to_string(), cancel };
+    let req = AlterReplicaDirRequest { metadata_partition: partition, dir: to.unwrap_or_default().to_string(), cancel };
     let started = c.alter_replica_dir(req).await.map_err(|s| anyhow::anyhow!("{}", s.message()))?.into_inner();
     if cancel || no_wait {
         return Ok(Report::ok(json!({ "message": started.message }), format!("{}\n", started.message)));
@@ -100,7 +100,7 @@ pub async fn alter(
             r.dirs.iter().find_map(|d| {
                 d.replicas
                     .iter()
-                    .find(|x| x.metadata_partition == group && x.is_future == future)
+                    .find(|x| x.metadata_partition == partition && x.is_future == future)
                     .map(|x| (d.clone(), x.clone()))
             })
         };
@@ -121,17 +121,18 @@ pub async fn alter(
             }
             None => {
                 eprintln!();
-                let (dir, cur) = find(false).ok_or_else(|| anyhow::anyhow!("metadata partition {group} not found"))?;
+                let (dir, cur) =
+                    find(false).ok_or_else(|| anyhow::anyhow!("metadata partition {partition} not found"))?;
                 let moved = to.is_some_and(|t| t == dir.path || t == dir.dir_id);
                 let elapsed = begun.elapsed().as_secs_f64();
                 let text = format!(
-                    "metadata partition {group}: in {} ({}); {:.1} s\n",
+                    "metadata partition {partition}: in {} ({}); {:.1} s\n",
                     dir.path,
                     if cur.last_move.is_empty() { "no move recorded".into() } else { cur.last_move.clone() },
                     elapsed
                 );
                 return Ok(Report {
-                    json: json!({ "metadata_partition": group, "dir": dir.path, "dir_id": dir.dir_id,
+                    json: json!({ "metadata_partition": partition, "dir": dir.path, "dir_id": dir.dir_id,
                                    "outcome": cur.last_move, "seconds": elapsed }),
                     text,
                     ok: moved,

@@ -88,8 +88,10 @@ pub enum Cmd {
     },
     /// Move a metadata partition's leadership.
     TransferLeader {
-        #[arg(long)]
-        group: u32,
+        /// The metadata partition.
+        // The flag keeps its name, `--group`: scripts and operators use it.
+        #[arg(long = "group", value_name = "METADATA_PARTITION")]
+        partition: u32,
         #[arg(long)]
         to: u64,
     },
@@ -244,14 +246,16 @@ pub enum DirsCmd {
     /// Move the node's replica of a metadata partition to another data directory, online; follows
     /// it with a progress bar on stderr.
     Move {
-        #[arg(long)]
-        group: u32,
+        /// The metadata partition.
+        // The flag keeps its name, `--group`: scripts and operators use it.
+        #[arg(long = "group", value_name = "METADATA_PARTITION")]
+        partition: u32,
         /// The destination directory: its path or id.
         #[arg(long, required_unless_present = "cancel")]
         to: Option<String>,
         #[arg(long)]
         node: Option<u64>,
-        /// Cancel the group's move under way (before it switches).
+        /// Cancel the metadata partition's move under way (before it switches).
         #[arg(long)]
         cancel: bool,
         /// Start the move and return.
@@ -259,8 +263,9 @@ pub enum DirsCmd {
         no_wait: bool,
     },
     /// After a directory failure: once node N restarted with the failed directory replaced or
-    /// removed, add its new replicas back through membership (each lost group: the old replica
-    /// removed, the new one added as a learner, caught up, promoted; other groups unchanged).
+    /// removed, add its new replicas back through membership (each lost metadata partition: the old
+    /// replica removed, the new one added as a learner, caught up, promoted; other metadata
+    /// partitions unchanged).
     Recover {
         #[arg(long)]
         node: u64,
@@ -402,8 +407,8 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
         Cmd::Topics { cmd: TopicsCmd::Describe { name } } => return topics::describe(&args.addr, name).await,
         Cmd::Files { cmd: FilesCmd::Describe { keys } } => return topics::describe_files(&args.addr, keys).await,
         Cmd::Dirs { cmd: DirsCmd::Describe { node } } => return dirs::describe(&args.addr, *node).await,
-        Cmd::Dirs { cmd: DirsCmd::Move { group, to, node, cancel, no_wait } } => {
-            return dirs::alter(&args.addr, *node, *group, to.as_deref(), *cancel, *no_wait).await
+        Cmd::Dirs { cmd: DirsCmd::Move { partition, to, node, cancel, no_wait } } => {
+            return dirs::alter(&args.addr, *node, *partition, to.as_deref(), *cancel, *no_wait).await
         }
         Cmd::Dirs { cmd: DirsCmd::Throttle { rate, node } } => return dirs::throttle(&args.addr, *node, *rate).await,
         Cmd::Dirs { cmd: DirsCmd::Recover { node } } => {
@@ -455,11 +460,11 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
                 .collect();
             Report::ok(json!({ "cluster_id": s.cluster_id, "members": members }), text)
         }
-        Cmd::TransferLeader { group, to } => {
-            c.transfer_leader(TransferLeaderRequest { metadata_partition: group, to_node_id: to }).await?;
+        Cmd::TransferLeader { partition, to } => {
+            c.transfer_leader(TransferLeaderRequest { metadata_partition: partition, to_node_id: to }).await?;
             Report::ok(
-                json!({ "metadata_partition": group, "leader": to }),
-                format!("metadata partition {group}: leadership moved to node {to}\n"),
+                json!({ "metadata_partition": partition, "leader": to }),
+                format!("metadata partition {partition}: leadership moved to node {to}\n"),
             )
         }
         Cmd::AddNode { id, address } => {
@@ -564,7 +569,7 @@ pub(crate) fn status_text(s: &StatusResponse) -> String {
             s.node_id
         );
     }
-    let _ = writeln!(o, "WAL fsyncs: {} covering {} log appends", s.wal_syncs, s.wal_synced_appends);
+    let _ = writeln!(o, "log fsyncs: {} covering {} log appends", s.wal_syncs, s.wal_synced_appends);
     let _ = writeln!(o, "\n{:>6}  {:<22} role", "node", "address");
     for n in &s.nodes {
         let _ = writeln!(o, "{:>6}  {:<22} {}", n.node_id, n.address, role(n));
@@ -578,15 +583,15 @@ pub(crate) fn status_text(s: &StatusResponse) -> String {
     }
     let _ = writeln!(
         o,
-        "\n{:>5} {:>7} {:>6} {:>10} {:>10} {:>10} {:<10} followers (node:matched/lag)",
-        "group", "leader", "term", "last log", "applied", "snapshot", "this node"
+        "\n{:>9} {:>7} {:>6} {:>10} {:>10} {:>10} {:<10} followers (node:matched/lag)",
+        "partition", "leader", "term", "last log", "applied", "snapshot", "this node"
     );
     for g in &s.groups {
         let followers: Vec<String> =
             g.followers.iter().map(|f| format!("{}:{}/{}", f.node_id, f.matched_index, f.lag)).collect();
         let _ = writeln!(
             o,
-            "{:>5} {:>7} {:>6} {:>10} {:>10} {:>10} {:<10} {}",
+            "{:>9} {:>7} {:>6} {:>10} {:>10} {:>10} {:<10} {}",
             g.metadata_partition,
             if g.leader == 0 { "-".to_string() } else { g.leader.to_string() },
             g.term,

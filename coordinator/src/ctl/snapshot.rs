@@ -55,7 +55,8 @@ impl Progress {
     }
 }
 
-/// Streams group `g` from its leader (as `addr` knows it) into `w`; returns its summary.
+/// Streams metadata partition `g` from its leader (as `addr` knows it) into `w`; returns its
+/// summary.
 async fn copy_one(
     addr: &str,
     g: u32,
@@ -164,12 +165,12 @@ pub fn file_status(file: &Path) -> anyhow::Result<Report> {
     b.verify()?;
     let size = std::fs::metadata(file)?.len();
     let mut text = format!(
-        "{}: a whole backup ({size} bytes, checksum {:08x}) of cluster {}, {} metadata partitions\n\n{:>5} {:>12} {:>6} {:>12}  digest\n",
+        "{}: a whole backup ({size} bytes, checksum {:08x}) of cluster {}, {} metadata partitions\n\n{:>9} {:>12} {:>6} {:>12}  digest\n",
         file.display(),
         b.checksum,
         b.header.cluster_id,
         b.header.num_metadata_partitions,
-        "group",
+        "partition",
         "applied",
         "term",
         "bytes"
@@ -178,7 +179,7 @@ pub fn file_status(file: &Path) -> anyhow::Result<Report> {
     parts.sort_by_key(|p| p.metadata_partition);
     for p in &parts {
         text += &format!(
-            "{:>5} {:>12} {:>6} {:>12}  {}\n",
+            "{:>9} {:>12} {:>6} {:>12}  {}\n",
             p.metadata_partition, p.applied_index, p.applied_term, p.bytes, p.digest
         );
     }

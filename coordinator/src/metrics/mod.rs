@@ -1,18 +1,16 @@
-//! Prometheus metrics of a coordinator node: the instruments, the gRPC layer that counts every
-//! request, and the `/metrics` listener.
+//! Prometheus metrics of a coordinator node: the instruments and the gRPC layer that counts every
+//! request (the `/metrics` listener is `server::metrics_listener`).
 //!
 //! Owns every metric name of the crate (all `diskless_*`, units in the name, `_total` counters)
 //! and the process's one set of instruments ([`get`]): a process runs one node, so the hot paths
-//! (WAL fsync thread, apply, snapshots, proposals, strict reads, forwarding) bump them without
+//! (log fsync thread, apply, snapshots, proposals, strict reads, forwarding) bump them without
 //! being handed a handle. Those paths only increment counters and observe histograms — a short
 //! lock inside prometheus-client, never held across an await, no allocation but a label set's
 //! first use. Figures the Raft groups already keep (leader, term, commit and applied indexes) are
-//! not pushed: [`scrape`] samples openraft's metrics when Prometheus asks. This module (`mod.rs`,
-//! `grpc.rs`) imports nothing of the crate, so any layer may bump it; `scrape` sits above `node`,
-//! like `server`. It must not change what a request, an entry or a fsync does.
+//! not pushed: `server::metrics_listener` samples openraft's metrics when Prometheus asks. This
+//! module imports nothing of the crate, so any layer may bump it. It must not change what a request, an entry or a fsync does.
 
 pub mod grpc;
-pub mod scrape;
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -65,7 +63,7 @@ fn lat<S: Clone + std::hash::Hash + Eq>() -> HistogramFamily<S> {
     HistogramFamily::new_with_constructor(latency as fn() -> Histogram)
 }
 
-/// Every instrument of a node. Per-partition gauges are set by [`scrape`] just before encoding.
+/// Every instrument of a node. Per-partition gauges are set by `server::metrics_listener` just before encoding.
 pub struct Metrics {
     registry: Registry,
     // Raft groups, sampled at scrape time.
@@ -84,7 +82,7 @@ pub struct Metrics {
     pub proposals_pending: Family<Partition, Gauge>,
     pub apply_duration: Histogram,
     pub applied_entries: Counter,
-    // WAL group commit.
+    // log group commit.
     pub fsync_duration: Histogram,
     pub appends_per_fsync: Histogram,
     // Snapshots.
@@ -94,7 +92,7 @@ pub struct Metrics {
     pub snapshot_installs: Counter,
     pub snapshot_install_bytes: Counter,
     pub snapshot_install_duration: Histogram,
-    /// How long a replica move between data directories paused the group's writes.
+    /// How long a replica move between data directories paused the metadata partition's writes.
     pub replica_move_pause: Histogram,
     // Requests.
     pub grpc_requests: Family<MethodCode, Counter>,
@@ -173,7 +171,7 @@ impl Metrics {
             ),
             proposals_failed: reg!(
                 "diskless_raft_proposals_failed",
-                "Commands this node proposed that failed (not leader, timed out, group stopped)",
+                "Commands this node proposed that failed (not leader, timed out, metadata partition stopped)",
                 Family::default()
             ),
             proposals_pending: reg!(
@@ -193,12 +191,12 @@ impl Metrics {
             ),
             fsync_duration: reg!(
                 "diskless_wal_fsync_duration_seconds",
-                "Time of one WAL fsync (group commit: it covers every log append queued before it)",
+                "Time of one log fsync (group commit: it covers every log append queued before it)",
                 latency()
             ),
             appends_per_fsync: reg!(
                 "diskless_wal_appends_per_fsync",
-                "Log appends (of all metadata partitions) one WAL fsync made durable",
+                "Log appends (of all metadata partitions) one log fsync made durable",
                 Histogram::new(exponential_buckets(1.0, 2.0, 12))
             ),
             snapshot_builds: reg!("diskless_snapshot_builds", "Snapshots built on this node", Counter::default()),
@@ -229,7 +227,7 @@ impl Metrics {
             ),
             replica_move_pause: reg!(
                 "diskless_replica_move_pause_seconds",
-                "How long a replica move between data directories paused its group's writes at the switch",
+                "How long a replica move between data directories paused its metadata partition's writes at the switch",
                 latency()
             ),
             grpc_requests: reg!(
@@ -281,7 +279,8 @@ impl Metrics {
         out
     }
 
-    /// A proposal on `g` starts: pending until the guard is dropped (also when its caller gives up).
+    /// A proposal on `g` starts: pending until the guard is dropped (also when its caller gives
+    /// up).
     pub fn proposal_started(&self, g: u32) -> PendingProposal {
         let gauge = self.proposals_pending.get_or_create_owned(&Partition { metadata_partition: g });
         gauge.inc();

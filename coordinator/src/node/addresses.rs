@@ -1,11 +1,14 @@
-//! Where the other nodes are, beyond the groups' membership: which certificate identities are
-//! members (for the peer listener's check), and the client address of each member (membership
-//! holds peer addresses; with a separate peer listener, clients need the other one).
+//! Where the other nodes are, beyond the metadata partitions' membership: which certificate
+//! identities are members (for the peer listener's check), and the client address of each member
+//! (membership holds peer addresses; with a separate peer listener, clients need the other one).
 //!
 //! Both are caches: member hosts are recomputed at most once a second (a removed node's
 //! certificate stops working within that), client addresses are asked once per peer address with
 //! `Identify` (a peer that does not answer is asked again after a few seconds, and meanwhile its
 //! peer address is reported).
+//!
+//! Owns what the peer listener's check asks (`Node::is_peer`); it must not see requests (the
+//! check's place in front of the services is `server::authz`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -14,7 +17,6 @@ use std::time::{Duration, Instant};
 use diskless_tls::PeerIdentity;
 
 use super::Node;
-use crate::server::authz::{host_of, names_a_host};
 
 const HOSTS_FRESH_FOR: Duration = Duration::from_secs(1);
 const RETRY_IDENTIFY_AFTER: Duration = Duration::from_secs(5);
@@ -27,9 +29,9 @@ pub(super) struct Addresses {
 }
 
 impl Node {
-    /// Whether a peer's certificate belongs to a member: it names the host of the address of a
-    /// node in some group's membership or in `[[members]]`. A node that belongs to no cluster yet
-    /// (waiting to be added) admits any peer its CA signed.
+    /// Whether a peer's certificate belongs to a member: it names the host of the address of a node
+    /// in some metadata partition's membership or in `[[members]]`. A node that belongs to no
+    /// cluster yet (waiting to be added) admits any peer its CA signed.
     pub fn is_peer(&self, identity: &PeerIdentity) -> bool {
         if self.identity.cluster_id().is_none() {
             return true;
@@ -45,7 +47,7 @@ impl Node {
             }
         }
         let mut hosts: HashSet<String> = self.config.members.iter().map(|m| host_of(&m.addr).to_string()).collect();
-        for g in 0..self.num_groups() {
+        for g in 0..self.num_partitions() {
             if let Ok(m) = self.metrics(g) {
                 hosts.extend(m.membership_config.membership().nodes().map(|(_, r)| host_of(&r.addr).to_string()));
             }
@@ -80,8 +82,7 @@ impl Node {
             let r = tokio::time::timeout(Duration::from_secs(1), self.identify_peer(addr)).await;
             match r {
                 Ok(Ok(reply)) if !reply.client_address.is_empty() => Ok(reply.client_address),
-                // A node of a release without the field: its one address.
-                Ok(Ok(_)) => Ok(addr.to_string()),
+                // No answer, or none that names an address: asked again later.
                 _ => Err(Instant::now()),
             }
         }))
@@ -104,5 +105,28 @@ impl Node {
                 (*id, client)
             })
             .collect()
+    }
+}
+
+/// Whether a certificate names one of `hosts`.
+fn names_a_host(identity: &PeerIdentity, hosts: &HashSet<String>) -> bool {
+    identity.names().any(|n| hosts.contains(n))
+}
+
+/// The host of `host:port` (brackets of an IPv6 address removed).
+fn host_of(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_of_addresses() {
+        assert_eq!(host_of("127.0.0.1:7001"), "127.0.0.1");
+        assert_eq!(host_of("[::1]:7001"), "::1");
+        assert_eq!(host_of("node-1.example:7001"), "node-1.example");
     }
 }

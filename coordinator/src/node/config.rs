@@ -7,9 +7,10 @@ use serde::{Deserialize, Serialize};
 
 /// `diskless.metadata.topic.num.partitions`'s default: one per node of a 3-node quorum. A commit
 /// usually touches every metadata partition, and its cost is per Raft entry (one per partition
-/// touched), so more partitions make each commit dearer; with leaders balanced, 3 partitions make
-/// a commit one entry per node. More pay only where the nodes have the cores to apply that many
-/// groups in parallel (README, "What a commit costs"). Fixed when the cluster is created.
+/// touched), so more partitions make each commit dearer; with leaders balanced, 3 partitions make a
+/// commit one entry per node. More pay only where the nodes have the cores to apply that many
+/// metadata partitions in parallel (`bench/HISTORY.md`, "What a commit costs"). Fixed when the cluster is
+/// created.
 pub const DEFAULT_METADATA_PARTITIONS: u32 = 3;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -40,10 +41,11 @@ pub struct NodeConfig {
     /// and must name (in its alternative names or common name) the host of a member's address.
     #[serde(default)]
     pub peer_tls: Option<diskless_tls::TlsFiles>,
-    /// Which certificate identities may do what on the client listener (see `server::authz`);
-    /// unset: every client the listener admits may do everything.
+    /// Which certificate identities hold which role on the client listener (`node::roles`; what
+    /// each role may call is `server::authz`'s); unset: every client the listener admits may do
+    /// everything.
     #[serde(default)]
-    pub roles: Option<crate::server::authz::Roles>,
+    pub roles: Option<super::roles::Roles>,
     /// The largest snapshot a peer may stream to this node, in bytes; a larger stream is refused.
     #[serde(default = "default_max_snapshot_bytes")]
     pub max_snapshot_bytes: u64,
@@ -65,18 +67,20 @@ pub struct NodeConfig {
     #[serde(default)]
     pub intra_dir_throttled_rate: u64,
     /// The number of metadata partitions (Raft groups); fixed when the cluster is created.
-    #[serde(default = "default_groups")]
+    #[serde(default = "default_metadata_partitions")]
     pub num_metadata_partitions: u32,
     /// The voters every metadata partition starts with. The nodes listed here bootstrap a new
-    /// cluster once every one of them answers and none has an initialized group; a listed node
-    /// whose data directory is new while the cluster exists (a replaced disk) initializes nothing
-    /// and takes no part until it is added again (`coordctl add-node`). Keeping the list after the
-    /// first start is safe. Empty on a node that will be added to a running cluster.
+    /// cluster once every one of them answers and none has an initialized metadata partition; a
+    /// listed node whose data directory is new while the cluster exists (a replaced disk)
+    /// initializes nothing and takes no part until it is added again (`coordctl add-node`). Keeping
+    /// the list after the first start is safe. Empty on a node that will be added to a running
+    /// cluster.
     #[serde(default)]
     pub members: Vec<Member>,
     #[serde(default)]
     pub raft: RaftTuning,
-    /// How often each group's leader enforces retention and finishes pending deletions.
+    /// How often each metadata partition's leader enforces retention and finishes pending
+    /// deletions.
     #[serde(default = "default_retention_check_ms")]
     pub retention_check_ms: u64,
     /// Kafka's `producer.id.expiration.ms`: an idempotent producer's state (its last 5 batches
@@ -85,7 +89,8 @@ pub struct NodeConfig {
     #[serde(default = "default_producer_id_expiration_ms")]
     pub producer_id_expiration_ms: i64,
     /// How often the leader of each metadata partition compares its topics with the catalog
-    /// (metadata partition 0) and completes creations and deletions that failed part-way (0 = never).
+    /// (metadata partition 0) and completes creations and deletions that failed part-way (0 =
+    /// never).
     #[serde(default = "default_topic_reconcile_ms")]
     pub topic_reconcile_ms: u64,
     /// How long an object key stays fenced (a tombstone that refuses any commit of it) after a
@@ -101,7 +106,8 @@ pub struct NodeConfig {
     /// retention (Kafka's default, 7 days). Negative: never.
     #[serde(default = "default_offsets_retention_minutes")]
     pub offsets_retention_minutes: i64,
-    /// How often a node hands leaderships back to each group's preferred leader (0 = never).
+    /// How often a node hands leaderships back to each metadata partition's preferred leader (0 =
+    /// never).
     #[serde(default = "default_leader_balance_ms")]
     pub leader_balance_ms: u64,
     /// Where to serve Prometheus metrics over HTTP (`GET /metrics`), `host:port`; none when unset.
@@ -162,7 +168,7 @@ fn default_replica_move_threads() -> u32 {
     1
 }
 
-fn default_groups() -> u32 {
+fn default_metadata_partitions() -> u32 {
     DEFAULT_METADATA_PARTITIONS
 }
 
@@ -211,7 +217,7 @@ impl NodeConfig {
         }
     }
 
-    /// The first data directory (where tools and received files without a group go).
+    /// The first data directory (where tools and received files without a metadata partition go).
     pub fn first_dir(&self) -> PathBuf {
         self.dirs().into_iter().next().unwrap_or_default()
     }
@@ -221,7 +227,7 @@ impl NodeConfig {
         self.advertise.as_deref().unwrap_or(&self.listen)
     }
 
-    /// The address peers reach this node at: its address in the groups' membership.
+    /// The address peers reach this node at: its address in the metadata partitions' membership.
     pub fn peer_advertised(&self) -> &str {
         self.peer_advertise.as_deref().or(self.peer_listen.as_deref()).unwrap_or_else(|| self.advertised())
     }

@@ -1,12 +1,12 @@
 //! A node's data directories at start: opening each, checking they belong together, and finding
 //! the one directory each metadata partition's replica lives in.
 //!
-//! Owns: [`open`] — every configured directory opened (its RocksDB, its Raft log, its fsync
-//! thread, its identity record; a directory of another node or cluster is refused), what crashed moves left behind
-//! settled (an unfinished future replica dropped; a finished move's old copy deleted), each group
-//! placed (a replica that exists nowhere is created in the directory with the most free space,
-//! ties to the fewest replicas), and a group current in two directories otherwise refused.
-//! Also the figures of a directory (total and usable bytes).
+//! Owns: [`open`] — every configured directory opened (its RocksDB, its Raft log, its fsync thread,
+//! its identity record; a directory of another node or cluster is refused), what crashed moves left
+//! behind settled (an unfinished future replica dropped; a finished move's old copy deleted), each
+//! metadata partition placed (a replica that exists nowhere is created in the directory with the
+//! most free space, ties to the fewest replicas), and a metadata partition current in two
+//! directories otherwise refused. Also the figures of a directory (total and usable bytes).
 //!
 //! It must not move replicas while the node runs (that is `node::mover`).
 
@@ -21,18 +21,18 @@ use crate::raft::home::{dir_id_hex, DataDir, DirId};
 use crate::raft::identity::{self, Identity};
 use crate::raft::placement::{self, DirState, Placement, Role};
 use crate::raft::seglog::SegLog;
-use crate::raft::WalSyncer;
+use crate::raft::LogSyncer;
 use crate::storage::Db;
 
 /// What [`open`] found.
 pub struct Opened {
     pub dirs: Vec<Arc<DataDir>>,
-    /// Per group: the index in `dirs` of its directory.
+    /// Per metadata partition: the index in `dirs` of its directory.
     pub homes: Vec<usize>,
     pub identity: Identity,
 }
 
-/// Opens the configured directories and places every group (see the module docs).
+/// Opens the configured directories and places every metadata partition (see the module docs).
 pub fn open(config: &NodeConfig, faults: Arc<Faults>) -> anyhow::Result<Opened> {
     let n = config.num_metadata_partitions;
     let mut dirs = vec![];
@@ -71,10 +71,10 @@ pub fn open(config: &NodeConfig, faults: Arc<Faults>) -> anyhow::Result<Opened> 
             );
         }
         // With several directories a failed fsync takes only its directory offline; with one, it
-        // stops the node as before (see `raft::wal_sync`).
+        // stops the node as before (see `raft::log_sync`).
         let offline = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let isolate = (config.dirs().len() > 1).then(|| offline.clone());
-        let syncer = WalSyncer::start(log.clone(), faults.clone(), isolate);
+        let syncer = LogSyncer::start(log.clone(), faults.clone(), isolate);
         dirs.push(Arc::new(DataDir::new(state.record.dir_id, path, db, log, syncer, offline)));
         states.push(state);
     }
@@ -115,12 +115,13 @@ pub fn open(config: &NodeConfig, faults: Arc<Faults>) -> anyhow::Result<Opened> 
     Ok(Opened { dirs, homes, identity })
 }
 
-/// Finds (settling crashed moves) or creates group `g`'s replica; returns its directory's index.
+/// Finds (settling crashed moves) or creates metadata partition `g`'s replica; returns its
+/// directory's index.
 fn place(g: u32, dirs: &[Arc<DataDir>], states: &mut [DirState]) -> anyhow::Result<(usize, Placement)> {
     // Future replicas are moves that did not finish: dropped (the current one is intact).
     for (d, s) in dirs.iter().zip(states.iter_mut()) {
         if s.placements.get(&g).is_some_and(|p| p.role == Role::Future) {
-            tracing::warn!(group = g, dir = %d.path.display(), "dropping an unfinished move's future replica");
+            tracing::warn!(metadata_partition = g, dir = %d.path.display(), "dropping an unfinished move's future replica");
             d.delete_replica(g)?;
             remove_snapshots(d, g)?;
             s.placements.remove(&g);
@@ -137,10 +138,10 @@ fn place(g: u32, dirs: &[Arc<DataDir>], states: &mut [DirState]) -> anyhow::Resu
                 moved_from: None,
             };
             // Nothing of an earlier replica's log may come back under the new one.
-            dirs[i].log.drop_group(g)?;
+            dirs[i].log.drop_partition(g)?;
             placement::write_placement(&dirs[i].db, g, Some(&p))?;
             states[i].placements.insert(g, p.clone());
-            tracing::info!(group = g, dir = %dirs[i].path.display(), "new replica");
+            tracing::info!(metadata_partition = g, dir = %dirs[i].path.display(), "new replica");
             Ok((i, p))
         }
         [i] => Ok((*i, states[*i].placements[&g].clone())),
@@ -159,7 +160,7 @@ fn place(g: u32, dirs: &[Arc<DataDir>], states: &mut [DirState]) -> anyhow::Resu
                 return Err(two_current(g, dirs, &current));
             };
             tracing::warn!(
-                group = g,
+                metadata_partition = g,
                 old = %dirs[drop].path.display(),
                 new = %dirs[keep].path.display(),
                 "finishing a move: deleting the old copy"
@@ -177,25 +178,25 @@ fn two_current(g: u32, dirs: &[Arc<DataDir>], which: &[usize]) -> anyhow::Error 
     let names: Vec<String> = which.iter().map(|&i| dirs[i].path.display().to_string()).collect();
     anyhow::anyhow!(
         "metadata partition {g} has a current replica in each of {}: refusing to start (which one is right is \
-         not recorded; keep one and remove the group from the others, or restore the node)",
+         not recorded; keep one and remove the metadata partition from the others, or restore the node)",
         names.join(", ")
     )
 }
 
 /// Brings directory `d`'s Raft log in line with the replicas placed there (`here`): entries an
-/// earlier version kept in RocksDB moved into it, every other group's records dropped (a replica
-/// that left, or a move that did not finish), and each group's purge point (kept in RocksDB)
-/// told to it.
+/// earlier version kept in RocksDB moved into it, every other metadata partition's records dropped
+/// (a replica that left, or a move that did not finish), and each metadata partition's purge point
+/// (kept in RocksDB) told to it.
 fn settle_log(d: &DataDir, here: &[u32]) -> anyhow::Result<()> {
     let moved = crate::raft::move_log_out_of_rocksdb(&d.db, &d.log, here)
         .with_context(|| format!("move the Raft log of {} out of RocksDB", d.path.display()))?;
     if moved > 0 {
         tracing::info!(dir = %d.path.display(), entries = moved, "moved the Raft log out of RocksDB into log segments");
     }
-    for g in d.log.groups() {
+    for g in d.log.partitions() {
         if !here.contains(&g) {
-            tracing::info!(group = g, dir = %d.path.display(), "dropping the Raft log of a replica not placed here");
-            d.log.drop_group(g)?;
+            tracing::info!(metadata_partition = g, dir = %d.path.display(), "dropping the Raft log of a replica not placed here");
+            d.log.drop_partition(g)?;
         }
     }
     for &g in here {
@@ -206,7 +207,7 @@ fn settle_log(d: &DataDir, here: &[u32]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Removes a group's snapshot files from a directory.
+/// Removes a metadata partition's snapshot files from a directory.
 pub fn remove_snapshots(d: &DataDir, g: u32) -> anyhow::Result<()> {
     let dir = d.snapshot_dir(g);
     match std::fs::remove_dir_all(&dir) {

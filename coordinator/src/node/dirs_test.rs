@@ -39,7 +39,8 @@ fn a_log_kept_in_rocksdb_moves_to_the_segmented_log_at_start() {
     let tmp = tempfile::tempdir().unwrap();
     let c = config(tmp.path());
     drop(dirs::open(&c, Arc::default()).unwrap());
-    // As an earlier version would have left it: entries of group 1 in RocksDB, no segments.
+    // As an earlier version would have left it: entries of metadata partition 1 in RocksDB, no
+    // segments.
     {
         let db = Db::open(&tmp.path().join("rocksdb")).unwrap();
         let mut b = WriteBatch::default();
@@ -86,5 +87,5 @@ fn records_of_replicas_not_placed_in_a_directory_are_dropped_at_start() {
     }
     let opened = dirs::open(&c, Arc::default()).unwrap();
     assert_eq!(opened.dirs[0].log.bounds(7), None);
-    assert!(!opened.dirs[0].log.groups().contains(&7));
+    assert!(!opened.dirs[0].log.partitions().contains(&7));
 }

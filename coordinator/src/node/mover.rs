@@ -1,17 +1,18 @@
-//! Moving this node's replica of a metadata partition to another data directory while the group
-//! runs (KIP-113's AlterReplicaLogDirs), and the figures of each directory (DescribeLogDirs).
+//! Moving this node's replica of a metadata partition to another data directory while the metadata
+//! partition runs (KIP-113's AlterReplicaLogDirs), and the figures of each directory
+//! (DescribeLogDirs).
 //!
 //! A move goes through these phases, each crash-safe (`node::dirs` settles what a crash left):
-//! 1. **future**: a placement record in the destination marks the group's *future* replica there
+//! 1. **future**: a placement record in the destination marks the metadata partition's *future* replica there
 //!    (synced). Until the switch, a crash drops it at start; the current replica is untouched.
-//! 2. **copying**: the group's keys (state and Raft bookkeeping) are copied from one consistent
+//! 2. **copying**: the metadata partition's keys (state and Raft bookkeeping) are copied from one consistent
 //!    RocksDB snapshot of the current directory, its Raft log from the directory's segmented log,
 //!    throttled, plus its newest snapshot file.
 //! 3. **catching up**: the difference since the last pass is copied again (only what changed;
 //!    the log from the lowest index appended or truncated since), until a pass changes little.
-//! 4. **switching**: the group's writers are paused (`raft::home`); the last difference is
+//! 4. **switching**: the metadata partition's writers are paused (`raft::home`); the last difference is
 //!    copied, and one synced write in the destination makes the replica *current* there with the
-//!    next generation, naming the source. The group is repointed; writers resume. The pause is
+//!    next generation, naming the source. The metadata partition is repointed; writers resume. The pause is
 //!    measured. A crash after the synced write leaves two current records of which the newer
 //!    generation naming the other wins at start.
 //! 5. **deleting**: once no reader holds the old placement, the old copy and its record are
@@ -48,11 +49,11 @@ pub enum MoveError {
     #[error("this node has no data directory {0} (its directories: {1})")]
     UnknownDir(String, String),
     #[error("there is no metadata partition {0}")]
-    UnknownGroup(u32),
-    #[error("metadata partition {group}'s replica is already in {dir}")]
-    AlreadyThere { group: u32, dir: String },
-    #[error("metadata partition {group} is already moving (to {to}); cancel it first (--cancel)")]
-    AlreadyMoving { group: u32, to: String },
+    UnknownPartition(u32),
+    #[error("metadata partition {partition}'s replica is already in {dir}")]
+    AlreadyThere { partition: u32, dir: String },
+    #[error("metadata partition {partition} is already moving (to {to}); cancel it first (--cancel)")]
+    AlreadyMoving { partition: u32, to: String },
     #[error("data directory {0} is offline")]
     Offline(String),
     #[error("metadata partition {0} is not moving")]
@@ -96,7 +97,7 @@ impl Phase {
 
 /// One move under way.
 pub struct Move {
-    pub group: u32,
+    pub partition: u32,
     pub from: usize,
     pub to: usize,
     phase: AtomicU8,
@@ -111,16 +112,16 @@ impl Move {
 
     fn set_phase(&self, p: Phase) {
         self.phase.store(p as u8, Ordering::Relaxed);
-        tracing::info!(group = self.group, phase = p.name(), "replica move");
+        tracing::info!(metadata_partition = self.partition, phase = p.name(), "replica move");
     }
 }
 
-/// The node's moves: those under way, the last outcome per group, the shared throttle.
+/// The node's moves: those under way, the last outcome per metadata partition, the shared throttle.
 pub struct Moves {
     rate: AtomicU64,
     slots: Arc<tokio::sync::Semaphore>,
     active: Mutex<BTreeMap<u32, Arc<Move>>>,
-    /// The last finished move of each group: what happened.
+    /// The last finished move of each metadata partition: what happened.
     outcomes: Mutex<BTreeMap<u32, String>>,
     /// The shared byte budget: when the next byte may be copied.
     next_free: Mutex<Option<Instant>>,
@@ -172,7 +173,7 @@ impl Moves {
 
 type AppliedState = (Option<LogId>, StoredMembership);
 
-/// The applied index a directory's copy of group `g` reflects.
+/// The applied index a directory's copy of metadata partition `g` reflects.
 fn applied_in(db: &crate::storage::Db, g: u32) -> u64 {
     let key = crate::state_machine::keys::Keys::new(g).applied();
     let view = db.read();
@@ -210,23 +211,23 @@ impl Node {
     /// Starts moving this node's replica of `g` to directory `to` (a path or directory id); the
     /// move runs in the background (see the module docs).
     pub fn alter_replica_dir(self: &Arc<Self>, g: u32, to: &str) -> Result<String, MoveError> {
-        let group = self.groups.get(g as usize).ok_or(MoveError::UnknownGroup(g))?;
+        let mp = self.partitions.get(g as usize).ok_or(MoveError::UnknownPartition(g))?;
         let to = self.find_dir(to)?;
         let dst = self.dirs[to].clone();
         if dst.is_offline() {
             return Err(MoveError::Offline(dst.path.display().to_string()));
         }
-        let from = self.dir_index(&group.home.current());
+        let from = self.dir_index(&mp.home.current());
         if from == to {
-            return Err(MoveError::AlreadyThere { group: g, dir: dst.path.display().to_string() });
+            return Err(MoveError::AlreadyThere { partition: g, dir: dst.path.display().to_string() });
         }
         let mv = {
             let mut active = self.moves.active.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(m) = active.get(&g) {
-                return Err(MoveError::AlreadyMoving { group: g, to: self.dirs[m.to].path.display().to_string() });
+                return Err(MoveError::AlreadyMoving { partition: g, to: self.dirs[m.to].path.display().to_string() });
             }
             let mv = Arc::new(Move {
-                group: g,
+                partition: g,
                 from,
                 to,
                 phase: AtomicU8::new(Phase::Queued as u8),
@@ -238,7 +239,7 @@ impl Node {
         };
         let node = self.clone();
         tokio::spawn(async move {
-            let home = node.groups[g as usize].home.clone();
+            let home = node.partitions[g as usize].home.clone();
             let r = node.run_move(&home, &mv).await;
             let outcome = match &r {
                 Ok(pause) => format!(
@@ -249,8 +250,8 @@ impl Node {
                 Err(e) => format!("move to {} stopped: {e:#}", node.dirs[mv.to].path.display()),
             };
             match &r {
-                Ok(_) => tracing::info!(group = g, "{outcome}"),
-                Err(_) => tracing::warn!(group = g, "{outcome}"),
+                Ok(_) => tracing::info!(metadata_partition = g, "{outcome}"),
+                Err(_) => tracing::warn!(metadata_partition = g, "{outcome}"),
             }
             node.moves.outcomes.lock().unwrap_or_else(|e| e.into_inner()).insert(g, outcome);
             node.moves.active.lock().unwrap_or_else(|e| e.into_inner()).remove(&g);
@@ -272,14 +273,19 @@ impl Node {
     async fn test_pause(&self, mv: &Move) {
         let ms = self.config.test_replica_move_pause_ms;
         if ms > 0 && self.config.allow_fault_injection {
-            tracing::info!(group = mv.group, phase = mv.phase().name(), ms, "test pause in a replica move");
+            tracing::info!(
+                metadata_partition = mv.partition,
+                phase = mv.phase().name(),
+                ms,
+                "test pause in a replica move"
+            );
             tokio::time::sleep(Duration::from_millis(ms)).await;
         }
     }
 
-    /// One move; returns how long the group's writes were paused at the switch.
+    /// One move; returns how long the metadata partition's writes were paused at the switch.
     async fn run_move(&self, home: &Arc<Home>, mv: &Arc<Move>) -> anyhow::Result<Duration> {
-        let g = mv.group;
+        let g = mv.partition;
         let _slot = self.moves.slots.clone().acquire_owned().await?;
         let src = self.dirs[mv.from].clone();
         let dst = self.dirs[mv.to].clone();
@@ -299,8 +305,9 @@ impl Node {
             let d = dst.clone();
             tokio::task::spawn_blocking(move || d.delete_replica(g)).await??;
             placement::write_placement(&dst.db, g, Some(&future))?;
-            // From here on the group's writers note what they change: each pass takes the notes
-            // first, so the switch needs to copy only what changed since the last pass began.
+            // From here on the metadata partition's writers note what they change: each pass takes
+            // the notes first, so the switch needs to copy only what changed since the last pass
+            // began.
             {
                 let _paused = home.pause().await;
                 home.record(true);
@@ -329,7 +336,7 @@ impl Node {
             })
             .await;
             if let Ok(Err(c)) | Err(c) = cleaned.map_err(anyhow::Error::from) {
-                tracing::error!(group = g, error = %c, "could not drop the future replica (it is dropped at start)");
+                tracing::error!(metadata_partition = g, error = %c, "could not drop the future replica (it is dropped at start)");
             }
             return Err(if mv.cancel.load(Ordering::Relaxed) { anyhow::anyhow!("cancelled") } else { e });
         }
@@ -343,12 +350,12 @@ impl Node {
         home.record(false);
         let switched = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
             if dirty.overflow {
-                copy::sync_ranges(&s.db, &d.db, &placement::group_ranges(g), &mut |_| true)?;
-                seglog::copy_group(&s.log, &d.log, g, None, &mut |_| true)?;
+                copy::sync_ranges(&s.db, &d.db, &placement::partition_ranges(g), &mut |_| true)?;
+                seglog::copy_partition(&s.log, &d.log, g, None, &mut |_| true)?;
             } else {
                 copy::copy_keys(&s.db, &d.db, Family::Raft, &[], &dirty.raft)?;
                 copy::copy_keys(&s.db, &d.db, Family::State, &[], &dirty.state)?;
-                seglog::copy_group(&s.log, &d.log, g, Some(dirty.log_from.unwrap_or(u64::MAX)), &mut |_| true)?;
+                seglog::copy_partition(&s.log, &d.log, g, Some(dirty.log_from.unwrap_or(u64::MAX)), &mut |_| true)?;
             }
             snapshot::copy_newest(&s.snapshot_dir(g), &d.snapshot_dir(g))?;
             // The log copied is durable first; then one synced write makes the state copied
@@ -372,7 +379,7 @@ impl Node {
         mv.set_phase(Phase::Deleting);
         self.test_pause(mv).await;
         if !Home::wait_unused(&old, Duration::from_secs(60)).await {
-            tracing::warn!(group = g, "readers still hold the old copy after 60 s; deleting it anyway");
+            tracing::warn!(metadata_partition = g, "readers still hold the old copy after 60 s; deleting it anyway");
         }
         drop(old);
         let s = src.clone();
@@ -393,7 +400,7 @@ impl Node {
         dst: &Arc<DataDir>,
         log_from: Option<u64>,
     ) -> anyhow::Result<copy::SyncStats> {
-        let g = mv.group;
+        let g = mv.partition;
         let (s, d, m) = (src.clone(), dst.clone(), mv.clone());
         let moves = self.moves.clone();
         let stats = tokio::task::spawn_blocking(move || -> anyhow::Result<copy::SyncStats> {
@@ -406,12 +413,12 @@ impl Node {
                 }
                 !m.cancel.load(Ordering::Relaxed)
             };
-            let stats = copy::sync_ranges(&s.db, &d.db, &placement::group_ranges(g), &mut pace);
+            let stats = copy::sync_ranges(&s.db, &d.db, &placement::partition_ranges(g), &mut pace);
             let mut stats = match stats {
                 Err(StorageError::Cancelled) => anyhow::bail!("cancelled"),
                 other => other?,
             };
-            match seglog::copy_group(&s.log, &d.log, g, log_from, &mut pace) {
+            match seglog::copy_partition(&s.log, &d.log, g, log_from, &mut pace) {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => anyhow::bail!("cancelled"),
                 Err(e) => return Err(e.into()),
                 Ok((entries, bytes)) => {
@@ -434,17 +441,17 @@ impl Node {
         for (i, d) in self.dirs.iter().enumerate() {
             let (total, usable) = dirs::space(&d.path).unwrap_or((0, 0));
             let mut replicas = vec![];
-            for (g, group) in self.groups.iter().enumerate() {
+            for (g, mp) in self.partitions.iter().enumerate() {
                 let g = g as u32;
-                let placed = group.home.current();
+                let placed = mp.home.current();
                 let mv = self.moves.get(g);
                 if self.dir_index(&placed) == i {
-                    let m = group.raft.metrics().borrow_watched().clone();
+                    let m = mp.raft.metrics().borrow_watched().clone();
                     let committed = m.local_committed.map_or(0, |l| l.index);
                     let applied = m.last_applied.map_or(0, |l| l.index);
                     replicas.push(ReplicaDescription {
                         metadata_partition: g,
-                        size_bytes: copy::range_bytes(&d.db, &placement::group_ranges(g)).unwrap_or(0),
+                        size_bytes: copy::range_bytes(&d.db, &placement::partition_ranges(g)).unwrap_or(0),
                         offset_lag: committed.saturating_sub(applied),
                         is_future: false,
                         // A move deleting the old copy has switched: the replica is current here.
@@ -460,7 +467,7 @@ impl Node {
                     let applied = self.applied(g);
                     replicas.push(ReplicaDescription {
                         metadata_partition: g,
-                        size_bytes: copy::range_bytes(&d.db, &placement::group_ranges(g)).unwrap_or(0),
+                        size_bytes: copy::range_bytes(&d.db, &placement::partition_ranges(g)).unwrap_or(0),
                         offset_lag: applied.saturating_sub(applied_in(&d.db, g)),
                         is_future: true,
                         move_phase: mv.phase().name().to_string(),

@@ -1,18 +1,20 @@
-//! Routing: running a command ([`Write`]) or a strict read ([`Read`]) on the leader of metadata
-//! partition `g`. When this node leads `g` it runs here; otherwise the typed request — already
-//! converted from the client's wire request — is forwarded once, bincode-encoded like the Raft log's
-//! commands, over the peers' `RaftService.Execute`, and the leader runs it here too (the receiver
-//! never forwards again: a replica that does not lead answers [`RouteError::NotLeader`], nothing
-//! applied). The caller's timeout travels with it and bounds the call. A request that finds no
-//! leader, or whose leader no longer leads, is asked again once this node knows another leader
-//! (nothing was applied; an election or a leadership transfer is riding through), for at most a
-//! few seconds.
+//! Routing: running a command ([`Write`]), a strict read ([`Read`]) or a membership or leadership
+//! change ([`Change`]) on the leader of metadata partition `g`. When this node leads `g` it runs
+//! here; otherwise the typed request — already converted from the client's wire request — is
+//! forwarded once, bincode-encoded like the Raft log's commands, over the peers'
+//! `RaftService.Execute`, and the leader runs it here too (the receiver never forwards again: a
+//! replica that does not lead answers [`RouteError::NotLeader`], nothing applied). The caller's
+//! timeout travels with it and bounds the call. A request that finds no leader, or whose leader no
+//! longer leads, is asked again once this node knows another leader (nothing was applied; an
+//! election or a leadership transfer is riding through), for at most a few seconds (a change waits
+//! longer, and also when this node's own leadership moved under it: changes are what move leaders).
 //!
 //! Owns: where a request runs, the forwarding call, its metrics (`forwarded`) and the fault
 //! injection cut (`Faults::is_blocked`), and what a forwarded failure means: a request that may
 //! have been delivered has an unknown outcome ([`RouteError::Timeout`]), never "not applied".
 //! It must not know the wire API (that is `server`: splitting a request by metadata partition,
-//! converting it, merging the answers) nor interpret commands (that is `state_machine`).
+//! converting it, merging the answers) nor interpret commands (that is `state_machine`); serving
+//! a request here is `propose`, `commit`, `reads` and `membership`.
 
 use std::time::{Duration, Instant};
 
@@ -20,7 +22,7 @@ use diskless_proto::internal::raft_service_client::RaftServiceClient;
 use diskless_proto::internal::{ExecuteReply, ExecuteRequest};
 use serde::{Deserialize, Serialize};
 
-use super::{Node, RouteError};
+use super::{Node, RouteError, CHANGE_TIMEOUT};
 use crate::raft::NodeId;
 use crate::state_machine::{
     BrokerRecord, CommitFile, Failure, FileState, FileToDelete, GroupRecord, OffsetAndTimestamp, OffsetRecord, Op,
@@ -36,30 +38,34 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a request waits, at most, for this node to learn of a new leader when the leader is
 /// unknown or the one asked no longer leads (about two elections with the default timeouts).
 const LEADER_WAIT: Duration = Duration::from_secs(3);
+/// The same for a [`Change`]: an operator's call, often made while leaders move (removing the
+/// node that leads).
+const CHANGE_LEADER_WAIT: Duration = Duration::from_secs(10);
 /// How often it looks while waiting.
 const LEADER_POLL: Duration = Duration::from_millis(20);
 
 /// Where a request may run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hop {
-    /// On the group's leader: here when this node leads it, else forwarded once.
+    /// On the metadata partition's leader: here when this node leads it, else forwarded once.
     Leader,
-    /// Here, never forwarded: the client asked so (`x-diskless-local`), or another node forwarded
-    /// the request already (`x-diskless-group`). A replica that does not lead answers NotLeader.
+    /// Here, never forwarded: the client asked so (`x-diskless-local`). A replica that does not
+    /// lead answers NotLeader.
     Here,
 }
 
-/// A command for a group's leader. Its result: the outcome and the log index it applied at.
+/// A command for a metadata partition's leader. Its result: the outcome and the log index it
+/// applied at.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Write {
     /// One log entry of its own ([`Node::propose`]).
     Propose(Op),
-    /// A file's part, gathered with the group's concurrent commits ([`Node::commit`]); answered as
-    /// [`Outcome::CommitFile`].
+    /// A file's part, gathered with the partition's concurrent commits ([`Node::commit`]); answered
+    /// as [`Outcome::CommitFile`].
     Commit(CommitFile),
 }
 
-/// A strict read, served by a group's leader once it may serve linearizable reads
+/// A strict read, served by a metadata partition's leader once it may serve linearizable reads
 /// ([`Node::linearizable`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Read {
@@ -71,10 +77,11 @@ pub enum Read {
     FilesToDelete { limit: u64 },
     /// The topic catalog.
     Topics,
-    /// OffsetFetch: of `partitions`, or all of the group's when empty; with the group's record.
+    /// OffsetFetch: of `partitions`, or all of the consumer group's when empty; with the consumer
+    /// group's record.
     FetchOffsets { group_id: String, partitions: Vec<TopicPartition> },
     /// Every consumer group of the metadata partition.
-    ListGroups,
+    ListConsumerGroups,
     /// The brokers whose lease has not ended, judged by the leader's clock (`now_ms`).
     LiveBrokers,
 }
@@ -86,9 +93,21 @@ pub enum Answer {
     DescribeFiles(Vec<FileState>),
     FilesToDelete(Vec<FileToDelete>),
     Topics(Vec<TopicInfo>),
-    FetchOffsets { offsets: Vec<(TopicPartition, Option<OffsetRecord>)>, group: Option<GroupRecord> },
-    ListGroups(Vec<(String, Option<GroupRecord>)>),
+    FetchOffsets { offsets: Vec<(TopicPartition, Option<OffsetRecord>)>, consumer_group: Option<GroupRecord> },
+    ListConsumerGroups(Vec<(String, Option<GroupRecord>)>),
     LiveBrokers { brokers: Vec<(i32, BrokerRecord)>, now_ms: i64 },
+}
+
+/// A change of a metadata partition's membership or leadership, made by its leader
+/// (`membership`); answered with a line of progress.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Change {
+    /// AddNode: as a learner until caught up, then a voter.
+    AddNode { id: NodeId, addr: String },
+    /// RemoveNode.
+    RemoveNode { id: NodeId },
+    /// TransferLeader: the leader hands leadership to `to`.
+    TransferLeader { to: NodeId },
 }
 
 /// What `Execute` carries (bincode; public for tests that speak `Execute` themselves).
@@ -96,6 +115,7 @@ pub enum Answer {
 pub enum Routed {
     Write(Write),
     Read(Read),
+    Change(Change),
 }
 
 /// What `Execute` answers (inside a `Result<_, RouteError>`).
@@ -103,12 +123,23 @@ pub enum Routed {
 pub enum Served {
     Written(Outcome, u64),
     Read(Answer),
+    Changed(String),
 }
 
-impl RouteError {
-    /// A group answered something else than the request asks for (a bug, or mixed releases).
-    pub fn unexpected(group: u32, what: &impl std::fmt::Debug) -> RouteError {
-        RouteError::Failed { group, message: format!("unexpected answer {what:?}") }
+impl Routed {
+    /// How long a request that meets no leader, or a leader that no longer leads, waits for this
+    /// node to learn of another.
+    fn leader_wait(&self) -> Duration {
+        match self {
+            Routed::Change(_) => CHANGE_LEADER_WAIT,
+            Routed::Write(_) | Routed::Read(_) => LEADER_WAIT,
+        }
+    }
+
+    /// Whether "not the leader" from this node's own replica is asked again elsewhere too (a
+    /// change may itself have moved the leader; nothing of it was applied).
+    fn retries_here(&self) -> bool {
+        matches!(self, Routed::Change(_))
     }
 }
 
@@ -129,19 +160,31 @@ impl Node {
         }
     }
 
+    /// Runs `c` on `g`'s leader (see the module's documentation), within [`CHANGE_TIMEOUT`].
+    pub async fn change_on_leader(&self, g: u32, c: Change) -> Result<String, RouteError> {
+        match self.route(g, Routed::Change(c), CHANGE_TIMEOUT, Hop::Leader).await? {
+            Served::Changed(progress) => Ok(progress),
+            other => Err(RouteError::unexpected(g, &other)),
+        }
+    }
+
     async fn route(&self, g: u32, routed: Routed, timeout: Duration, hop: Hop) -> Result<Served, RouteError> {
         let start = Instant::now();
         loop {
             let left = timeout.saturating_sub(start.elapsed());
-            if hop == Hop::Here || self.raft(g)?.is_leader() {
-                return self.serve_here(g, routed, left).await;
-            }
-            let (tried, result) = self.forward(g, &routed, left).await;
+            let (tried, result) = if hop == Hop::Here || self.raft(g)?.is_leader() {
+                if hop == Hop::Here || !routed.retries_here() {
+                    return self.serve_here(g, routed, left).await;
+                }
+                (Some((self.id, true)), self.serve_here(g, routed.clone(), left).await)
+            } else {
+                self.forward(g, &routed, left).await
+            };
             // Nothing was applied, and the leader is unknown here or the one asked no longer leads:
             // an election or a leadership transfer is under way. Ask again once this node knows
-            // another leader, within the caller's timeout and `LEADER_WAIT` (a group that elects
-            // none in that time fails as before, only later). A leader that cannot be reached
-            // fails at once, as before.
+            // another leader, within the caller's timeout and the request's leader wait (a
+            // partition that elects none in that time fails as before, only later). A leader that
+            // cannot be reached fails at once, as before.
             let retry = match &result {
                 Err(RouteError::NotLeader { .. }) => tried.is_none_or(|(_, sent)| sent),
                 _ => false,
@@ -150,7 +193,7 @@ impl Node {
                 return result;
             }
             let tried = tried.map(|(id, _)| id);
-            let wait_until = start + LEADER_WAIT.min(timeout);
+            let wait_until = start + routed.leader_wait().min(timeout);
             loop {
                 if Instant::now() + LEADER_POLL >= wait_until {
                     return result;
@@ -173,14 +216,14 @@ impl Node {
         timeout: Duration,
     ) -> (Option<(NodeId, bool)>, Result<Served, RouteError>) {
         let Some((leader, replica)) = self.leader_replica(g).filter(|(id, _)| *id != self.id) else {
-            return (None, Err(RouteError::NotLeader { group: g, leader: None }));
+            return (None, Err(RouteError::NotLeader { partition: g, leader: None }));
         };
         let (addr, incarnation) = (replica.addr, replica.incarnation);
         if self.peers.faults.is_blocked(leader) {
             // A cut network (fault injection): as when the connection cannot be made.
-            return (Some((leader, false)), Err(RouteError::NotLeader { group: g, leader: Some((leader, addr)) }));
+            return (Some((leader, false)), Err(RouteError::NotLeader { partition: g, leader: Some((leader, addr)) }));
         }
-        let not_sent = || RouteError::NotLeader { group: g, leader: Some((leader, addr.clone())) };
+        let not_sent = || RouteError::NotLeader { partition: g, leader: Some((leader, addr.clone())) };
         let channel = match self.peers.channel(&addr) {
             Ok(c) => c,
             Err(_) => return (Some((leader, false)), Err(not_sent())),
@@ -188,7 +231,10 @@ impl Node {
         let payload = match codec::encode(routed) {
             Ok(p) => p,
             Err(e) => {
-                return (Some((leader, false)), Err(RouteError::Failed { group: g, message: format!("encoding: {e}") }))
+                return (
+                    Some((leader, false)),
+                    Err(RouteError::Failed { partition: g, message: format!("encoding: {e}") }),
+                )
             }
         };
         let timeout_ms = timeout.as_millis().min(u128::from(u32::MAX)) as u32;
@@ -210,30 +256,26 @@ impl Node {
                 match codec::decode::<Result<Served, RouteError>>(b"execute reply", &reply.into_inner().payload) {
                     Ok(served) => served,
                     Err(e) => {
-                        tracing::warn!(group = g, leader, error = %e, "undecodable answer of a forwarded request");
-                        Err(RouteError::Timeout { group: g })
+                        tracing::warn!(metadata_partition = g, leader, error = %e, "undecodable answer of a forwarded request");
+                        Err(RouteError::Timeout { partition: g })
                     }
                 }
-            }
-            // A node of an older release, without Execute: it ran nothing.
-            Err(s) if s.code() == tonic::Code::Unimplemented => {
-                tracing::debug!(group = g, leader, status = %s, "the leader cannot execute forwarded requests");
-                return (Some((leader, false)), Err(not_sent()));
             }
             // Delivered or not, we cannot tell (gRPC reports a reset or keep-alive failure after
             // delivery as UNAVAILABLE too): the outcome is unknown, as for a timeout.
             Err(s) => {
-                tracing::debug!(group = g, leader, status = %s, "forwarded request failed");
-                Err(RouteError::Timeout { group: g })
+                tracing::debug!(metadata_partition = g, leader, status = %s, "forwarded request failed");
+                Err(RouteError::Timeout { partition: g })
             }
         };
         (Some((leader, true)), answer)
     }
 
     /// The receiving end of `Execute`: runs a forwarded request here (never forwarding again).
-    /// An undecodable request is refused (nothing run); so is one meant for another node, replica
-    /// or cluster (answered "not the leader": a sender whose view of the membership is wrong
-    /// retries elsewhere, and nothing of another cluster's is applied here).
+    /// An undecodable request is refused (nothing run); so is one that does not name this node's
+    /// replica of the partition as its addressee, or names another node, replica or cluster
+    /// (answered "not the leader": a sender whose view of the membership is wrong retries
+    /// elsewhere, and nothing of another cluster's is applied here).
     pub async fn execute(&self, request: ExecuteRequest) -> Result<ExecuteReply, tonic::Status> {
         let routed: Routed = codec::decode(b"execute request", &request.payload)
             .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
@@ -242,14 +284,11 @@ impl Node {
             ms => Duration::from_millis(u64::from(ms)),
         };
         let g = request.group;
-        let admitted = match &request.to {
-            Some(to) => self.identity().admit_forwarded(g, to).is_ok(),
-            None => true,
-        };
+        let admitted = request.to.as_ref().is_some_and(|to| self.identity().admit_forwarded(g, to).is_ok());
         let served = if admitted {
             self.serve_here(g, routed, timeout).await
         } else {
-            Err(RouteError::NotLeader { group: g, leader: None })
+            Err(RouteError::NotLeader { partition: g, leader: None })
         };
         let payload = codec::encode(&served).map_err(|e| tonic::Status::internal(e.to_string()))?;
         Ok(ExecuteReply { payload })
@@ -265,44 +304,8 @@ impl Node {
                 let (rs, index) = self.commit(g, file, timeout).await?;
                 Ok(Served::Written(Outcome::CommitFile(rs), index))
             }
-            Routed::Read(r) => Ok(Served::Read(self.read_here(g, r, timeout).await?)),
+            Routed::Read(r) => Ok(Served::Read(self.serve_read(g, r, timeout).await?)),
+            Routed::Change(c) => Ok(Served::Changed(self.change_here(g, c).await?)),
         }
-    }
-
-    async fn read_here(&self, g: u32, r: Read, timeout: Duration) -> Result<Answer, RouteError> {
-        self.linearizable(g, timeout).await?;
-        let sm = self.state_machine(g)?;
-        let placed = self.placed(g)?;
-        let view = placed.db.read();
-        let failed = |e: crate::storage::StorageError| RouteError::Failed { group: g, message: e.to_string() };
-        Ok(match r {
-            Read::ListOffsets(items) => Answer::ListOffsets(
-                items
-                    .iter()
-                    .map(|(tp, ts)| sm.list_offsets(&view, tp, *ts))
-                    .collect::<Result<_, _>>()
-                    .map_err(failed)?,
-            ),
-            Read::DescribeFiles(keys) => Answer::DescribeFiles(
-                keys.iter().map(|k| sm.describe_file(&view, k)).collect::<Result<_, _>>().map_err(failed)?,
-            ),
-            Read::FilesToDelete { limit } => {
-                let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-                Answer::FilesToDelete(sm.files_to_delete(&view, limit).map_err(failed)?)
-            }
-            Read::Topics => Answer::Topics(sm.topics(&view).map_err(failed)?),
-            Read::FetchOffsets { group_id, partitions } => {
-                let wanted = (!partitions.is_empty()).then_some(partitions.as_slice());
-                Answer::FetchOffsets {
-                    offsets: sm.fetch_offsets(&view, &group_id, wanted).map_err(failed)?,
-                    group: sm.consumer_group(&view, &group_id).map_err(failed)?,
-                }
-            }
-            Read::ListGroups => Answer::ListGroups(sm.list_groups(&view).map_err(failed)?),
-            Read::LiveBrokers => {
-                let now_ms = self.now_ms();
-                Answer::LiveBrokers { brokers: sm.live_brokers(&view, now_ms).map_err(failed)?, now_ms }
-            }
-        })
     }
 }

@@ -1,4 +1,5 @@
-//! openraft's storage conformance suite against our RocksDB log store and state machine store.
+//! openraft's storage conformance suite against our log store (the segmented log, with its vote
+//! and purge point in RocksDB) and our state machine store (RocksDB).
 
 use super::{LogStore, SmStore, TypeConfig};
 use crate::state_machine::StateMachine;

@@ -7,10 +7,13 @@
 //!   call as unreachable) nor forwarded client requests. Cutting both directions of a pair takes
 //!   both nodes; one side alone is a one-way partition (this node's requests are lost, the peer's
 //!   requests and their answers still get through).
-//! - **fsync stall / failure** at the WAL group commit: each fsync first waits out a stall; an
+//! - **fsync stall / failure** at the log group commit: each fsync first waits out a stall; an
 //!   injected failure is reported as the fsync's error, and a node whose fsync fails stops (see
-//!   `wal_sync`).
+//!   `log_sync`).
 //! - **Clock offset**: added where the node stamps "now" into the commands it proposes.
+//! - **Topic changes cut short**: the topic creations and deletions this node runs reach only the
+//!   metadata partitions named, as a timeout or a crash part way would leave them (the
+//!   reconciler's tests).
 //!
 //! It must not decide anything else: the hooks only delay, fail or shift.
 
@@ -29,6 +32,7 @@ pub struct Faults {
     fsync_stall_until: Mutex<Option<Instant>>,
     fsync_fail: AtomicBool,
     clock_offset_ms: AtomicI64,
+    topic_changes_only: RwLock<Option<Vec<u32>>>,
 }
 
 impl Faults {
@@ -55,18 +59,18 @@ impl Faults {
             && self.blocked.read().unwrap_or_else(|e| e.into_inner()).contains(&peer)
     }
 
-    /// Every WAL fsync waits until `for_` from now has passed (zero ends a stall).
+    /// Every log fsync waits until `for_` from now has passed (zero ends a stall).
     pub fn stall_fsyncs(&self, for_: Duration) {
         let until = (!for_.is_zero()).then(|| Instant::now() + for_);
         *self.fsync_stall_until.lock().unwrap_or_else(|e| e.into_inner()) = until;
     }
 
-    /// The next WAL fsync fails (`false` takes a pending failure back).
+    /// The next log fsync fails (`false` takes a pending failure back).
     pub fn fail_next_fsync(&self, fail: bool) {
         self.fsync_fail.store(fail, Ordering::Release);
     }
 
-    /// Called by the WAL fsync thread before each fsync: waits out a stall (a heal ends it early),
+    /// Called by the log fsync thread before each fsync: waits out a stall (a heal ends it early),
     /// then reports an injected failure as the fsync's error.
     pub fn before_fsync(&self) -> std::io::Result<()> {
         loop {
@@ -91,6 +95,16 @@ impl Faults {
 
     pub fn clock_offset_ms(&self) -> i64 {
         self.clock_offset_ms.load(Ordering::Acquire)
+    }
+
+    /// Topic changes run here reach only `partitions` (`None` restores the normal path).
+    pub fn set_topic_changes_only(&self, partitions: Option<Vec<u32>>) {
+        *self.topic_changes_only.write().unwrap_or_else(|e| e.into_inner()) = partitions;
+    }
+
+    /// The only metadata partitions a topic change run here reaches, when cut short.
+    pub fn topic_changes_only(&self) -> Option<Vec<u32>> {
+        self.topic_changes_only.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 
@@ -118,5 +132,11 @@ mod tests {
 
         f.set_clock_offset_ms(-5_000);
         assert_eq!(f.clock_offset_ms(), -5_000);
+
+        assert_eq!(f.topic_changes_only(), None);
+        f.set_topic_changes_only(Some(vec![2]));
+        assert_eq!(f.topic_changes_only(), Some(vec![2]));
+        f.set_topic_changes_only(None);
+        assert_eq!(f.topic_changes_only(), None);
     }
 }

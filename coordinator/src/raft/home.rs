@@ -1,12 +1,12 @@
-//! Where one group's replica lives: which data directory (its RocksDB, its Raft log, its fsync
-//! thread, its snapshot files), switchable while the group runs.
+//! Where one metadata partition's replica lives: which data directory (its RocksDB, its Raft log,
+//! its fsync thread, its snapshot files), switchable while the metadata partition runs.
 //!
-//! Owns: [`DataDir`] (one configured directory, opened) and [`Home`] (a group's current directory
-//! plus the gate that lets a replica move switch directories atomically). The log and state
-//! machine stores ask the home for the directory on every operation: writers hold the gate's read
-//! side for the whole operation ([`Home::enter`]), so a switch ([`Home::pause`]) waits for the
-//! writes in flight and holds new ones back while it copies the last changes and repoints the
-//! home. Readers only take the current directory ([`Home::current`]); the [`Placed`] they hold
+//! Owns: [`DataDir`] (one configured directory, opened) and [`Home`] (a metadata partition's
+//! current directory plus the gate that lets a replica move switch directories atomically). The log
+//! and state machine stores ask the home for the directory on every operation: writers hold the
+//! gate's read side for the whole operation ([`Home::enter`]), so a switch ([`Home::pause`]) waits
+//! for the writes in flight and holds new ones back while it copies the last changes and repoints
+//! the home. Readers only take the current directory ([`Home::current`]); the [`Placed`] they hold
 //! keeps the old copy from being deleted under them (see [`Home::wait_unused`]).
 //!
 //! It must not decide where a replica goes nor copy anything (that is `node::dirs` and
@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use super::seglog::SegLog;
-use super::WalSyncer;
+use super::LogSyncer;
 use crate::storage::Db;
 
 /// A directory id (KIP-858's directory UUID), drawn when the directory is first used.
@@ -34,9 +34,9 @@ pub struct DataDir {
     pub id: DirId,
     pub path: PathBuf,
     pub db: Arc<Db>,
-    /// The Raft log of every group placed here.
+    /// The Raft log of every metadata partition placed here.
     pub log: Arc<SegLog>,
-    pub syncer: WalSyncer,
+    pub syncer: LogSyncer,
     /// Set when an I/O error was seen in this directory: its replicas are offline (shared with
     /// its fsync thread).
     offline: Arc<AtomicBool>,
@@ -55,7 +55,7 @@ impl DataDir {
         path: PathBuf,
         db: Arc<Db>,
         log: Arc<SegLog>,
-        syncer: WalSyncer,
+        syncer: LogSyncer,
         offline: Arc<AtomicBool>,
     ) -> DataDir {
         DataDir { id, path, db, log, syncer, offline }
@@ -66,11 +66,11 @@ impl DataDir {
         path.join("raft-log")
     }
 
-    /// Deletes group `g`'s replica here: its log (a drop record, synced), then its keys and
-    /// placement record (one synced write). A crash between the two leaves a placement without a
-    /// log, which start-up settles like any unfinished move (`node::dirs`).
+    /// Deletes metadata partition `g`'s replica here: its log (a drop record, synced), then its
+    /// keys and placement record (one synced write). A crash between the two leaves a placement
+    /// without a log, which start-up settles like any unfinished move (`node::dirs`).
     pub fn delete_replica(&self, g: u32) -> anyhow::Result<()> {
-        self.log.drop_group(g)?;
+        self.log.drop_partition(g)?;
         super::placement::delete_replica(&self.db, g)
     }
 
@@ -101,9 +101,9 @@ impl DataDir {
         std::io::Error::other(format!("data directory {}: {e}", self.path.display()))
     }
 
-    /// Where group `g`'s snapshot files are in this directory.
+    /// Where metadata partition `g`'s snapshot files are in this directory.
     pub fn snapshot_dir(&self, g: u32) -> PathBuf {
-        super::snapshot::group_dir(&self.path, g)
+        super::snapshot::partition_dir(&self.path, g)
     }
 
     pub fn path(&self) -> &Path {
@@ -111,8 +111,8 @@ impl DataDir {
     }
 }
 
-/// One placement of a group: the directory it is in. A new `Placed` is made at each switch; a
-/// reader holds one for as long as it reads.
+/// One placement of a metadata partition: the directory it is in. A new `Placed` is made at each
+/// switch; a reader holds one for as long as it reads.
 pub struct Placed {
     pub dir: Arc<DataDir>,
 }
@@ -124,21 +124,21 @@ impl std::ops::Deref for Placed {
     }
 }
 
-/// A group's current directory and the gate of its writers.
+/// A metadata partition's current directory and the gate of its writers.
 pub struct Home {
-    group: u32,
+    partition: u32,
     slot: RwLock<Arc<Placed>>,
     gate: Arc<tokio::sync::RwLock<()>>,
-    /// While a move runs: the keys the group's writers changed (see [`Dirty`]).
+    /// While a move runs: the keys the metadata partition's writers changed (see [`Dirty`]).
     recording: AtomicBool,
     dirty: Mutex<Dirty>,
 }
 
-/// What a group's writers changed since it was last taken, so a move's switch copies only that
-/// (not a scan of the whole replica). Recording is switched on and off only while the writers are
-/// paused, so a writer sees one setting for its whole operation; it notes its keys after writing
-/// them. So a write either precedes a pass's RocksDB snapshot (its note may also be taken by that
-/// pass: harmless) or is in the notes the next pass or the switch takes.
+/// What a metadata partition's writers changed since it was last taken, so a move's switch copies
+/// only that (not a scan of the whole replica). Recording is switched on and off only while the
+/// writers are paused, so a writer sees one setting for its whole operation; it notes its keys
+/// after writing them. So a write either precedes a pass's RocksDB snapshot (its note may also be
+/// taken by that pass: harmless) or is in the notes the next pass or the switch takes.
 #[derive(Debug, Default)]
 pub struct Dirty {
     pub state: BTreeSet<Vec<u8>>,
@@ -165,15 +165,15 @@ impl std::ops::Deref for Entered {
     }
 }
 
-/// Held by a switch: no writer of the group runs until it is dropped.
+/// Held by a switch: no writer of the metadata partition runs until it is dropped.
 pub struct Paused {
     _all: tokio::sync::OwnedRwLockWriteGuard<()>,
 }
 
 impl Home {
-    pub fn new(group: u32, dir: Arc<DataDir>) -> Arc<Home> {
+    pub fn new(partition: u32, dir: Arc<DataDir>) -> Arc<Home> {
         Arc::new(Home {
-            group,
+            partition,
             slot: RwLock::new(Arc::new(Placed { dir })),
             gate: Arc::new(tokio::sync::RwLock::new(())),
             recording: AtomicBool::new(false),
@@ -229,8 +229,8 @@ impl Home {
         }
     }
 
-    pub fn group(&self) -> u32 {
-        self.group
+    pub fn partition(&self) -> u32 {
+        self.partition
     }
 
     /// The current directory, for reading.
@@ -256,7 +256,8 @@ impl Home {
         Paused { _all: self.gate.clone().write_owned().await }
     }
 
-    /// Repoints the group at `dir` (only while [`pause`](Self::pause)d); returns the old placement.
+    /// Repoints the metadata partition at `dir` (only while [`pause`](Self::pause)d); returns the
+    /// old placement.
     pub fn switch(&self, _paused: &Paused, dir: Arc<DataDir>) -> Arc<Placed> {
         let mut slot = self.slot.write().unwrap_or_else(|e| e.into_inner());
         std::mem::replace(&mut *slot, Arc::new(Placed { dir }))
@@ -276,12 +277,12 @@ impl Home {
     }
 }
 
-/// A group's home in a one-directory RocksDB at `path/db`, its log in `path/raft-log` (unit
-/// tests).
+/// A metadata partition's home in a one-directory RocksDB at `path/db`, its log in `path/raft-log`
+/// (unit tests).
 #[cfg(test)]
-pub fn test_home(path: &Path, group: u32) -> Arc<Home> {
+pub fn test_home(path: &Path, partition: u32) -> Arc<Home> {
     let db = Arc::new(Db::open(&path.join("db")).expect("open db"));
     let log = Arc::new(SegLog::open(&DataDir::log_path(path), 1 << 20).expect("open the Raft log"));
-    let syncer = WalSyncer::start(log.clone(), Default::default(), None);
-    Home::new(group, Arc::new(DataDir::new([1; 16], path.to_path_buf(), db, log, syncer, Arc::default())))
+    let syncer = LogSyncer::start(log.clone(), Default::default(), None);
+    Home::new(partition, Arc::new(DataDir::new([1; 16], path.to_path_buf(), db, log, syncer, Arc::default())))
 }

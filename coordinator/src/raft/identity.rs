@@ -8,11 +8,12 @@
 //! Why: Raft's safety assumes a voter never forgets its log or its vote. A node whose data
 //! directory was replaced or wiped restarts with nothing; if it still voted and acknowledged
 //! entries under its old name, it could elect a leader that lacks committed entries (the lost
-//! acknowledged writes KIP-853 warns of). Groups therefore know each member as (node id, replica
-//! incarnation) — see [`Replica`](super::Replica) — and every message names the incarnation it is
-//! for. A fresh directory draws new incarnations, so the node refuses everything meant for the
-//! replicas it lost, as if it were down, until an operator adds it again (`coordctl add-node`:
-//! remove the old replica, add the new one as a learner, let it catch up, make it a voter).
+//! acknowledged writes KIP-853 warns of). Metadata partitions therefore know each member as (node
+//! id, replica incarnation) — see [`Replica`](super::Replica) — and every message names the
+//! incarnation it is for. A fresh directory draws new incarnations, so the node refuses everything
+//! meant for the replicas it lost, as if it were down, until an operator adds it again (`coordctl
+//! add-node`: remove the old replica, add the new one as a learner, let it catch up, make it a
+//! voter).
 //!
 //! It must not decide bootstrapping or membership (that is `node`); it only records and checks.
 
@@ -27,8 +28,8 @@ use serde::{Deserialize, Serialize};
 use super::NodeId;
 use crate::storage::{codec, Db, Family, WriteBatch};
 
-/// Where the first format's identity record lives (outside every group's key range); the restore
-/// still writes it, and a node converts it at start (`raft::placement`).
+/// Where the first format's identity record lives (outside every metadata partition's key range);
+/// the restore still writes it, and a node converts it at start (`raft::placement`).
 const IDENTITY_KEY: &[u8] = super::placement::LEGACY_IDENTITY_KEY;
 /// The first format (which a restore still writes; see [`IDENTITY_KEY`]).
 const FORMAT: u32 = 1;
@@ -63,17 +64,17 @@ pub enum Refusal {
     #[error("the message is for node {to}, but this is node {me}")]
     WrongNode { to: NodeId, me: NodeId },
     #[error(
-        "metadata partition {group}: the group knows this node's replica as incarnation {expected:016x}, \
+        "metadata partition {partition}: its membership knows this node's replica as incarnation {expected:016x}, \
          but this node's replica is incarnation {actual:016x} (its data directory is new or was replaced); \
          it takes no part until it is added again: coordctl add-node --id {node} --address <this node's address>"
     )]
-    OtherIncarnation { group: u32, node: NodeId, expected: u64, actual: u64 },
+    OtherIncarnation { partition: u32, node: NodeId, expected: u64, actual: u64 },
     #[error("the message comes from cluster {theirs}, but this node belongs to cluster {mine}")]
     OtherCluster { theirs: String, mine: String },
-    #[error("the message names no addressee (a node of an older release?)")]
+    #[error("the message names no addressee")]
     NoAddressee,
     #[error("there is no metadata partition {0}")]
-    UnknownGroup(u32),
+    UnknownPartition(u32),
 }
 
 pub fn cluster_id_hex(id: &ClusterId) -> String {
@@ -134,11 +135,12 @@ impl Identity {
         Addressee { node_id: node, incarnation, cluster_id: self.cluster_id().map(|c| c.to_vec()).unwrap_or_default() }
     }
 
-    /// Checks that a message for `group` addressed to `to` is for this node's replica and comes from
-    /// this node's cluster; adopts the sender's cluster id when this node has none yet (a node being
-    /// added: the sender addressed this very replica, so it was added under this incarnation).
-    pub fn admit(&self, group: u32, to: Option<&Addressee>) -> Result<(), Refusal> {
-        let r = self.check(group, to);
+    /// Checks that a message for `partition` addressed to `to` is for this node's replica and comes
+    /// from this node's cluster; adopts the sender's cluster id when this node has none yet (a node
+    /// being added: the sender addressed this very replica, so it was added under this
+    /// incarnation).
+    pub fn admit(&self, partition: u32, to: Option<&Addressee>) -> Result<(), Refusal> {
+        let r = self.check(partition, to);
         match &r {
             Ok(Some(theirs)) => {
                 if let Err(e) = self.join_cluster(*theirs) {
@@ -152,10 +154,10 @@ impl Identity {
     }
 
     /// Checks that a request another node forwarded (`Execute`) is for this node's replica of
-    /// `group` and comes from this node's cluster, as [`admit`](Self::admit) does for Raft
+    /// `partition` and comes from this node's cluster, as [`admit`](Self::admit) does for Raft
     /// messages; never adopts the sender's cluster id (only Raft messages add a node to a cluster).
-    pub fn admit_forwarded(&self, group: u32, to: &Addressee) -> Result<(), Refusal> {
-        let r = self.check(group, Some(to));
+    pub fn admit_forwarded(&self, partition: u32, to: &Addressee) -> Result<(), Refusal> {
+        let r = self.check(partition, Some(to));
         if let Err(e) = &r {
             self.log_refusal(e);
         }
@@ -163,14 +165,14 @@ impl Identity {
     }
 
     /// [`admit`](Self::admit) without side effects: returns a cluster id to adopt, if any.
-    fn check(&self, group: u32, to: Option<&Addressee>) -> Result<Option<ClusterId>, Refusal> {
+    fn check(&self, partition: u32, to: Option<&Addressee>) -> Result<Option<ClusterId>, Refusal> {
         let to = to.ok_or(Refusal::NoAddressee)?;
         if to.node_id != self.node_id {
             return Err(Refusal::WrongNode { to: to.node_id, me: self.node_id });
         }
-        let actual = self.incarnation(group).ok_or(Refusal::UnknownGroup(group))?;
+        let actual = self.incarnation(partition).ok_or(Refusal::UnknownPartition(partition))?;
         if to.incarnation != actual {
-            return Err(Refusal::OtherIncarnation { group, node: self.node_id, expected: to.incarnation, actual });
+            return Err(Refusal::OtherIncarnation { partition, node: self.node_id, expected: to.incarnation, actual });
         }
         let theirs: Option<ClusterId> = to.cluster_id.as_slice().try_into().ok();
         match (self.cluster_id(), theirs) {
@@ -308,7 +310,7 @@ mod tests {
         assert!(matches!(id.admit(1, Some(&to(2, inc, &[]))), Err(Refusal::WrongNode { .. })));
         assert!(matches!(id.admit(1, Some(&to(1, inc ^ 1, &[]))), Err(Refusal::OtherIncarnation { .. })));
         assert!(matches!(id.admit(0, Some(&to(1, inc, &[]))), Err(Refusal::OtherIncarnation { .. })));
-        assert_eq!(id.admit(9, Some(&to(1, inc, &[]))), Err(Refusal::UnknownGroup(9)));
+        assert_eq!(id.admit(9, Some(&to(1, inc, &[]))), Err(Refusal::UnknownPartition(9)));
         // A node with no cluster adopts the sender's, durably; then refuses other clusters.
         assert_eq!(id.admit(1, Some(&to(1, inc, &[7; 16]))), Ok(()));
         assert_eq!(id.cluster_id(), Some([7; 16]));

@@ -1,4 +1,4 @@
-//! What one group's Raft bookkeeping holds in a stopped node's data directory, for
+//! What one metadata partition's Raft bookkeeping holds in a stopped node's data directory, for
 //! `coordctl inspect`: vote, committed and purged log ids, the log's extent, the applied log id
 //! and membership, a snapshot install under way, the snapshot files. Read only; it must not
 //! interpret the state machine's keys.
@@ -18,8 +18,9 @@ fn get<T: serde::de::DeserializeOwned>(db: &Db, key: &[u8]) -> anyhow::Result<Op
     })
 }
 
-/// One JSON object describing group `g`'s Raft bookkeeping in `db`, `log` / `data_dir`.
-pub fn group(db: &Db, log: &SegLog, data_dir: &Path, g: u32) -> anyhow::Result<serde_json::Value> {
+/// One JSON object describing metadata partition `g`'s Raft bookkeeping in `db`, `log` /
+/// `data_dir`.
+pub fn partition(db: &Db, log: &SegLog, data_dir: &Path, g: u32) -> anyhow::Result<serde_json::Value> {
     let vote: Option<Vote> = get(db, &keys::vote(g))?;
     let committed: Option<LogId> = get(db, &keys::committed(g))?;
     let purged: Option<LogId> = get(db, &keys::purged(g))?;
@@ -49,7 +50,7 @@ pub fn group(db: &Db, log: &SegLog, data_dir: &Path, g: u32) -> anyhow::Result<s
             .collect();
         json!({ "voters": m.voter_ids().collect::<Vec<_>>(), "learners": m.learner_ids().collect::<Vec<_>>(), "nodes": nodes })
     });
-    let dir = snapshot::group_dir(data_dir, g);
+    let dir = snapshot::partition_dir(data_dir, g);
     let mut snapshots = vec![];
     if let Ok(rd) = std::fs::read_dir(&dir) {
         for e in rd.flatten() {

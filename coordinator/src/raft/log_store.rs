@@ -1,7 +1,7 @@
-//! The Raft log of one group: its entries in the data directory's segmented log (`seglog`), its
-//! vote and purge point in the `raft` column family of the directory's RocksDB.
+//! The Raft log of one metadata partition: its entries in the data directory's segmented log
+//! (`seglog`), its vote and purge point in the `raft` column family of the directory's RocksDB.
 //!
-//! Appends are written unsynced, readable at once, and acknowledged through [`WalSyncer`] after the
+//! Appends are written unsynced, readable at once, and acknowledged through [`LogSyncer`] after the
 //! shared fsync of the segmented log. The vote is written synced (rare). The committed log id is
 //! *not* persisted (openraft's `save_committed` is optional: it only lets a restarted replica apply
 //! committed entries before a leader tells it the commit index again); a key written by earlier
@@ -24,19 +24,19 @@ use super::stages::Stages;
 use super::{io_err, keys, Entry, LogId, TypeConfig, Vote};
 use crate::storage::{codec, Db, Family, KvRead, WriteBatch};
 
-/// One group's log. Cheap to clone: clones share the database.
+/// One metadata partition's log. Cheap to clone: clones share the database.
 #[derive(Clone)]
 pub struct LogStore {
-    /// The group's directory: read from the current one, written through the home's gate (a
-    /// replica move switches it).
+    /// The metadata partition's directory: read from the current one, written through the home's
+    /// gate (a replica move switches it).
     home: Arc<Home>,
-    group: u32,
+    partition: u32,
     stages: Arc<Stages>,
 }
 
 impl LogStore {
     pub fn new(home: Arc<Home>) -> LogStore {
-        LogStore { group: home.group(), home, stages: Arc::default() }
+        LogStore { partition: home.partition(), home, stages: Arc::default() }
     }
 
     /// Records the entries' timings in `stages` (see `raft::stages`).
@@ -78,12 +78,12 @@ impl RaftLogReader<TypeConfig> for LogStore {
         };
         let placed = self.home.current();
         placed.check()?;
-        let (_, entries) = placed.log.read(self.group, start, end).map_err(|e| placed.failed(e))?;
+        let (_, entries) = placed.log.read(self.partition, start, end).map_err(|e| placed.failed(e))?;
         entries.iter().map(|b| codec::decode::<Entry>(b"log entry", b).map_err(io_err)).collect()
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
-        self.get(&keys::vote(self.group))
+        self.get(&keys::vote(self.partition))
     }
 }
 
@@ -91,11 +91,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
-        let last_purged: Option<LogId> = self.get(&keys::purged(self.group))?;
+        let last_purged: Option<LogId> = self.get(&keys::purged(self.partition))?;
         let placed = self.home.current();
-        let last = match placed.log.bounds(self.group) {
+        let last = match placed.log.bounds(self.partition) {
             Some((_, last)) => {
-                let (_, e) = placed.log.read(self.group, last, last + 1).map_err(|e| placed.failed(e))?;
+                let (_, e) = placed.log.read(self.partition, last, last + 1).map_err(|e| placed.failed(e))?;
                 let bytes = e.first().ok_or_else(|| io::Error::other("the log's last entry vanished"))?;
                 Some(codec::decode::<Entry>(b"log entry", bytes).map_err(io_err)?.log_id())
             }
@@ -111,8 +111,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
         let dir = self.home.enter().await;
         dir.check()?;
-        Self::put(&dir.db, &keys::vote(self.group), vote, true).map_err(|e| dir.failed(e))?;
-        self.home.note_keys(true, [&keys::vote(self.group)]);
+        Self::put(&dir.db, &keys::vote(self.partition), vote, true).map_err(|e| dir.failed(e))?;
+        self.home.note_keys(true, [&keys::vote(self.partition)]);
         Ok(())
     }
 
@@ -122,7 +122,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
-        self.get(&keys::committed(self.group))
+        self.get(&keys::committed(self.partition))
     }
 
     async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> Result<(), io::Error>
@@ -140,16 +140,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             (Some((f, _)), Some((l, _))) => (*f, *l),
             _ => (u64::MAX, 0),
         };
-        dir.log.append(self.group, &encoded).map_err(|e| dir.failed(e))?;
+        dir.log.append(self.partition, &encoded).map_err(|e| dir.failed(e))?;
         if first <= last {
             self.home.note_log(first);
         }
-        self.stages.appended(self.group, first..=last);
-        let (stages, group) = (self.stages.clone(), self.group);
+        self.stages.appended(self.partition, first..=last);
+        let (stages, partition) = (self.stages.clone(), self.partition);
         // A move that switches directories before this fsync copies these entries and fsyncs the
         // new directory itself; this callback still waits for the old directory's fsync.
         dir.syncer.after_sync(move |r| {
-            stages.durable(group, first..=last);
+            stages.durable(partition, first..=last);
             callback.io_completed(r)
         });
         Ok(())
@@ -159,7 +159,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let from = last_log_id.map_or(0, |l| l.index() + 1);
         let dir = self.home.enter().await;
         dir.check()?;
-        dir.log.truncate(self.group, from).map_err(|e| dir.failed(e))?;
+        dir.log.truncate(self.partition, from).map_err(|e| dir.failed(e))?;
         self.home.note_log(from);
         Ok(())
     }
@@ -169,13 +169,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // disk before the log lets the entries behind it go.
         let dir = self.home.enter().await;
         dir.check()?;
-        Self::put(&dir.db, &keys::purged(self.group), &log_id, true).map_err(|e| dir.failed(e))?;
-        self.home.note_keys(true, [&keys::purged(self.group)]);
-        dir.log.purge(self.group, log_id.index()).map_err(|e| dir.failed(e))
+        Self::put(&dir.db, &keys::purged(self.partition), &log_id, true).map_err(|e| dir.failed(e))?;
+        self.home.note_keys(true, [&keys::purged(self.partition)]);
+        dir.log.purge(self.partition, log_id.index()).map_err(|e| dir.failed(e))
     }
 }
 
-/// Group `g`'s purge point as recorded in `db`: its index.
+/// Metadata partition `g`'s purge point as recorded in `db`: its index.
 pub fn purged_index(db: &Db, g: u32) -> anyhow::Result<Option<u64>> {
     Ok(match db.get(Family::Raft, &keys::purged(g))? {
         Some(v) => Some(codec::decode::<LogId>(&keys::purged(g), &v)?.index()),
@@ -184,12 +184,12 @@ pub fn purged_index(db: &Db, g: u32) -> anyhow::Result<Option<u64>> {
 }
 
 /// Moves the log entries earlier versions kept in RocksDB's `raft` family into `log`, for the
-/// groups placed in this directory: copied (after a drop record, so a repeat after a crash starts
-/// clean), synced, then deleted from RocksDB (synced). Returns how many entries moved.
-pub fn move_log_out_of_rocksdb(db: &Db, log: &crate::raft::seglog::SegLog, groups: &[u32]) -> anyhow::Result<u64> {
+/// metadata partitions placed in this directory: copied (after a drop record, so a repeat after a
+/// crash starts clean), synced, then deleted from RocksDB (synced). Returns how many entries moved.
+pub fn move_log_out_of_rocksdb(db: &Db, log: &crate::raft::seglog::SegLog, partitions: &[u32]) -> anyhow::Result<u64> {
     let mut moved = 0;
     let mut found = vec![];
-    for &g in groups {
+    for &g in partitions {
         let (from, to) = keys::log_range(g);
         let mut entries = vec![];
         db.read_raft().scan(&from, &to, &mut |k, v| {
@@ -200,7 +200,7 @@ pub fn move_log_out_of_rocksdb(db: &Db, log: &crate::raft::seglog::SegLog, group
         if entries.is_empty() {
             continue;
         }
-        log.drop_group(g)?;
+        log.drop_partition(g)?;
         for chunk in entries.chunks(256) {
             log.append(g, chunk)?;
         }

@@ -3,10 +3,11 @@
 //!
 //! Owns: the openraft type configuration ([`TypeConfig`]), the log store ([`LogStore`]: entries in
 //! the segmented log, vote and purge point in the `raft` column family, appends acknowledged only
-//! after a log fsync shared by every group of the directory — see [`WalSyncer`]), the state machine adapter ([`SmStore`]: applies entries with
-//! `state_machine::StateMachine`, last-applied and membership in the same write), snapshots
-//! (streamed files, installed crash-safely) and the network ([`network`]: every group's messages over
-//! one gRPC connection per peer). It must not interpret commands: that is the state machine's job.
+//! after a log fsync shared by every metadata partition of the directory — see [`LogSyncer`]), the
+//! state machine adapter ([`SmStore`]: applies entries with `state_machine::StateMachine`,
+//! last-applied and membership in the same write), snapshots (streamed files, installed
+//! crash-safely) and the network ([`network`]: every metadata partition's messages over one gRPC
+//! connection per peer). It must not interpret commands: that is the state machine's job.
 
 pub mod faults;
 pub mod home;
@@ -14,6 +15,7 @@ pub mod identity;
 pub mod inspect;
 mod keys;
 mod log_store;
+mod log_sync;
 pub mod network;
 pub mod placement;
 pub mod progress;
@@ -22,19 +24,18 @@ pub mod seglog;
 mod sm_store;
 pub mod snapshot;
 pub mod stages;
-mod wal_sync;
 
 #[cfg(test)]
 mod conformance_test;
 
 pub use log_store::{move_log_out_of_rocksdb, purged_index, LogStore};
+pub use log_sync::{LogSyncStats, LogSyncer};
 pub use sm_store::SmStore;
-pub use wal_sync::{WalSyncStats, WalSyncer};
 
 use crate::state_machine::{Command, Outcome};
 
 openraft::declare_raft_types!(
-    /// The openraft types of a metadata partition group.
+    /// The openraft types of a metadata partition.
     pub TypeConfig:
         D = Command,
         R = Outcome,
@@ -42,12 +43,12 @@ openraft::declare_raft_types!(
         Node = Replica,
 );
 
-/// A member of a group as its membership records it: where the node is, and which incarnation of
-/// its replica the group knows. The incarnation is drawn at random when the replica's storage is
-/// created (see `node::identity`); every Raft message names the incarnation it is for, and a replica
-/// refuses messages for another one. So a node whose data directory was replaced or wiped cannot
-/// vote or acknowledge entries with a log it no longer has (Raft amnesia): it takes no part until an
-/// operator adds it again, with its new incarnation.
+/// A member of a metadata partition as its membership records it: where the node is, and which
+/// incarnation of its replica the metadata partition knows. The incarnation is drawn at random when
+/// the replica's storage is created (see `node::identity`); every Raft message names the
+/// incarnation it is for, and a replica refuses messages for another one. So a node whose data
+/// directory was replaced or wiped cannot vote or acknowledge entries with a log it no longer has
+/// (Raft amnesia): it takes no part until an operator adds it again, with its new incarnation.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Replica {
     pub addr: String,

@@ -1,12 +1,13 @@
-//! The Raft network: every group's messages to a peer share one gRPC (HTTP/2) connection.
+//! The Raft network: every metadata partition's messages to a peer share one gRPC (HTTP/2)
+//! connection.
 //!
 //! [`Peers`] keeps one lazily connected channel per peer address (TLS with the node's certificate
-//! when `peer_tls` is set); [`NetworkFactory`] (one per
-//! group) hands openraft cheap per-target clients ([`Conn`]) that tag each message with the group.
-//! Requests are bincode-encoded openraft messages, each naming the replica it is for (node id and
-//! incarnation, see [`identity`](super::identity)) and the sender's cluster. Each call is bounded by openraft's time limit;
-//! an unreachable peer is reported as such so openraft backs off, a slow one as a network error so
-//! it retries. Snapshots stream from their file in 1 MiB chunks.
+//! when `peer_tls` is set); [`NetworkFactory`] (one per metadata partition) hands openraft cheap
+//! per-target clients ([`Conn`]) that tag each message with the metadata partition. Requests are
+//! bincode-encoded openraft messages, each naming the replica it is for (node id and incarnation,
+//! see [`identity`](super::identity)) and the sender's cluster. Each call is bounded by openraft's
+//! time limit; an unreachable peer is reported as such so openraft backs off, a slow one as a
+//! network error so it retries. Snapshots stream from their file in 1 MiB chunks.
 //!
 //! [`Faults`] (see `faults`) is a test hook in the spirit of TiKV's transport filters: it can cut
 //! this node off from chosen peers (this machine's kernel has no netem).
@@ -46,7 +47,7 @@ pub const SNAPSHOT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the receiver may take to install a snapshot it received whole.
 const SNAPSHOT_INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// One gRPC channel per peer address, shared by every group.
+/// One gRPC channel per peer address, shared by every metadata partition.
 pub struct Peers {
     channels: Mutex<HashMap<String, Channel>>,
     pub faults: Arc<Faults>,
@@ -85,10 +86,10 @@ impl Peers {
     }
 }
 
-/// Makes openraft's clients for one group.
+/// Makes openraft's clients for one metadata partition.
 #[derive(Clone)]
 pub struct NetworkFactory {
-    pub group: u32,
+    pub partition: u32,
     pub peers: Arc<Peers>,
 }
 
@@ -97,7 +98,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
 
     async fn new_client(&mut self, target: NodeId, node: &Replica) -> Conn {
         Conn {
-            group: self.group,
+            partition: self.partition,
             target,
             addr: node.addr.clone(),
             incarnation: node.incarnation,
@@ -106,12 +107,12 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     }
 }
 
-/// A client of one group's messages to one peer's replica.
+/// A client of one metadata partition's messages to one peer's replica.
 pub struct Conn {
-    group: u32,
+    partition: u32,
     target: NodeId,
     addr: String,
-    /// The incarnation of the target's replica this group knows.
+    /// The incarnation of the target's replica this metadata partition knows.
     incarnation: u64,
     peers: Arc<Peers>,
 }
@@ -148,7 +149,7 @@ impl Conn {
         let client = self.peers.client(&self.addr).map_err(unreachable)?;
         let payload = codec::encode(req).map_err(network)?;
         let to = Some(self.peers.identity.addressee(self.target, self.incarnation));
-        let reply = tokio::time::timeout(ttl, send(client, RaftRequest { group: self.group, payload, to }))
+        let reply = tokio::time::timeout(ttl, send(client, RaftRequest { group: self.partition, payload, to }))
             .await
             .map_err(|_| network(format!("no answer from node {} within {ttl:?}", self.target)))?
             .map_err(transport)?
@@ -170,7 +171,7 @@ impl Conn {
         let file = tokio::fs::File::open(&snapshot.snapshot.path)
             .await
             .map_err(|e| StreamingError::from(network(format!("open snapshot: {e}"))))?;
-        let group = self.group;
+        let partition = self.partition;
         let progress = Progress::default();
         let sent = progress.clone();
         let to = self.peers.identity.addressee(self.target, self.incarnation);
@@ -197,7 +198,7 @@ impl Conn {
                 buf.truncate(filled);
                 sent.advance();
                 let (header, to) = first.map_or((vec![], None), |(h, t)| (h, Some(t)));
-                let chunk = SnapshotChunk { group, header, data: buf, to };
+                let chunk = SnapshotChunk { group: partition, header, data: buf, to };
                 Some((chunk, (file, None)))
             }
         });

@@ -1,15 +1,15 @@
 //! What one data directory says about itself and about the replicas it holds.
 //!
-//! Owns: the directory's identity record (KIP-858's `meta.properties` in spirit: directory id,
-//! node id, number of metadata partitions, cluster id once known), written synced in the
-//! directory's own RocksDB, and one *placement record* per replica the directory holds: whether
-//! the replica is the group's **current** one on this node or a **future** one being filled by a
-//! move (KIP-113's temporary replica), its incarnation (see `raft::identity`), and a generation
-//! that a completed move increments, naming the directory it came from. A crash at any point of a
-//! move leaves records from which exactly one current replica follows (`node::dirs` decides).
+//! Owns: the directory's identity record (KIP-858's `meta.properties` in spirit: directory id, node
+//! id, number of metadata partitions, cluster id once known), written synced in the directory's own
+//! RocksDB, and one *placement record* per replica the directory holds: whether the replica is the
+//! metadata partition's **current** one on this node or a **future** one being filled by a move
+//! (KIP-113's temporary replica), its incarnation (see `raft::identity`), and a generation that a
+//! completed move increments, naming the directory it came from. A crash at any point of a move
+//! leaves records from which exactly one current replica follows (`node::dirs` decides).
 //!
-//! It also reads the first format's single-directory record (node id, incarnations, cluster id)
-//! and turns it into this one: every group current in that directory, same incarnations.
+//! It also reads the first format's single-directory record (node id, incarnations, cluster id) and
+//! turns it into this one: every metadata partition current in that directory, same incarnations.
 //!
 //! It must not decide where replicas go (`node::dirs`) nor check Raft messages (`raft::identity`).
 
@@ -29,8 +29,8 @@ pub(super) const LEGACY_IDENTITY_KEY: &[u8] = b"\xff\xff\xff\xffidentity";
 const LOG_KEY: &[u8] = b"\xff\xff\xff\xffraft-log";
 /// This format's directory record.
 const DIR_KEY: &[u8] = b"\xff\xff\xff\xffdirectory";
-/// Placement records: this prefix, then the group (4 bytes, big-endian). Outside every group's
-/// key range, so copying a group's keys never copies them.
+/// Placement records: this prefix, then the metadata partition (4 bytes, big-endian). Outside every
+/// metadata partition's key range, so copying a metadata partition's keys never copies them.
 const PLACEMENT_PREFIX: &[u8] = b"\xff\xff\xff\xfeplace";
 const FORMAT: u32 = 2;
 
@@ -94,7 +94,7 @@ pub fn open_dir(
     db: &Db,
     path: &std::path::Path,
     node_id: NodeId,
-    groups: u32,
+    num_partitions: u32,
     cluster: Option<ClusterId>,
 ) -> anyhow::Result<DirState> {
     let record = match db.get(Family::Raft, DIR_KEY)? {
@@ -116,7 +116,7 @@ pub fn open_dir(
                     format: FORMAT,
                     dir_id: *uuid::Uuid::new_v4().as_bytes(),
                     node_id,
-                    num_metadata_partitions: groups,
+                    num_metadata_partitions: num_partitions,
                     cluster_id: cluster,
                 };
                 write_record(db, &r)?;
@@ -126,13 +126,13 @@ pub fn open_dir(
         },
     };
     anyhow::ensure!(
-        record.node_id == node_id && record.num_metadata_partitions == groups,
+        record.node_id == node_id && record.num_metadata_partitions == num_partitions,
         "data directory {} belongs to node {} with {} metadata partitions; the configuration says node {} with {}",
         path.display(),
         record.node_id,
         record.num_metadata_partitions,
         node_id,
-        groups
+        num_partitions
     );
     if let (Some(mine), Some(theirs)) = (cluster, record.cluster_id) {
         anyhow::ensure!(
@@ -144,7 +144,7 @@ pub fn open_dir(
         );
     }
     let mut placements = BTreeMap::new();
-    for g in 0..groups {
+    for g in 0..num_partitions {
         let key = placement_key(g);
         if let Some(v) = db.get(Family::Raft, &key)? {
             placements.insert(g, codec::decode(&key, &v)?);
@@ -192,7 +192,7 @@ pub fn set_cluster(db: &Db, id: ClusterId) -> anyhow::Result<()> {
     write_record(db, &r)
 }
 
-/// Puts (or with `None` deletes) group `g`'s placement record in `batch`.
+/// Puts (or with `None` deletes) metadata partition `g`'s placement record in `batch`.
 pub fn batch_placement(db: &Db, batch: &mut WriteBatch, g: u32, p: Option<&Placement>) -> anyhow::Result<()> {
     match p {
         Some(p) => db.batch_put(batch, Family::Raft, &placement_key(g), &codec::encode(p)?),
@@ -201,16 +201,16 @@ pub fn batch_placement(db: &Db, batch: &mut WriteBatch, g: u32, p: Option<&Place
     Ok(())
 }
 
-/// Writes group `g`'s placement record alone, synced.
+/// Writes metadata partition `g`'s placement record alone, synced.
 pub fn write_placement(db: &Db, g: u32, p: Option<&Placement>) -> anyhow::Result<()> {
     let mut b = WriteBatch::default();
     batch_placement(db, &mut b, g, p)?;
     db.write(b, true).context("write a replica's placement record")
 }
 
-/// The key ranges that hold group `g`'s replica: its state and its Raft bookkeeping.
-pub fn group_ranges(g: u32) -> Vec<crate::storage::copy::Range> {
-    let (from, to) = crate::state_machine::keys::Keys::new(g).group_range();
+/// The key ranges that hold metadata partition `g`'s replica: its state and its Raft bookkeeping.
+pub fn partition_ranges(g: u32) -> Vec<crate::storage::copy::Range> {
+    let (from, to) = crate::state_machine::keys::Keys::new(g).metadata_partition_range();
     let raft_from = g.to_be_bytes().to_vec();
     let raft_to = (g as u64 + 1).to_be_bytes()[4..].to_vec();
     let raft_to = if g == u32::MAX { vec![0xff; 5] } else { raft_to };
@@ -220,11 +220,11 @@ pub fn group_ranges(g: u32) -> Vec<crate::storage::copy::Range> {
     ]
 }
 
-/// Deletes group `g`'s replica from `db` — its keys and its placement record — in one synced
-/// write.
+/// Deletes metadata partition `g`'s replica from `db` — its keys and its placement record — in one
+/// synced write.
 pub fn delete_replica(db: &Db, g: u32) -> anyhow::Result<()> {
     let mut b = WriteBatch::default();
-    for r in group_ranges(g) {
+    for r in partition_ranges(g) {
         db.batch_delete_range(&mut b, r.family, &r.from, &r.to);
     }
     batch_placement(db, &mut b, g, None)?;
@@ -259,7 +259,7 @@ pub fn read_dir_record(db: &Db) -> anyhow::Result<Option<DirRecord>> {
     }
 }
 
-/// Reads group `g`'s placement record in `db`, if any.
+/// Reads metadata partition `g`'s placement record in `db`, if any.
 pub fn read_placement(db: &Db, g: u32) -> anyhow::Result<Option<Placement>> {
     let key = placement_key(g);
     match db.get(Family::Raft, &key)? {

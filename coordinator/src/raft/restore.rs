@@ -1,15 +1,16 @@
-//! Building one group's stored state offline, for a new cluster restored from a backup.
+//! Building one metadata partition's stored state offline, for a new cluster restored from a
+//! backup.
 //!
-//! Owns: writing a snapshot's pairs into an empty data directory as the group's state, with the
-//! snapshot's applied log id and the *new* cluster's membership, a vote at the applied entry's
-//! term (so the new cluster's first leader is elected in a later term and its entries follow the
-//! restored log id in log order), and a snapshot file of that state — what a node that snapshotted
-//! and purged its log behind the applied entry would hold. openraft then starts the group from it
-//! like any restarted replica. It must not run next to a live node on the same directory, nor
-//! decide identities (the caller passes the membership, with new incarnations). A damaged stream
-//! is an error naming its offset, never a panic (the snapshot reader is total on hostile bytes);
-//! pairs are written in batches before the stream's checksum is known, so callers check the
-//! stream whole first (`Backup::verify`).
+//! Owns: writing a snapshot's pairs into an empty data directory as the metadata partition's state,
+//! with the snapshot's applied log id and the *new* cluster's membership, a vote at the applied
+//! entry's term (so the new cluster's first leader is elected in a later term and its entries
+//! follow the restored log id in log order), and a snapshot file of that state — what a node that
+//! snapshotted and purged its log behind the applied entry would hold. openraft then starts the
+//! metadata partition from it like any restarted replica. It must not run next to a live node on
+//! the same directory, nor decide identities (the caller passes the membership, with new
+//! incarnations). A damaged stream is an error naming its offset, never a panic (the snapshot
+//! reader is total on hostile bytes); pairs are written in batches before the stream's checksum is
+//! known, so callers check the stream whole first (`Backup::verify`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Read};
@@ -22,20 +23,21 @@ use crate::storage::{codec, Db, Family, WriteBatch};
 /// Bytes of pairs per write batch.
 const BATCH_BYTES: usize = 4 << 20;
 
-/// What a restored group holds.
+/// What a restored metadata partition holds.
 #[derive(Debug, Clone)]
-pub struct RestoredGroup {
+pub struct RestoredPartition {
     pub applied: Option<LogId>,
     /// The restored state's digest (`StateMachine::digest`), to compare with the backup's.
     pub digest: [u8; 32],
     pub keys: u64,
 }
 
-/// Reads one snapshot (the format of [`snapshot`]) from `r` and makes it group `sm.group()`'s state
-/// in `db` for node `node_id`, with `members` (all voters) as the membership; writes the group's
-/// snapshot file under `data_dir`. The group must have nothing in `db` yet. Synced. `offset` is
-/// where the stream starts in its file (errors name offsets of the file).
-pub fn restore_group(
+/// Reads one snapshot (the format of [`snapshot`]) from `r` and makes it the state of metadata
+/// partition `sm.metadata_partition()` in `db` for node `node_id`, with `members` (all voters) as
+/// the membership; writes the metadata partition's snapshot file under `data_dir`. The metadata
+/// partition must have nothing in `db` yet. Synced. `offset` is where the stream starts in its file
+/// (errors name offsets of the file).
+pub fn restore_partition(
     db: &Db,
     data_dir: &Path,
     sm: &StateMachine,
@@ -43,10 +45,10 @@ pub fn restore_group(
     members: &BTreeMap<NodeId, Replica>,
     r: &mut impl Read,
     offset: u64,
-) -> io::Result<RestoredGroup> {
-    let g = sm.group();
+) -> io::Result<RestoredPartition> {
+    let g = sm.metadata_partition();
     let k = crate::state_machine::keys::Keys::new(g);
-    let (from, to) = k.group_range();
+    let (from, to) = k.metadata_partition_range();
     let applied_key = k.applied();
     let mut nothing_yet = true;
     crate::storage::KvRead::scan(&db.read(), &from, &to, &mut |_, _| {
@@ -99,10 +101,10 @@ pub fn restore_group(
             &to,
             &|key| key == applied_key.as_slice(),
             &new_meta,
-            &snapshot::group_dir(data_dir, g),
+            &snapshot::partition_dir(data_dir, g),
         )?;
     }
-    Ok(RestoredGroup { applied, digest, keys: count })
+    Ok(RestoredPartition { applied, digest, keys: count })
 }
 
 #[cfg(test)]
@@ -116,7 +118,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let source = Db::open(&dir.path().join("source")).unwrap();
         let sm = StateMachine::new(2, 4);
-        let (from, to) = crate::state_machine::keys::Keys::new(2).group_range();
+        let (from, to) = crate::state_machine::keys::Keys::new(2).metadata_partition_range();
         let mut t = Txn::new(&source);
         for i in 0..300u32 {
             let mut k = from.clone();
@@ -133,7 +135,7 @@ mod tests {
         let target = Db::open(&target_dir.join("rocksdb")).unwrap();
         let members: BTreeMap<NodeId, Replica> =
             (1..=3).map(|n| (n, Replica::new(format!("h{n}:1"), 100 + n))).collect();
-        let got = restore_group(&target, &target_dir, &sm, 3, &members, &mut copy.as_slice(), 0).unwrap();
+        let got = restore_partition(&target, &target_dir, &sm, 3, &members, &mut copy.as_slice(), 0).unwrap();
         assert_eq!((got.applied, got.keys), (Some(applied), 300));
         assert_eq!(got.digest, sm.digest(&source.read()).unwrap());
 
@@ -145,15 +147,15 @@ mod tests {
         assert_eq!(m.membership().get_node(&2), Some(&Replica::new("h2:1", 102)));
         let vote: Vote = codec::decode(b"v", &target.get(Family::Raft, &keys::vote(2)).unwrap().unwrap()).unwrap();
         assert_eq!(vote, Vote::new(5, 3));
-        let file = snapshot::newest(&snapshot::group_dir(&target_dir, 2)).unwrap().expect("a snapshot file");
+        let file = snapshot::newest(&snapshot::partition_dir(&target_dir, 2)).unwrap().expect("a snapshot file");
         assert_eq!(snapshot::verify(&file.path).unwrap().last_log_id, Some(applied));
 
-        // A group that has state is not restored over.
-        let e = restore_group(&target, &target_dir, &sm, 3, &members, &mut copy.as_slice(), 0).unwrap_err();
+        // A metadata partition that has state is not restored over.
+        let e = restore_partition(&target, &target_dir, &sm, 3, &members, &mut copy.as_slice(), 0).unwrap_err();
         assert!(e.to_string().contains("has state"), "{e}");
         // Keys of another metadata partition are refused.
         let other = StateMachine::new(1, 4);
-        let e = restore_group(&target, &target_dir, &other, 3, &members, &mut copy.as_slice(), 0).unwrap_err();
+        let e = restore_partition(&target, &target_dir, &other, 3, &members, &mut copy.as_slice(), 0).unwrap_err();
         assert!(e.to_string().contains("not one of its state keys"), "{e}");
     }
 
@@ -163,7 +165,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let source = Db::open(&dir.path().join("source")).unwrap();
         let sm = StateMachine::new(2, 4);
-        let (from, to) = crate::state_machine::keys::Keys::new(2).group_range();
+        let (from, to) = crate::state_machine::keys::Keys::new(2).metadata_partition_range();
         let mut t = Txn::new(&source);
         for i in 0..10u32 {
             let mut k = from.clone();
@@ -189,14 +191,14 @@ mod tests {
             })
             .collect();
         for (bytes, what) in cuts.chain(flips) {
-            let e = restore_group(&target, &target_dir, &sm, 3, &members, &mut bytes.as_slice(), 500)
+            let e = restore_partition(&target, &target_dir, &sm, 3, &members, &mut bytes.as_slice(), 500)
                 .err()
                 .unwrap_or_else(|| panic!("{what}: restored"));
             let at = offset_named(&e);
             assert!((500..=500 + bytes.len() as u64).contains(&at), "{what}: {e}");
         }
         // Nothing of the damaged copies was kept: the good one restores.
-        let got = restore_group(&target, &target_dir, &sm, 3, &members, &mut copy.as_slice(), 0).unwrap();
+        let got = restore_partition(&target, &target_dir, &sm, 3, &members, &mut copy.as_slice(), 0).unwrap();
         assert_eq!(got.keys, 10);
     }
 }

@@ -1,18 +1,20 @@
-//! The openraft state machine of one group: applies log entries with
+//! The openraft state machine of one metadata partition: applies log entries with
 //! [`StateMachine`](crate::state_machine::StateMachine), builds and installs snapshots.
 //!
 //! The entries of one `apply` call (a run of committed entries) are applied in one transaction,
-//! which also records the last one's log id and the last membership (the `A` key of the group's
-//! state), so a crash can never separate the data from the index it reflects; answers are sent
-//! once it is written. Writes are not fsynced here: the WAL fsync of a later log append or of a
-//! log purge covers them, and a restart re-applies entries past the durable applied id. The
-//! group's hot keys (`state_machine::keys::is_hot`) are cached across calls; installing a snapshot
-//! empties the cache.
+//! which also records the last one's log id and the last membership (the `A` key of the metadata
+//! partition's state), so a crash can never separate the data from the index it reflects; answers
+//! are sent once it is written. Writes are not fsynced here: a restart re-applies, from the Raft
+//! log, the entries past the durable applied id, and the log lets entries go only after the synced
+//! RocksDB write of its purge point (`log_store`), which makes the applied state before it durable.
+//! The metadata partition's hot keys (`state_machine::keys::is_hot`) are cached across calls;
+//! installing a snapshot empties the cache.
 //!
-//! Installing a snapshot replaces the group's whole state. It first records, synced, that an
-//! install of a given file is under way; then deletes the group's keys, writes the file's pairs in
-//! bounded batches, and finally writes the applied state and clears the record in one synced write.
-//! A node that crashes in between finds the record at start and redoes the install from the file.
+//! Installing a snapshot replaces the metadata partition's whole state. It first records, synced,
+//! that an install of a given file is under way; then deletes the metadata partition's keys, writes
+//! the file's pairs in bounded batches, and finally writes the applied state and clears the record
+//! in one synced write. A node that crashes in between finds the record at start and redoes the
+//! install from the file.
 
 use std::io;
 use std::path::PathBuf;
@@ -30,22 +32,23 @@ use crate::storage::{codec, Family, HotKeys, KvRead, Txn, WriteBatch};
 
 type AppliedState = (Option<LogId>, StoredMembership);
 
-/// One group's state machine store. Cheap to clone: clones share the database.
+/// One metadata partition's state machine store. Cheap to clone: clones share the database.
 #[derive(Clone)]
 pub struct SmStore {
-    /// The group's directory (see `raft::home`): writes, snapshot builds and installs hold its
-    /// gate, so a replica move never switches directories in the middle of one.
+    /// The metadata partition's directory (see `raft::home`): writes, snapshot builds and installs
+    /// hold its gate, so a replica move never switches directories in the middle of one.
     home: Arc<Home>,
     sm: StateMachine,
-    group: u32,
-    /// Serializes snapshot builds and installs of this group: openraft may run a build while it
-    /// installs a snapshot received from the leader, and each rewrites the snapshot directory.
+    partition: u32,
+    /// Serializes snapshot builds and installs of this metadata partition: openraft may run a build
+    /// while it installs a snapshot received from the leader, and each rewrites the snapshot
+    /// directory.
     snapshots: Arc<std::sync::Mutex<()>>,
     /// Test hook: how long an install pauses before adopting the received file and again after
     /// deleting the old state (zero outside fault tests).
     install_pause: std::time::Duration,
     stages: Arc<super::stages::Stages>,
-    /// The committed values of the group's hot keys, shared by the clones.
+    /// The committed values of the metadata partition's hot keys, shared by the clones.
     hot: Arc<std::sync::Mutex<HotSlot>>,
 }
 
@@ -67,21 +70,21 @@ const INSTALL_BATCH_BYTES: usize = 4 << 20;
 impl SmStore {
     /// Opens the store; finishes a snapshot install a crash interrupted.
     pub fn open(home: Arc<Home>, sm: StateMachine) -> io::Result<SmStore> {
-        let group = sm.group();
+        let partition = sm.metadata_partition();
         let store = SmStore {
             home,
             sm,
-            group,
+            partition,
             snapshots: Arc::new(std::sync::Mutex::new(())),
             install_pause: std::time::Duration::ZERO,
             stages: Arc::default(),
             hot: Arc::default(),
         };
         let placed = store.home.current();
-        snapshot::remove_partial(&placed.snapshot_dir(group))?;
-        if let Some(path) = placed.db.get(Family::Raft, &keys::installing(group)).map_err(io_err)? {
+        snapshot::remove_partial(&placed.snapshot_dir(partition))?;
+        if let Some(path) = placed.db.get(Family::Raft, &keys::installing(partition)).map_err(io_err)? {
             let path = PathBuf::from(String::from_utf8_lossy(&path).into_owned());
-            tracing::warn!(group, path = %path.display(), "finishing a snapshot install interrupted by a crash");
+            tracing::warn!(metadata_partition = partition, path = %path.display(), "finishing a snapshot install interrupted by a crash");
             let meta = snapshot::verify(&path)?;
             store.install_file(&placed, &path, &meta)?;
         }
@@ -104,19 +107,19 @@ impl SmStore {
         &self.sm
     }
 
-    /// The group's directory.
+    /// The metadata partition's directory.
     pub fn home(&self) -> &Arc<Home> {
         &self.home
     }
 
-    /// Whether `view` caught a snapshot install half-done: the group's keys are then partly
-    /// deleted or rewritten and must not be read.
+    /// Whether `view` caught a snapshot install half-done: the metadata partition's keys are then
+    /// partly deleted or rewritten and must not be read.
     pub fn installing_in(&self, view: &crate::storage::ReadView<'_>) -> io::Result<bool> {
-        Ok(view.get_in(Family::Raft, &keys::installing(self.group)).map_err(io_err)?.is_some())
+        Ok(view.get_in(Family::Raft, &keys::installing(self.partition)).map_err(io_err)?.is_some())
     }
 
     fn applied_key(&self) -> Vec<u8> {
-        crate::state_machine::keys::Keys::new(self.group).applied()
+        crate::state_machine::keys::Keys::new(self.partition).applied()
     }
 
     fn read_applied(&self, view: &dyn KvRead) -> io::Result<AppliedState> {
@@ -127,11 +130,12 @@ impl SmStore {
         }
     }
 
-    /// Replaces the group's state with the file's pairs (see the module docs for crash safety).
-    /// `dir` is the group's directory, held by the caller (entered as a writer, or at start).
+    /// Replaces the metadata partition's state with the file's pairs (see the module docs for crash
+    /// safety). `dir` is the metadata partition's directory, held by the caller (entered as a
+    /// writer, or at start).
     fn install_file(&self, dir: &super::home::DataDir, path: &std::path::Path, meta: &SnapshotMeta) -> io::Result<()> {
         let _one_at_a_time = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
-        // The group's keys are rewritten behind the cache's back: empty it first.
+        // The metadata partition's keys are rewritten behind the cache's back: empty it first.
         {
             let mut slot = self.hot.lock().unwrap_or_else(|e| e.into_inner());
             slot.generation += 1;
@@ -139,10 +143,10 @@ impl SmStore {
         }
         let db = &dir.db;
         let mut b = WriteBatch::default();
-        db.batch_put(&mut b, Family::Raft, &keys::installing(self.group), path.to_string_lossy().as_bytes());
+        db.batch_put(&mut b, Family::Raft, &keys::installing(self.partition), path.to_string_lossy().as_bytes());
         db.write(b, true).map_err(io_err)?;
 
-        let (from, to) = crate::state_machine::keys::Keys::new(self.group).group_range();
+        let (from, to) = crate::state_machine::keys::Keys::new(self.partition).metadata_partition_range();
         let mut b = WriteBatch::default();
         db.batch_delete_range(&mut b, Family::State, &from, &to);
         db.write(b, false).map_err(io_err)?;
@@ -164,11 +168,11 @@ impl SmStore {
         })?;
         let applied: AppliedState = (meta.last_log_id, meta.last_membership.clone());
         db.batch_put(&mut batch, Family::State, &self.applied_key(), &codec::encode(&applied).map_err(io_err)?);
-        db.batch_delete(&mut batch, Family::Raft, &keys::installing(self.group));
+        db.batch_delete(&mut batch, Family::Raft, &keys::installing(self.partition));
         db.write(batch, true).map_err(io_err)?;
         // The whole state was replaced: a move under way copies everything again at its switch.
         self.home.note_everything();
-        snapshot::remove_older(&dir.snapshot_dir(self.group), path)?;
+        snapshot::remove_older(&dir.snapshot_dir(self.partition), path)?;
         Ok(())
     }
 
@@ -192,14 +196,14 @@ impl SmStore {
         crate::metrics::get().apply_duration.observe(started.elapsed().as_secs_f64());
         crate::metrics::get().applied_entries.inc_by(done.len() as u64);
         tracing::trace!(
-            group = self.group,
+            metadata_partition = self.partition,
             entries = done.len(),
             last = last.index,
             elapsed_us = started.elapsed().as_micros() as u64,
             "applied"
         );
         for (log_id, responder, outcome) in done.drain(..) {
-            self.stages.applied(self.group, log_id.index, started);
+            self.stages.applied(self.partition, log_id.index, started);
             if let Some(r) = responder {
                 r.send(outcome);
             }
@@ -215,16 +219,16 @@ impl SmStore {
         let view = dir.db.read();
         let (last_log_id, last_membership) = self.read_applied(&view)?;
         let meta = SnapshotMeta { last_log_id, last_membership };
-        let (from, to) = crate::state_machine::keys::Keys::new(self.group).group_range();
+        let (from, to) = crate::state_machine::keys::Keys::new(self.partition).metadata_partition_range();
         let applied = self.applied_key();
         let started = std::time::Instant::now();
         let file =
-            snapshot::write(&view, &from, &to, &|k| k == applied.as_slice(), &meta, &dir.snapshot_dir(self.group))?;
+            snapshot::write(&view, &from, &to, &|k| k == applied.as_slice(), &meta, &dir.snapshot_dir(self.partition))?;
         let m = crate::metrics::get();
         m.snapshot_builds.inc();
         m.snapshot_build_duration.observe(started.elapsed().as_secs_f64());
         m.snapshot_build_bytes.inc_by(std::fs::metadata(&file.path).map_or(0, |f| f.len()));
-        tracing::info!(group = self.group, index = ?meta.last_log_id.map(|l| l.index), "snapshot built");
+        tracing::info!(metadata_partition = self.partition, index = ?meta.last_log_id.map(|l| l.index), "snapshot built");
         Ok(Snapshot { meta, snapshot: file })
     }
 }
@@ -307,7 +311,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
             dir.check()?;
             let (file, file_meta) = {
                 let _one_at_a_time = me.snapshots.lock().unwrap_or_else(|e| e.into_inner());
-                snapshot::adopt(&snap.path, &dir.snapshot_dir(me.group))?
+                snapshot::adopt(&snap.path, &dir.snapshot_dir(me.partition))?
             };
             if file_meta.last_log_id != meta.last_log_id {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, "snapshot file does not match its metadata"));
@@ -318,7 +322,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
             m.snapshot_installs.inc();
             m.snapshot_install_duration.observe(started.elapsed().as_secs_f64());
             m.snapshot_install_bytes.inc_by(std::fs::metadata(&file.path).map_or(0, |f| f.len()));
-            tracing::info!(group = me.group, index = ?meta.last_log_id.map(|l| l.index), "snapshot installed");
+            tracing::info!(metadata_partition = me.partition, index = ?meta.last_log_id.map(|l| l.index), "snapshot installed");
             Ok(())
         })
         .await
@@ -326,7 +330,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
-        let dir = self.home.current().snapshot_dir(self.group);
+        let dir = self.home.current().snapshot_dir(self.partition);
         let Some(file) = snapshot::newest(&dir)? else { return Ok(None) };
         let meta = snapshot::read_meta(&file.path)?;
         Ok(Some(Snapshot { meta, snapshot: file }))

@@ -25,9 +25,9 @@ pub struct SnapshotFile {
     pub path: PathBuf,
 }
 
-/// The snapshot directory of `group` under a data directory.
-pub fn group_dir(data_dir: &Path, group: u32) -> PathBuf {
-    data_dir.join("snapshots").join(format!("{group:04}"))
+/// The snapshot directory of `partition` under a data directory.
+pub fn partition_dir(data_dir: &Path, partition: u32) -> PathBuf {
+    data_dir.join("snapshots").join(format!("{partition:04}"))
 }
 
 /// The file name a snapshot of `meta` gets: sortable by applied index.

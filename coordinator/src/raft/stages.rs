@@ -1,7 +1,7 @@
 //! Where a log entry's time goes on this node, for finding what a commit waits for.
 //!
-//! Stages of every entry this node appends (all groups together):
-//! - `append_to_durable`: written to RocksDB → covered by a WAL fsync (group commit);
+//! Stages of every entry this node appends (all metadata partitions together):
+//! - `append_to_durable`: written to the segmented log → covered by a log fsync (group commit);
 //! - `durable_to_apply`: durable here → applied here: on a leader, the wait for a quorum of
 //!   followers to make it durable too (replication); on a follower, the wait for the leader's next
 //!   message saying it is committed;
@@ -30,7 +30,7 @@ pub struct Stages {
 }
 
 struct Inner {
-    /// (group, index) → (appended, durable)
+    /// (metadata partition, index) → (appended, durable)
     pending: HashMap<(u32, u64), (Instant, Option<Instant>)>,
     histograms: Vec<Histogram<u64>>,
 }
@@ -70,24 +70,24 @@ impl Stages {
         inner.histograms[stage].saturating_record(us);
     }
 
-    /// Entries `indexes` of `group` were written (not yet durable).
-    pub fn appended(&self, group: u32, indexes: impl Iterator<Item = u64>) {
+    /// Entries `indexes` of `partition` were written (not yet durable).
+    pub fn appended(&self, partition: u32, indexes: impl Iterator<Item = u64>) {
         let now = Instant::now();
         let mut inner = self.lock();
         if inner.pending.len() > MAX_PENDING {
             inner.pending.clear();
         }
         for i in indexes {
-            inner.pending.insert((group, i), (now, None));
+            inner.pending.insert((partition, i), (now, None));
         }
     }
 
-    /// Entries `indexes` of `group` are durable.
-    pub fn durable(&self, group: u32, indexes: impl Iterator<Item = u64>) {
+    /// Entries `indexes` of `partition` are durable.
+    pub fn durable(&self, partition: u32, indexes: impl Iterator<Item = u64>) {
         let now = Instant::now();
         let mut inner = self.lock();
         for i in indexes {
-            if let Some((appended, durable)) = inner.pending.get_mut(&(group, i)) {
+            if let Some((appended, durable)) = inner.pending.get_mut(&(partition, i)) {
                 *durable = Some(now);
                 let appended = *appended;
                 Self::record(&mut inner, 0, appended, now);
@@ -95,11 +95,11 @@ impl Stages {
         }
     }
 
-    /// Entry `index` of `group` was applied: it started at `started`.
-    pub fn applied(&self, group: u32, index: u64, started: Instant) {
+    /// Entry `index` of `partition` was applied: it started at `started`.
+    pub fn applied(&self, partition: u32, index: u64, started: Instant) {
         let now = Instant::now();
         let mut inner = self.lock();
-        if let Some((_, Some(durable))) = inner.pending.remove(&(group, index)) {
+        if let Some((_, Some(durable))) = inner.pending.remove(&(partition, index)) {
             Self::record(&mut inner, 1, durable, started);
         }
         Self::record(&mut inner, 2, started, now);

@@ -1,18 +1,22 @@
 //! `AdminService`: what operators and smart clients need: the topology and Raft progress of every
-//! metadata partition, leadership moves, membership changes (forwarded to each group's leader),
-//! snapshots on demand, consistent copies of a group's state for backups (streamed by its leader),
-//! and the fault-injection test hook.
+//! metadata partition, leadership moves and membership changes (each run on the partition's leader
+//! through `node::route`, as a `Change`), snapshots on demand, consistent copies of a partition's
+//! state for backups (streamed by its leader only: a follower refuses, naming the leader), replica
+//! moves between data directories, per-partition figures, and the fault-injection test hook.
+//!
+//! Owns these calls' wire conversions; what a `RouteError` becomes is `convert`'s table. It must
+//! not forward on its own (that is `node::route`) nor change anything but through `node`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use diskless_proto::admin::admin_service_client::AdminServiceClient;
 use diskless_proto::admin::admin_service_server::AdminService;
 use diskless_proto::admin::*;
 use openraft::ServerState;
 use tonic::{Request, Response, Status};
 
-use crate::node::{Node, RouteError};
+use super::convert::route_status;
+use crate::node::{Change, Node};
 
 pub struct AdminApi {
     node: Arc<Node>,
@@ -23,50 +27,23 @@ impl AdminApi {
         AdminApi { node }
     }
 
-    fn client(&self, addr: &str) -> Result<AdminServiceClient<tonic::transport::Channel>, Status> {
-        Ok(AdminServiceClient::new(self.node.peers.channel(addr).map_err(Status::unavailable)?))
-    }
-
-    /// Runs a membership change on every group (or the one named), each on its leader.
-    async fn for_each_group<'a>(
-        &'a self,
+    /// Makes the change `change(g)` of every metadata partition (or the one named), one after the
+    /// other (each waits for a learner to catch up), each on its leader; the lines of progress.
+    async fn for_each_partition(
+        &self,
         only: Option<u32>,
-        local: impl Fn(u32) -> futures_util::future::BoxFuture<'a, Result<String, RouteError>>,
-        forward_to: impl Fn(
-            &str,
-            u32,
-        )
-            -> Result<futures_util::future::BoxFuture<'static, Result<MembershipResponse, Status>>, Status>,
+        change: impl Fn(u32) -> Change,
     ) -> Result<Response<MembershipResponse>, Status> {
-        let groups: Vec<u32> = only.map_or_else(|| (0..self.node.num_groups()).collect(), |g| vec![g]);
-        let mut progress = vec![];
-        for g in groups {
-            // One group at a time: each change waits for the learner to catch up.
-            let mut attempt = 0;
-            loop {
-                attempt += 1;
-                let r = if self.node.raft(g).map_err(|e| Status::not_found(e.to_string()))?.is_leader() {
-                    local(g).await
-                } else {
-                    match self.node.leader(g).filter(|(id, _)| *id != self.node.id) {
-                        Some((_, addr)) => match forward_to(&addr, g)?.await {
-                            Ok(r) => Ok(r.progress.join("; ")),
-                            Err(s) => Err(RouteError::Failed { group: g, message: s.message().to_string() }),
-                        },
-                        None => Err(RouteError::NotLeader { group: g, leader: None }),
-                    }
-                };
-                match r {
-                    Ok(line) => {
-                        progress.push(line);
-                        break;
-                    }
-                    Err(RouteError::NotLeader { .. }) if attempt < 50 => {
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                    }
-                    Err(e) => return Err(Status::unavailable(e.to_string())),
-                }
+        let partitions: Vec<u32> = match only {
+            Some(g) => {
+                self.node.raft(g).map_err(|e| route_status(&e))?;
+                vec![g]
             }
+            None => (0..self.node.num_partitions()).collect(),
+        };
+        let mut progress = vec![];
+        for g in partitions {
+            progress.push(self.node.change_on_leader(g, change(g)).await.map_err(|e| route_status(&e))?);
         }
         Ok(Response::new(MembershipResponse { progress }))
     }
@@ -88,7 +65,7 @@ fn describe_partitions(node: &Node, topic: [u8; 16], partitions: &[i32]) -> Vec<
     partitions
         .iter()
         .map(|&p| {
-            let g = diskless_proto::metadata_partition_for(&topic, p, node.num_groups());
+            let g = diskless_proto::metadata_partition_for(&topic, p, node.num_partitions());
             let mut out =
                 PartitionFigures { partition: p, metadata_partition: g, node_id: node.id, ..Default::default() };
             let placed = match node.placed(g) {
@@ -208,7 +185,7 @@ impl AdminService for AdminApi {
         };
         match answer {
             Ok(message) => Ok(Response::new(AlterReplicaDirResponse { message })),
-            Err(e @ (MoveError::UnknownDir(..) | MoveError::UnknownGroup(_))) => {
+            Err(e @ (MoveError::UnknownDir(..) | MoveError::UnknownPartition(_))) => {
                 Err(Status::invalid_argument(e.to_string()))
             }
             Err(e @ MoveError::AlreadyThere { .. }) => Err(Status::already_exists(e.to_string())),
@@ -232,7 +209,9 @@ impl AdminService for AdminApi {
     ) -> Result<Response<Self::StreamSnapshotStream>, Status> {
         let g = request.into_inner().metadata_partition;
         let node = self.node.clone();
-        if !node.raft(g).map_err(|e| Status::not_found(e.to_string()))?.is_leader() {
+        // Not routed: the stream is this leader's own state, read where it runs (a follower
+        // refuses, naming the leader, and the caller asks it).
+        if !node.raft(g).map_err(|e| route_status(&e))?.is_leader() {
             let leader = node.leader(g).map_or("unknown".to_string(), |(id, addr)| format!("node {id} at {addr}"));
             return Err(Status::failed_precondition(format!(
                 "this node is not the leader of metadata partition {g} (leader: {leader})"
@@ -242,12 +221,12 @@ impl AdminService for AdminApi {
         tokio::task::spawn_blocking(move || {
             let out = ChunkSender { tx: tx.clone(), buf: Vec::with_capacity(CHUNK_BYTES), sent: 0 };
             let started = std::time::Instant::now();
-            let last = match node.copy_group(g, out) {
+            let last = match node.copy_state(g, out) {
                 Ok((out, copy)) => {
                     let (index, term, leader) =
                         copy.applied.map_or((0, 0, 0), |l| (l.index, l.leader_id.term, l.leader_id.node_id));
                     tracing::info!(
-                        group = g,
+                        metadata_partition = g,
                         applied = index,
                         bytes = out.sent,
                         elapsed_ms = started.elapsed().as_millis() as u64,
@@ -268,12 +247,12 @@ impl AdminService for AdminApi {
                                 .cluster_id()
                                 .map(|c| crate::raft::identity::cluster_id_hex(&c))
                                 .unwrap_or_default(),
-                            num_metadata_partitions: node.num_groups(),
+                            num_metadata_partitions: node.num_partitions(),
                         }),
                     })
                 }
                 Err(e) => {
-                    tracing::warn!(group = g, error = %format!("{e:#}"), "state copy for a backup failed");
+                    tracing::warn!(metadata_partition = g, error = %format!("{e:#}"), "state copy for a backup failed");
                     Err(Status::internal(format!("copy of metadata partition {g}: {e:#}")))
                 }
             };
@@ -290,10 +269,10 @@ impl AdminService for AdminApi {
         let req = request.into_inner();
         let with_digest = req.with_digest;
         let node = &self.node;
-        let mut groups = vec![];
+        let mut partitions = vec![];
         let mut nodes: std::collections::BTreeMap<u64, (String, bool)> = Default::default();
-        for g in 0..node.num_groups() {
-            let m = node.metrics(g).map_err(|e| Status::internal(e.to_string()))?;
+        for g in 0..node.num_partitions() {
+            let m = node.metrics(g).map_err(|e| route_status(&e))?;
             let membership = m.membership_config.membership();
             let voters: Vec<u64> = membership.voter_ids().collect();
             let learners: Vec<u64> = membership.learner_ids().collect();
@@ -324,7 +303,7 @@ impl AdminService for AdminApi {
             } else {
                 (String::new(), 0)
             };
-            groups.push(GroupStatus {
+            partitions.push(GroupStatus {
                 metadata_partition: g,
                 leader: m.current_leader.unwrap_or(0),
                 term: m.current_term,
@@ -346,10 +325,10 @@ impl AdminService for AdminApi {
         }
         let listed: Vec<(u64, String)> = nodes.iter().map(|(id, (a, _))| (*id, a.clone())).collect();
         let clients = node.client_addresses(&listed).await;
-        let stats = node.wal_stats();
+        let stats = node.log_sync_stats();
         Ok(Response::new(StatusResponse {
             node_id: node.id,
-            num_metadata_partitions: node.num_groups(),
+            num_metadata_partitions: node.num_partitions(),
             nodes: nodes
                 .into_iter()
                 .map(|(node_id, (peer_address, voter))| NodeInfo {
@@ -359,7 +338,7 @@ impl AdminService for AdminApi {
                     peer_address,
                 })
                 .collect(),
-            groups,
+            groups: partitions,
             wal_syncs: stats.syncs.load(std::sync::atomic::Ordering::Relaxed),
             wal_synced_appends: stats.appends.load(std::sync::atomic::Ordering::Relaxed),
             stages: {
@@ -392,22 +371,12 @@ impl AdminService for AdminApi {
     ) -> Result<Response<TransferLeaderResponse>, Status> {
         let r = request.into_inner();
         let g = r.metadata_partition;
-        if self.node.raft(g).map_err(|e| Status::not_found(e.to_string()))?.is_leader() {
-            self.node.transfer_leader(g, r.to_node_id).await.map_err(|e| Status::failed_precondition(e.to_string()))?;
-        } else {
-            let Some((_, addr)) = self.node.leader(g).filter(|(id, _)| *id != self.node.id) else {
-                return Err(Status::unavailable(format!("metadata partition {g} has no known leader")));
-            };
-            self.client(&addr)?.transfer_leader(r).await?;
-        }
+        let raft = self.node.raft(g).map_err(|e| route_status(&e))?;
+        let to = r.to_node_id;
+        self.node.change_on_leader(g, Change::TransferLeader { to }).await.map_err(|e| route_status(&e))?;
         // Wait until the new leader is in place (bounded), so the caller sees the result.
-        let _ = self
-            .node
-            .raft(g)
-            .map_err(|e| Status::not_found(e.to_string()))?
-            .wait(Some(Duration::from_secs(10)))
-            .metrics(|m| m.current_leader == Some(r.to_node_id), "leader moved")
-            .await;
+        let _ =
+            raft.wait(Some(Duration::from_secs(10))).metrics(|m| m.current_leader == Some(to), "leader moved").await;
         Ok(Response::new(TransferLeaderResponse {}))
     }
 
@@ -416,42 +385,14 @@ impl AdminService for AdminApi {
         if r.node_id == 0 || r.address.is_empty() {
             return Err(Status::invalid_argument("a node needs a non-zero id and an address"));
         }
-        let (id, addr) = (r.node_id, r.address.clone());
-        let node = self.node.clone();
-        let channels = self.node.peers.clone();
-        self.for_each_group(
-            r.metadata_partition,
-            |g| {
-                let (node, addr) = (node.clone(), addr.clone());
-                Box::pin(async move { node.add_to_group(g, id, &addr).await })
-            },
-            |leader_addr, g| {
-                let channel = channels.channel(leader_addr).map_err(Status::unavailable)?;
-                let req = AddNodeRequest { node_id: id, address: addr.clone(), metadata_partition: Some(g) };
-                Ok(Box::pin(async move { Ok(AdminServiceClient::new(channel).add_node(req).await?.into_inner()) }))
-            },
-        )
-        .await
+        let (id, addr) = (r.node_id, r.address);
+        self.for_each_partition(r.metadata_partition, |_| Change::AddNode { id, addr: addr.clone() }).await
     }
 
     async fn remove_node(&self, request: Request<RemoveNodeRequest>) -> Result<Response<MembershipResponse>, Status> {
         let r = request.into_inner();
         let id = r.node_id;
-        let node = self.node.clone();
-        let channels = self.node.peers.clone();
-        self.for_each_group(
-            r.metadata_partition,
-            |g| {
-                let node = node.clone();
-                Box::pin(async move { node.remove_from_group(g, id).await })
-            },
-            |leader_addr, g| {
-                let channel = channels.channel(leader_addr).map_err(Status::unavailable)?;
-                let req = RemoveNodeRequest { node_id: id, metadata_partition: Some(g) };
-                Ok(Box::pin(async move { Ok(AdminServiceClient::new(channel).remove_node(req).await?.into_inner()) }))
-            },
-        )
-        .await
+        self.for_each_partition(r.metadata_partition, |_| Change::RemoveNode { id }).await
     }
 
     async fn trigger_snapshot(
@@ -479,6 +420,9 @@ impl AdminService for AdminApi {
         }
         if let Some(ms) = r.clock_offset_ms {
             faults.set_clock_offset_ms(ms);
+        }
+        if r.set_topic_changes_only {
+            faults.set_topic_changes_only((!r.topic_changes_only.is_empty()).then(|| r.topic_changes_only.clone()));
         }
         if let Some(dir) = &r.fail_dir {
             self.node.fail_dir(dir).map_err(|e| Status::invalid_argument(e.to_string()))?;

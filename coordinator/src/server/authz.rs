@@ -9,66 +9,17 @@
 //! the client certificate must name the host of a member's address (`Node::is_peer`); members may
 //! call everything there. Owns the decision only: the TLS handshake (`diskless_tls`) established
 //! the identity, and handlers never see a refused call (except `Status` with digests, which asks
-//! [`Caller::require`] itself).
+//! [`Caller::require`] itself). The roles' configuration (who holds which role) is
+//! `node::roles`; which hosts are members is `node::addresses`.
 
-use std::collections::HashSet;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 
 use diskless_tls::{ConnInfo, PeerIdentity};
 use futures_util::future::Either;
-use serde::{Deserialize, Serialize};
 
+pub use crate::node::roles::{Role, Roles};
 use crate::node::Node;
-
-/// The roles, each a list of identities.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Roles {
-    pub admin: Vec<String>,
-    pub broker: Vec<String>,
-    pub reader: Vec<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Role {
-    Reader,
-    Broker,
-    Admin,
-}
-
-impl Role {
-    pub fn name(self) -> &'static str {
-        match self {
-            Role::Reader => "reader",
-            Role::Broker => "broker",
-            Role::Admin => "admin",
-        }
-    }
-}
-
-impl Roles {
-    pub fn validate(&self) -> anyhow::Result<()> {
-        if self.admin.is_empty() {
-            tracing::warn!("roles names no admin identity: membership changes, snapshots and backups are refused");
-        }
-        Ok(())
-    }
-
-    /// The highest role `identity` holds (roles include the ones below them).
-    pub fn role_of(&self, identity: &PeerIdentity) -> Option<Role> {
-        let holds = |list: &Vec<String>| list.iter().any(|n| identity.has(n));
-        if holds(&self.admin) {
-            Some(Role::Admin)
-        } else if holds(&self.broker) {
-            Some(Role::Broker)
-        } else if holds(&self.reader) {
-            Some(Role::Reader)
-        } else {
-            None
-        }
-    }
-}
 
 /// The role a method needs; `None`: any admitted connection (health, reflection).
 pub fn required_role(path: &str) -> Option<Role> {
@@ -173,17 +124,6 @@ impl Gate {
     }
 }
 
-/// Whether a certificate names the host of one of `addrs` (`host:port`).
-pub fn names_a_host(identity: &PeerIdentity, hosts: &HashSet<String>) -> bool {
-    identity.names().any(|n| hosts.contains(n))
-}
-
-/// The host of `host:port` (brackets of an IPv6 address removed).
-pub fn host_of(addr: &str) -> &str {
-    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
-    host.trim_start_matches('[').trim_end_matches(']')
-}
-
 /// The layer: `Server::builder().layer(AuthzLayer(gate))`.
 #[derive(Clone)]
 pub struct AuthzLayer(pub Gate);
@@ -237,12 +177,8 @@ mod tests {
     }
 
     #[test]
-    fn roles_include_the_ones_below_and_methods_need_theirs() {
+    fn methods_need_their_roles() {
         let roles = Roles { admin: vec!["op".into()], broker: vec!["b1.example".into()], reader: vec!["mon".into()] };
-        assert_eq!(roles.role_of(&id("op")), Some(Role::Admin));
-        assert_eq!(roles.role_of(&id("b1")), Some(Role::Broker));
-        assert_eq!(roles.role_of(&id("mon")), Some(Role::Reader));
-        assert_eq!(roles.role_of(&id("x")), None);
         assert_eq!(required_role("/diskless.admin.v1.AdminService/RemoveNode"), Some(Role::Admin));
         assert_eq!(required_role("/diskless.admin.v1.AdminService/Status"), Some(Role::Reader));
         assert_eq!(required_role("/diskless.coordinator.v1.CoordinatorService/CommitFile"), Some(Role::Broker));
@@ -261,12 +197,5 @@ mod tests {
         assert!(gate.admit("/diskless.internal.v1.RaftService/Execute", Some(&conn(id("op")))).is_err());
         assert_eq!(required_role("/diskless.internal.v1.RaftService/Execute"), Some(Role::Admin));
         assert!(gate.admit("/diskless.admin.v1.AdminService/Status", None).is_err());
-    }
-
-    #[test]
-    fn hosts_of_addresses() {
-        assert_eq!(host_of("127.0.0.1:7001"), "127.0.0.1");
-        assert_eq!(host_of("[::1]:7001"), "::1");
-        assert_eq!(host_of("node-1.example:7001"), "node-1.example");
     }
 }

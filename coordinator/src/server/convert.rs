@@ -2,7 +2,8 @@
 //! protobuf types cannot express (16-byte UUIDs, `int8`/`int16` ranges) happen here, so bad input
 //! becomes a per-item `INVALID_REQUEST` before anything is proposed. Also the one table of what
 //! a routing problem ([`RouteError`]) becomes: a Kafka error code for the items it affects, or a
-//! gRPC status where a whole call fails.
+//! gRPC status where a whole call fails. Every service answers a `RouteError` through this table
+//! (CoordinatorService, AdminService, RaftService); it must not be rebuilt elsewhere.
 
 use diskless_proto::v1::commit_file_request::CommitBatch as WireBatch;
 use diskless_proto::PartFailure;
@@ -27,14 +28,19 @@ pub fn result_fields<T>(r: &Result<T, Failure>) -> (i32, Option<String>) {
 
 /// The table: per kind of routing problem, the Kafka error of the items it affects and the gRPC
 /// status code of a call it fails as a whole. Not applied (NotLeader) and retriable elsewhere are
-/// UNAVAILABLE, so clients try again or another node; an unknown outcome is REQUEST_TIMED_OUT.
+/// UNAVAILABLE, so clients try again or another node; an unknown outcome is REQUEST_TIMED_OUT. A
+/// metadata partition that does not exist is NOT_FOUND: the caller named it (AdminService's and
+/// RaftService's requests carry a partition id), and asking again will not make it exist;
+/// INTERNAL would say this node broke. Kafka has no code for it, so its items are
+/// UNKNOWN_SERVER_ERROR (the CoordinatorService computes its partitions itself: no client meets
+/// it there).
 fn route_codes(e: &RouteError) -> (ErrorCode, Code) {
     match e {
         RouteError::NotLeader { .. } => (ErrorCode::NotLeaderOrFollower, Code::Unavailable),
         RouteError::Timeout { .. } | RouteError::NoQuorum { .. } => (ErrorCode::RequestTimedOut, Code::Unavailable),
         RouteError::ReplicaUnavailable { .. } => (ErrorCode::ReplicaNotAvailable, Code::Unavailable),
         RouteError::Failed { .. } => (ErrorCode::UnknownServerError, Code::Unavailable),
-        RouteError::UnknownGroup(_) => (ErrorCode::UnknownServerError, Code::Internal),
+        RouteError::UnknownPartition(_) => (ErrorCode::UnknownServerError, Code::NotFound),
     }
 }
 

@@ -4,7 +4,7 @@
 //! Statuses, per service name:
 //! - `""` (the whole node) and `diskless.coordinator.v1.CoordinatorService`: SERVING when the node
 //!   has joined a cluster and every metadata partition it hosts is in working order here: the
-//!   group's membership names this node's replica, a leader is known, and the replica is in touch
+//!   partition's membership names this node's replica, a leader is known, and the replica is in touch
 //!   with it (`Node::check_serving`: as a follower it heard from the leader lately, as the leader a
 //!   quorum acknowledged it lately). NOT_SERVING otherwise: starting, bootstrapping, waiting to be
 //!   added, or cut off from a quorum.
@@ -12,8 +12,8 @@
 //!   server runs — operators and peers must reach a node that is not healthy, to see why and to
 //!   repair it.
 //!
-//! Everything is NOT_SERVING once the node starts shutting down. A task watches the groups' Raft
-//! server metrics (leader, state, membership) and re-evaluates at each change, and at least every
+//! Everything is NOT_SERVING once the node starts shutting down. A task watches the metadata
+//! partitions' Raft server metrics (leader, state, membership) and re-evaluates at each change, and at least every
 //! [`CHECK_EVERY`] (being in touch with a leader is a matter of time, not only of metric changes);
 //! it updates the reporter when the answer changes. It must not act on the node.
 
@@ -26,7 +26,7 @@ use tonic_health::ServingStatus;
 
 use crate::node::Node;
 
-/// How often the groups are looked at.
+/// How often the metadata partitions are looked at.
 pub const CHECK_EVERY: Duration = Duration::from_millis(100);
 
 pub const COORDINATOR: &str = "diskless.coordinator.v1.CoordinatorService";
@@ -38,7 +38,7 @@ pub fn check(node: &Node) -> Result<(), String> {
     if node.identity().cluster_id().is_none() {
         return Err("not part of a cluster yet (bootstrapping, or waiting to be added)".into());
     }
-    for g in 0..node.num_groups() {
+    for g in 0..node.num_partitions() {
         let m = node.metrics(g).map_err(|e| e.to_string())?;
         if m.current_leader.is_none() {
             return Err(format!("metadata partition {g} has no leader"));
@@ -66,7 +66,7 @@ pub async fn start(
 async fn keep(node: Weak<Node>, mut stopping: tokio::sync::watch::Receiver<bool>, reporter: HealthReporter) {
     let mut last: Option<bool> = None;
     let mut watches: Vec<_> = match node.upgrade() {
-        Some(n) => (0..n.num_groups()).filter_map(|g| n.raft(g).ok().map(|r| r.server_metrics())).collect(),
+        Some(n) => (0..n.num_partitions()).filter_map(|g| n.raft(g).ok().map(|r| r.server_metrics())).collect(),
         None => vec![],
     };
     loop {
@@ -88,7 +88,7 @@ async fn keep(node: Weak<Node>, mut stopping: tokio::sync::watch::Receiver<bool>
             }
             last = Some(serving);
         }
-        // A watch whose group stopped is dropped (it would report a change for ever).
+        // A watch whose Raft group stopped is dropped (it would report a change for ever).
         let changed = async {
             if watches.is_empty() {
                 std::future::pending::<()>().await;
@@ -96,12 +96,12 @@ async fn keep(node: Weak<Node>, mut stopping: tokio::sync::watch::Receiver<bool>
             let (r, i, _) = futures_util::future::select_all(watches.iter_mut().map(|w| Box::pin(w.changed()))).await;
             r.err().map(|_| i)
         };
-        let stopped_group = tokio::select! {
+        let stopped = tokio::select! {
             _ = tokio::time::sleep(CHECK_EVERY) => None,
             gone = changed => gone,
             _ = stopping.changed() => None,
         };
-        if let Some(i) = stopped_group {
+        if let Some(i) = stopped {
             watches.remove(i);
         }
     }

@@ -1,26 +1,26 @@
 //! The gRPC servers of a node: the client listener (`CoordinatorService` for brokers,
 //! `AdminService` for operators, gRPC health checking (`health`) and server reflection, so
 //! `grpcurl host:port list` works) and, when configured, a separate peer listener
-//! (`RaftService`, and the coordinator and admin calls other nodes forward); without one, the
+//! (`RaftService`, with the requests other nodes forward over its `Execute`); without one, the
 //! client listener serves the peers too. Each listener may use TLS (`diskless_tls`); `authz`
 //! decides who may call what.
 //!
 //! Owns: serving, request size limits, graceful shutdown; every request passes the metrics layer
 //! (`metrics::grpc`) and the authorization layer. The KIP-1164 API's wire ↔ domain conversions
-//! live in `coordinator_service` (consumer groups' calls in `groups`, the broker registry's in
-//! `registry`), which run each part through `node::route`; wire-type checks and the table of what
-//! routing errors become on the wire in `convert`; the topic reconciler (which routes like a
-//! client) in `reconciler`.
+//! live in `coordinator` (a file per family of calls), which runs each part through
+//! `node::route`; the operators' API in `admin_service`, the peers' in `raft_service`; wire-type
+//! checks and the one table of what a `RouteError` becomes on the wire in `convert`, which every
+//! service uses; the topic reconciler (which routes like a client) in `reconciler`. It must not
+//! decide where a request runs (that is `node::route`) nor apply rules of the domain.
 
 mod admin_service;
 pub mod authz;
 pub(crate) mod convert;
-pub mod coordinator_service;
-mod groups;
+pub mod coordinator;
 pub mod health;
+pub mod metrics_listener;
 mod raft_service;
 mod reconciler;
-mod registry;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -63,7 +63,7 @@ pub async fn serve(
         let every = std::time::Duration::from_millis(node.config.topic_reconcile_ms);
         tokio::spawn(reconciler::run(Arc::downgrade(&node), every));
     }
-    crate::metrics::scrape::watch_leaders(&node);
+    metrics_listener::watch_leaders(&node);
     let health = health::start(&node).await;
     let client_tls = match &node.config.tls {
         Some(f) => Some(ServerTls::new(f).context("TLS settings of the client listener")?),
@@ -119,7 +119,7 @@ const SMALL_REQUEST_BYTES: usize = 64 << 10;
 /// A call's headers, all together.
 const MAX_HEADER_LIST_BYTES: u32 = 64 << 10;
 /// HTTP/2 streams (calls) one connection may have open at once; a peer's channel carries every
-/// group's Raft traffic, a broker's its commits and reads.
+/// metadata partition's Raft traffic, a broker's its commits and reads.
 const MAX_STREAMS_PER_CONNECTION: u32 = 1024;
 
 /// One listener's server: every service (the gate decides who reaches which).
@@ -136,7 +136,7 @@ where
     // Every service's message sizes are set here, none left to tonic's defaults (4 MiB in,
     // unbounded out): what a request may carry bounds what decoding it can cost.
     let limit = node.config.max_request_bytes;
-    let coordinator = CoordinatorServiceServer::new(coordinator_service::CoordinatorApi::new(node.clone()))
+    let coordinator = CoordinatorServiceServer::new(coordinator::CoordinatorApi::new(node.clone()))
         .max_decoding_message_size(limit)
         .max_encoding_message_size(MAX_ANSWER_BYTES);
     let admin = AdminServiceServer::new(admin_service::AdminApi::new(node.clone()))

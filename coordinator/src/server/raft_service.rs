@@ -1,12 +1,14 @@
 //! `RaftService`: the receiving end of the Raft network. Admits each message only if it is meant
-//! for this node's replica of the group (see `raft::identity`), decodes it, hands it to the named
-//! group's Raft, encodes the answer. Snapshots arrive as a stream of chunks written straight to a
-//! file in the group's snapshot directory, checked, then installed by a task of its own, so a
-//! sender that goes away mid-install (a leader change) cannot pull the file from under openraft.
-//! A stream past `max_snapshot_bytes`, or silent for `SNAPSHOT_IDLE_TIMEOUT`, is refused (its file
-//! removed). Who may send at all is decided before (`authz`: members only, with peer TLS).
-//! `Identify` tells peers who this node is (bootstrap and AddNode ask it). `Execute` runs a command
-//! or strict read another node forwarded to this group's leader (`node::route`).
+//! for this node's replica of the metadata partition (see `raft::identity`), decodes it, hands it
+//! to the named metadata partition's Raft, encodes the answer. Snapshots arrive as a stream of
+//! chunks written straight to a file in the metadata partition's snapshot directory, checked, then
+//! installed by a task of its own, so a sender that goes away mid-install (a leader change) cannot
+//! pull the file from under openraft. A stream past `max_snapshot_bytes`, or silent for
+//! `SNAPSHOT_IDLE_TIMEOUT`, is refused (its file removed). Who may send at all is decided before
+//! (`authz`: members only, with peer TLS). `Identify` tells peers who this node is (bootstrap and
+//! AddNode ask it). `Execute` runs a command, strict read or membership change another node
+//! forwarded to this metadata partition's leader (`node::route`). It must not decide anything about
+//! the messages (openraft does) nor forward them.
 
 use std::sync::Arc;
 
@@ -20,6 +22,7 @@ use tokio::io::AsyncWriteExt;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::convert::route_status;
 use crate::node::Node;
 use crate::raft::network::SNAPSHOT_IDLE_TIMEOUT;
 use crate::raft::snapshot::{self, SnapshotFile};
@@ -35,15 +38,16 @@ impl RaftApi {
         RaftApi { node }
     }
 
-    fn raft(&self, group: u32) -> Result<&Raft, Status> {
-        self.node.raft(group).map_err(|e| Status::not_found(e.to_string()))
+    fn raft(&self, partition: u32) -> Result<&Raft, Status> {
+        self.node.raft(partition).map_err(|e| route_status(&e))
     }
 
-    /// The group's Raft if the message is for this node's replica of it; otherwise the refusal,
-    /// as an answer the sender treats as "unreachable" (this replica is not the one it knows).
-    fn admit(&self, group: u32, to: Option<&Addressee>) -> Result<Result<&Raft, RaftReply>, Status> {
-        match self.node.admit(group, to) {
-            Ok(()) => Ok(Ok(self.raft(group)?)),
+    /// The metadata partition's Raft if the message is for this node's replica of it; otherwise the
+    /// refusal, as an answer the sender treats as "unreachable" (this replica is not the one it
+    /// knows).
+    fn admit(&self, partition: u32, to: Option<&Addressee>) -> Result<Result<&Raft, RaftReply>, Status> {
+        match self.node.admit(partition, to) {
+            Ok(()) => Ok(Ok(self.raft(partition)?)),
             Err(e) => {
                 Ok(Err(RaftReply { error: format!("refused by node {}: {e}", self.node.id), ..Default::default() }))
             }
@@ -107,15 +111,15 @@ impl RaftService for RaftApi {
             .await
             .map_err(|_| Status::deadline_exceeded(format!("no snapshot chunk for {SNAPSHOT_IDLE_TIMEOUT:?}")))?
             .ok_or_else(|| Status::invalid_argument("empty snapshot stream"))??;
-        let group = first.group;
-        let raft = match self.admit(group, first.to.as_ref())? {
+        let partition = first.group;
+        let raft = match self.admit(partition, first.to.as_ref())? {
             Ok(raft) => raft.clone(),
             Err(refused) => return Ok(Response::new(refused)),
         };
         // Only a leader sends snapshots: this replica is in touch (see Node::check_serving).
-        self.node.heard_from_leader(group);
+        self.node.heard_from_leader(partition);
         let (vote, meta): (Vote, SnapshotMeta) = decode(&first.header)?;
-        let dir = self.node.placed(group).map_err(|e| Status::not_found(e.to_string()))?.snapshot_dir(group);
+        let dir = self.node.placed(partition).map_err(|e| route_status(&e))?.snapshot_dir(partition);
         tokio::fs::create_dir_all(&dir).await.map_err(|e| Status::internal(e.to_string()))?;
         let path = dir.join(format!("receiving-{}.part", uuid::Uuid::new_v4()));
         // However the transfer ends (error, or the sender going away), the partial file does not
@@ -158,9 +162,9 @@ impl RaftService for RaftApi {
         }
         .await;
         if let Err(e) = result {
-            let message = format!("receiving a snapshot of metadata partition {group}: {e}");
+            let message = format!("receiving a snapshot of metadata partition {partition}: {e}");
             if e.kind() == std::io::ErrorKind::FileTooLarge {
-                tracing::warn!(group, "{message}");
+                tracing::warn!(metadata_partition = partition, "{message}");
                 return Err(Status::resource_exhausted(message));
             }
             return Err(Status::data_loss(message));
@@ -174,7 +178,7 @@ impl RaftService for RaftApi {
         });
         match install.await {
             Ok(r) => reply(r),
-            Err(e) => Err(Status::internal(format!("installing a snapshot of metadata partition {group}: {e}"))),
+            Err(e) => Err(Status::internal(format!("installing a snapshot of metadata partition {partition}: {e}"))),
         }
     }
 

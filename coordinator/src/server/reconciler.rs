@@ -27,7 +27,7 @@ use diskless_proto::v1::ListTopicsRequest;
 use tonic::Request;
 use uuid::Uuid;
 
-use super::coordinator_service::CoordinatorApi;
+use super::coordinator::CoordinatorApi;
 use crate::node::{Node, DELETE_BUDGET};
 use crate::state_machine::{AlterTopic, CreateTopic, Op, TopicInfo};
 
@@ -43,10 +43,10 @@ pub async fn run(node: Weak<Node>, every: Duration) {
         }
         let Some(node) = node.upgrade() else { return };
         let api = CoordinatorApi::new(node.clone());
-        for g in 1..node.num_groups() {
+        for g in 1..node.num_partitions() {
             if node.raft(g).is_ok_and(|r| r.is_leader()) {
                 if let Err(e) = reconcile(&node, &api, g).await {
-                    tracing::debug!(group = g, error = %e, "topic reconciliation deferred");
+                    tracing::debug!(metadata_partition = g, error = %e, "topic reconciliation deferred");
                 }
             }
         }
@@ -98,7 +98,7 @@ async fn reconcile(node: &Arc<Node>, api: &CoordinatorApi, g: u32) -> anyhow::Re
     ] {
         let Some(op) = op else { continue };
         let (outcome, _) = node.propose(g, op, TIMEOUT).await?;
-        tracing::info!(group = g, ?outcome, "topics {what} to match the catalog");
+        tracing::info!(metadata_partition = g, ?outcome, "topics {what} to match the catalog");
     }
     Ok(())
 }

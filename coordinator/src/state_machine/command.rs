@@ -1,9 +1,9 @@
 //! What the state machine applies (the Raft log entry's content) and what it answers.
 //!
 //! A [`Command`] is a client request stamped by the proposer with the time ("now", the
-//! LogAppendTime of a commit) and, for operations that delete, a work budget. Both are in the entry,
-//! so every replica applies the same bytes to the same result: the state machine never reads a
-//! clock. Validation and offset assignment happen at apply, not at proposal, so pipelined
+//! LogAppendTime of a commit) and, for operations that delete, a work budget. Both are in the
+//! entry, so every replica applies the same bytes to the same result: the state machine never reads
+//! a clock. Validation and offset assignment happen at apply, not at proposal, so pipelined
 //! proposals need no speculative state on the leader; the batches a commit accepts, with the
 //! offsets they were given, are what KIP-1164 calls a `DisklessFileCommittedRecord`.
 //!
@@ -28,7 +28,7 @@ pub struct Command {
 /// The operations, in KIP-1164's words.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Op {
-    /// DisklessCreatePartitions (each group creates the partitions it owns).
+    /// DisklessCreatePartitions (each metadata partition creates the partitions it owns).
     CreatePartitions(Vec<CreateTopic>),
     /// DisklessDeleteTopics.
     DeleteTopics { topic_ids: Vec<Uuid>, budget: u32 },
@@ -61,8 +61,8 @@ pub enum Op {
     /// Being a log entry, the fence is ordered with every commit: none can slip past it.
     FenceObjects { object_keys: Vec<String> },
     /// A group coordinator (a broker) records a consumer group after a rebalance: its generation
-    /// and members. Refused when the stored generation is newer (a deposed coordinator), or the same
-    /// one stored by another coordinator.
+    /// and members. Refused when the stored generation is newer (a deposed coordinator), or the
+    /// same one stored by another coordinator.
     StoreGroup { group_id: String, group: GroupRecord },
     /// OffsetCommit, fenced at apply by the stored group's generation and members.
     CommitOffsets(CommitOffsets),

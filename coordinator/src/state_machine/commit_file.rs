@@ -11,8 +11,9 @@
 //! (INVALID_REQUEST: the cleaner fences only the owners before deleting); an object key that was
 //! fenced or confirmed deleted (KAFKA_STORAGE_ERROR: the object is gone or going, the producer must
 //! produce again). An object key this metadata partition already knows is a repeat when the commit
-//! carries exactly what the first one did (same batch count and CRC, see `checksum`): it gets the first commit's answers
-//! again, changing nothing; any other commit of a known key is refused (INVALID_REQUEST).
+//! carries exactly what the first one did (same batch count and CRC, see `checksum`): it gets the
+//! first commit's answers again, changing nothing; any other commit of a known key is refused
+//! (INVALID_REQUEST).
 
 use super::command::{
     CommitBatch, CommitFile, CommittedBatch, ErrorCode, Failure, OBJECT_FORMAT_WAL_MULTI_SEGMENT,
@@ -240,8 +241,8 @@ fn commit_batch(
             format!("partition {} would pass the largest offset", b.tp),
         )));
     };
-    let batch_id =
-        (i64::from(sm.group) << BATCH_ID_COUNTER_BITS) | (*next_batch_id as i64 & ((1 << BATCH_ID_COUNTER_BITS) - 1));
+    let batch_id = (i64::from(sm.metadata_partition) << BATCH_ID_COUNTER_BITS)
+        | (*next_batch_id as i64 & ((1 << BATCH_ID_COUNTER_BITS) - 1));
     *next_batch_id += 1;
     let record = BatchRecordRef {
         batch_id,
@@ -283,17 +284,17 @@ fn validate_file(sm: &StateMachine, c: &CommitFile) -> Result<(), Failure> {
     if c.file_size < 0 {
         return bad(format!("file size {} is negative", c.file_size));
     }
-    let n = sm.num_groups as usize;
+    let n = sm.num_metadata_partitions as usize;
     let mut distinct = c.owner_ids.clone();
     distinct.sort_unstable();
     distinct.dedup();
     if distinct.len() != c.owner_ids.len() || c.owner_ids.iter().any(|&o| o < 0 || o as usize >= n) {
         return bad(format!("owner ids {:?} are not distinct metadata partitions of 0..{n}", c.owner_ids));
     }
-    if !c.owner_ids.contains(&(sm.group as i32)) {
+    if !c.owner_ids.contains(&(sm.metadata_partition as i32)) {
         return bad(format!(
             "metadata partition {} is not among the file's owners {:?}; a commit part goes only to an owner",
-            sm.group, c.owner_ids
+            sm.metadata_partition, c.owner_ids
         ));
     }
     Ok(())

@@ -285,7 +285,7 @@ fn log_append_time_batches_use_the_commit_time() {
 
 #[test]
 fn batch_ids_are_unique_and_carry_the_metadata_partition() {
-    let mut f = Fixture::group(3, 4);
+    let mut f = Fixture::metadata_partition(3, 4);
     f.create(1, 64).unwrap();
     let owned: Vec<_> = (0..64).filter(|&p| f.sm.owns(&tp(1, p))).collect();
     assert!(!owned.is_empty());
@@ -383,7 +383,7 @@ fn a_commit_under_a_known_key_with_other_content_is_still_refused() {
 #[test]
 fn a_commit_under_a_known_key_differing_in_any_one_field_is_refused_but_a_new_deadline_is_a_repeat() {
     // Two metadata partitions, so that the owner list can change and stay valid.
-    let mut f = Fixture::group(0, 2);
+    let mut f = Fixture::metadata_partition(0, 2);
     f.create(1, 16).unwrap();
     let mine: Vec<i32> = (0..16).filter(|&p| f.sm.owns(&tp(1, p))).collect();
     let (p, q) = (tp(1, mine[0]), tp(1, mine[1]));
@@ -444,7 +444,7 @@ fn file_for(key: &str, owner_ids: Vec<i32>, batches: Vec<CommitBatch>) -> super:
 
 #[test]
 fn a_commit_part_sent_to_a_metadata_partition_its_owners_do_not_name_is_refused_whole() {
-    let mut f = Fixture::group(1, 4);
+    let mut f = Fixture::metadata_partition(1, 4);
     f.create(1, 64).unwrap();
     let mine = (0..64).find(|&p| f.sm.owns(&tp(1, p))).unwrap();
     for (owners, want) in [

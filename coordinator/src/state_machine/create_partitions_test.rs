@@ -3,13 +3,13 @@ use super::fixture::*;
 
 #[test]
 fn creates_only_the_partitions_this_metadata_partition_owns() {
-    let mut f0 = Fixture::group(0, 2);
-    let mut f1 = Fixture::group(1, 2);
+    let mut f0 = Fixture::metadata_partition(0, 2);
+    let mut f1 = Fixture::metadata_partition(1, 2);
     assert_eq!(f0.create(1, 16), Ok(()));
     assert_eq!(f1.create(1, 16), Ok(()));
     for p in 0..16 {
         let owned0 = f0.sm.owns(&tp(1, p));
-        assert_ne!(owned0, f1.sm.owns(&tp(1, p)), "exactly one group owns partition {p}");
+        assert_ne!(owned0, f1.sm.owns(&tp(1, p)), "exactly one metadata partition owns partition {p}");
         let (host, other) = if owned0 { (&f0, &f1) } else { (&f1, &f0) };
         assert_eq!(host.offsets(tp(1, p)), (0, 0));
         assert_eq!(code(&other.list_offsets(tp(1, p), -1)), ErrorCode::UnknownTopicOrPartition);

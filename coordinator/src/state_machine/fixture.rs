@@ -59,16 +59,16 @@ pub fn idem(tp: TopicPartition, pid: i64, epoch: i16, base_seq: i32, records: i3
 
 impl Fixture {
     pub fn new() -> Fixture {
-        Fixture::group(0, 1)
+        Fixture::metadata_partition(0, 1)
     }
 
-    pub fn group(group: u32, num_groups: u32) -> Fixture {
+    pub fn metadata_partition(metadata_partition: u32, num_metadata_partitions: u32) -> Fixture {
         let dir = tempfile::tempdir().expect("temp dir");
         let db = Db::open(dir.path()).expect("open db");
         Fixture {
             _dir: dir,
             db,
-            sm: StateMachine::new(group, num_groups),
+            sm: StateMachine::new(metadata_partition, num_metadata_partitions),
             hot: StateMachine::hot_keys(),
             now: 1_000_000,
             next_key: 0,
@@ -129,7 +129,7 @@ impl Fixture {
             object_format: OBJECT_FORMAT_WAL_MULTI_SEGMENT,
             file_size: i64::from(at),
             uploader_broker_id: 1,
-            owner_ids: vec![self.sm.group() as i32],
+            owner_ids: vec![self.sm.metadata_partition() as i32],
             batches,
         };
         let Outcome::CommitFile(r) = self.apply(Op::CommitFile(c)) else { panic!("wrong outcome") };

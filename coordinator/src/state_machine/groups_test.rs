@@ -189,7 +189,7 @@ fn groups_and_offsets_travel_in_snapshots() {
     commit(&mut f, "g", 3, "m", &[(1, 0, 11), (1, 1, 12)]);
     commit(&mut f, "solo", -1, "", &[(1, 1, 5)]);
     let dir = tempfile::tempdir().unwrap();
-    let (from, to) = f.sm.keys.group_range();
+    let (from, to) = f.sm.keys.metadata_partition_range();
     let meta = Default::default();
     let file = crate::raft::snapshot::write(&f.db.read(), &from, &to, &|_| false, &meta, dir.path()).unwrap();
     let mut g = Fixture::new();

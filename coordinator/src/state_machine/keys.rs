@@ -89,25 +89,25 @@ impl std::fmt::Display for TopicPartition {
 /// Builds the keys of one metadata partition.
 #[derive(Debug, Clone, Copy)]
 pub struct Keys {
-    group: u32,
+    metadata_partition: u32,
 }
 
 impl Keys {
-    pub fn new(group: u32) -> Keys {
-        Keys { group }
+    pub fn new(metadata_partition: u32) -> Keys {
+        Keys { metadata_partition }
     }
 
     fn start(&self, tag: u8, cap: usize) -> Vec<u8> {
         let mut k = Vec::with_capacity(5 + cap);
-        k.extend_from_slice(&self.group.to_be_bytes());
+        k.extend_from_slice(&self.metadata_partition.to_be_bytes());
         k.push(tag);
         k
     }
 
     /// The first key of this metadata partition and the first key after it.
-    pub fn group_range(&self) -> (Vec<u8>, Vec<u8>) {
-        let from = self.group.to_be_bytes().to_vec();
-        let to = match self.group.checked_add(1) {
+    pub fn metadata_partition_range(&self) -> (Vec<u8>, Vec<u8>) {
+        let from = self.metadata_partition.to_be_bytes().to_vec();
+        let to = match self.metadata_partition.checked_add(1) {
             Some(next) => next.to_be_bytes().to_vec(),
             None => vec![0xff; 5],
         };
@@ -380,9 +380,9 @@ mod tests {
     }
 
     #[test]
-    fn groups_do_not_overlap() {
-        let (_, end0) = Keys::new(0).group_range();
-        let (start1, _) = Keys::new(1).group_range();
+    fn metadata_partitions_do_not_overlap() {
+        let (_, end0) = Keys::new(0).metadata_partition_range();
+        let (start1, _) = Keys::new(1).metadata_partition_range();
         assert!(Keys::new(0).meta(b"zzz") < end0);
         assert_eq!(end0, start1);
     }

@@ -91,27 +91,34 @@ pub struct TopicInfo {
 /// is: the state is in the storage it is handed.
 #[derive(Debug, Clone)]
 pub struct StateMachine {
-    group: u32,
-    num_groups: u32,
+    metadata_partition: u32,
+    num_metadata_partitions: u32,
     keys: Keys,
 }
 
 impl StateMachine {
-    /// The state machine of metadata partition `group` of `num_groups`.
-    pub fn new(group: u32, num_groups: u32) -> StateMachine {
-        assert!(group < num_groups, "metadata partition {group} of {num_groups}");
-        StateMachine { group, num_groups, keys: Keys::new(group) }
+    /// The state machine of metadata partition `metadata_partition` of `num_metadata_partitions`.
+    pub fn new(metadata_partition: u32, num_metadata_partitions: u32) -> StateMachine {
+        assert!(
+            metadata_partition < num_metadata_partitions,
+            "metadata partition {metadata_partition} of {num_metadata_partitions}"
+        );
+        StateMachine { metadata_partition, num_metadata_partitions, keys: Keys::new(metadata_partition) }
     }
 
-    pub fn group(&self) -> u32 {
-        self.group
+    /// Which metadata partition this is.
+    pub fn metadata_partition(&self) -> u32 {
+        self.metadata_partition
     }
 
     /// Whether this metadata partition owns `tp`.
     pub fn owns(&self, tp: &TopicPartition) -> bool {
         tp.partition >= 0
-            && diskless_proto::metadata_partition_for(tp.topic_id.as_bytes(), tp.partition, self.num_groups)
-                == self.group
+            && diskless_proto::metadata_partition_for(
+                tp.topic_id.as_bytes(),
+                tp.partition,
+                self.num_metadata_partitions,
+            ) == self.metadata_partition
     }
 
     /// An empty cache of the hot keys (see `keys`), for the transactions that apply commands:
@@ -214,7 +221,7 @@ impl StateMachine {
 
     /// Whether this metadata partition holds consumer group `group_id`.
     pub fn holds_group(&self, group_id: &str) -> bool {
-        diskless_proto::metadata_partition_for_group(group_id, self.num_groups) == self.group
+        diskless_proto::metadata_partition_for_group(group_id, self.num_metadata_partitions) == self.metadata_partition
     }
 
     /// A consumer group as stored, if it is.
@@ -243,7 +250,8 @@ impl StateMachine {
         registry::all(view, &self.keys)
     }
 
-    /// The brokers whose lease runs at `now` (the reader's clock: a read is not a log entry), by id.
+    /// The brokers whose lease runs at `now` (the reader's clock: a read is not a log entry), by
+    /// id.
     pub fn live_brokers(&self, view: &dyn KvRead, now_ms: i64) -> Result<Vec<(i32, BrokerRecord)>, StorageError> {
         Ok(registry::all(view, &self.keys)?.into_iter().filter(|(_, b)| b.lease_until_ms > now_ms).collect())
     }
@@ -258,7 +266,8 @@ impl StateMachine {
         files::to_delete(view, &self.keys, limit)
     }
 
-    /// Every topic of the catalog, by topic id: (id, name, partitions, retention.ms, retention.bytes).
+    /// Every topic of the catalog, by topic id: (id, name, partitions, retention.ms,
+    /// retention.bytes).
     pub fn topics(&self, view: &dyn KvRead) -> Result<Vec<TopicInfo>, StorageError> {
         let (from, to) = self.keys.table(keys::TOPIC);
         let mut out = vec![];
@@ -287,7 +296,7 @@ impl StateMachine {
     /// Raft layer's applied-index record). Two replicas that applied the same log have the same
     /// digest.
     pub fn digest(&self, view: &dyn KvRead) -> Result<[u8; 32], StorageError> {
-        let (from, to) = self.keys.group_range();
+        let (from, to) = self.keys.metadata_partition_range();
         let applied = self.keys.applied();
         let mut h = Sha256::new();
         view.scan(&from, &to, &mut |k, v| {

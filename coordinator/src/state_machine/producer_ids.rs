@@ -22,10 +22,10 @@ pub fn allocate(
     count: u32,
 ) -> Result<Result<ProducerIdBlock, Failure>, StorageError> {
     let invalid = |m: String| Ok(Err(Failure::new(ErrorCode::InvalidRequest, m)));
-    if sm.group != PRODUCER_ID_AUTHORITY {
+    if sm.metadata_partition != PRODUCER_ID_AUTHORITY {
         return invalid(format!(
             "producer ids are allocated by metadata partition {PRODUCER_ID_AUTHORITY}, not {}",
-            sm.group
+            sm.metadata_partition
         ));
     }
     if count == 0 || count > MAX_PRODUCER_ID_BLOCK {

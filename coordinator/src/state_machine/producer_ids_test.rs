@@ -29,6 +29,6 @@ fn a_refused_allocation_hands_out_nothing() {
 
 #[test]
 fn only_metadata_partition_0_allocates() {
-    let mut f = Fixture::group(1, 4);
+    let mut f = Fixture::metadata_partition(1, 4);
     assert_eq!(allocate(&mut f, 5), Err(ErrorCode::InvalidRequest));
 }

@@ -37,8 +37,11 @@ fn stale<T>(m: String) -> Result<Result<T, Failure>, StorageError> {
 /// The checks every registry operation shares: the right metadata partition, a valid id and lease.
 fn check(sm: &StateMachine, broker_id: i32, lease_ms: Option<i64>) -> Result<(), Failure> {
     let bad = |m: String| Err(Failure::new(ErrorCode::InvalidRequest, m));
-    if sm.group != REGISTRY_AUTHORITY {
-        return bad(format!("the broker registry is in metadata partition {REGISTRY_AUTHORITY}, not {}", sm.group));
+    if sm.metadata_partition != REGISTRY_AUTHORITY {
+        return bad(format!(
+            "the broker registry is in metadata partition {REGISTRY_AUTHORITY}, not {}",
+            sm.metadata_partition
+        ));
     }
     if broker_id < 0 {
         return bad(format!("broker id {broker_id} is negative"));

@@ -123,7 +123,7 @@ fn unregister_gives_the_id_back_but_only_for_its_own_incarnation() {
 
 #[test]
 fn only_metadata_partition_0_holds_the_registry_and_bad_requests_are_refused() {
-    let mut f = Fixture::group(1, 4);
+    let mut f = Fixture::metadata_partition(1, 4);
     assert_eq!(lease(f.apply(reg(1, 9092, 7, 5_000))), Err(ErrorCode::InvalidRequest));
     let mut f = Fixture::new();
     assert_eq!(lease(f.apply(reg(-1, 9092, 7, 5_000))), Err(ErrorCode::InvalidRequest));
@@ -139,7 +139,7 @@ fn the_registry_travels_in_snapshots() {
     lease(f.apply(reg(1, 9092, 7, 5_000))).unwrap();
     lease(f.apply(reg(3, 9093, 8, 5_000))).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let (from, to) = super::keys::Keys::new(0).group_range();
+    let (from, to) = super::keys::Keys::new(0).metadata_partition_range();
     let file =
         snapshot::write(&f.db.read(), &from, &to, &|_| false, &Default::default(), &dir.path().join("s")).unwrap();
     let g = Fixture::new();

@@ -6,13 +6,15 @@ use rocksdb::{ColumnFamilyDescriptor, Options, ReadOptions, WriteBatch, WriteOpt
 
 use super::{KvRead, StorageError};
 
-/// The column families. One RocksDB WAL covers both, so one fsync makes Raft log appends and state
-/// machine writes of every metadata partition durable together (group commit).
+/// The column families. The Raft log itself is not here: it is the data directory's segmented log
+/// (`raft::seglog`), with its own fsync thread (`raft::log_sync`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
     /// Every metadata partition's state machine keys (prefixed by partition id).
     State,
-    /// Raft logs, votes and other per-group Raft bookkeeping (prefixed by partition id).
+    /// Per-partition Raft bookkeeping (prefixed by partition id): votes, purge points, snapshot
+    /// install marks, the directory's record; in a directory of an earlier version, also the log
+    /// entries moved out into the segmented log at start.
     Raft,
 }
 

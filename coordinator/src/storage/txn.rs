@@ -11,8 +11,8 @@ use rocksdb::WriteBatch;
 
 use super::{Db, Family, HotKeys, KvRead, StorageError};
 
-/// Pending writes over the latest database state. Not shared between threads: one group applies
-/// one command at a time.
+/// Pending writes over the latest database state. Not shared between threads: one metadata
+/// partition applies one command at a time.
 pub struct Txn<'a> {
     db: &'a Db,
     /// `None` is a delete.

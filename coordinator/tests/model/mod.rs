@@ -55,8 +55,8 @@ struct File {
 
 #[derive(Debug, Clone)]
 pub struct Model {
-    group: u32,
-    num_groups: u32,
+    metadata_partition: u32,
+    num_metadata_partitions: u32,
     topics: BTreeMap<Uuid, Topic>,
     parts: BTreeMap<TopicPartition, Partition>,
     producers: BTreeMap<(TopicPartition, i64), Producer>,
@@ -90,10 +90,10 @@ fn eff(b: &BatchRecord) -> i64 {
 }
 
 impl Model {
-    pub fn new(group: u32, num_groups: u32) -> Model {
+    pub fn new(metadata_partition: u32, num_metadata_partitions: u32) -> Model {
         Model {
-            group,
-            num_groups,
+            metadata_partition,
+            num_metadata_partitions,
             topics: BTreeMap::new(),
             parts: BTreeMap::new(),
             producers: BTreeMap::new(),
@@ -112,8 +112,11 @@ impl Model {
 
     fn owns(&self, tp: &TopicPartition) -> bool {
         tp.partition >= 0
-            && diskless_proto::metadata_partition_for(tp.topic_id.as_bytes(), tp.partition, self.num_groups)
-                == self.group
+            && diskless_proto::metadata_partition_for(
+                tp.topic_id.as_bytes(),
+                tp.partition,
+                self.num_metadata_partitions,
+            ) == self.metadata_partition
     }
 
     fn live(&self, tp: &TopicPartition) -> Option<&Partition> {
@@ -163,19 +166,23 @@ impl Model {
                 Outcome::Offsets(self.groups.delete_offsets(group_id, partitions))
             }
             Op::ExpireOffsets { retention_ms, budget } => self.groups.expire(now, *retention_ms, *budget),
-            Op::RegisterBroker(r) => Outcome::Broker(self.registry.register(self.group == 0, now, r)),
-            Op::BrokerHeartbeat { broker_id, incarnation, lease_ms } => {
-                Outcome::Broker(self.registry.heartbeat(self.group == 0, now, *broker_id, *incarnation, *lease_ms))
-            }
+            Op::RegisterBroker(r) => Outcome::Broker(self.registry.register(self.metadata_partition == 0, now, r)),
+            Op::BrokerHeartbeat { broker_id, incarnation, lease_ms } => Outcome::Broker(self.registry.heartbeat(
+                self.metadata_partition == 0,
+                now,
+                *broker_id,
+                *incarnation,
+                *lease_ms,
+            )),
             Op::UnregisterBroker { broker_id, incarnation } => {
-                Outcome::Broker(self.registry.unregister(self.group == 0, now, *broker_id, *incarnation))
+                Outcome::Broker(self.registry.unregister(self.metadata_partition == 0, now, *broker_id, *incarnation))
             }
         }
     }
 
     /// One counter in metadata partition 0; blocks of 1 to a million ids.
     fn allocate_producer_ids(&mut self, count: u32) -> Result<ProducerIdBlock, Failure> {
-        if self.group != 0 || count == 0 || count > 1_000_000 {
+        if self.metadata_partition != 0 || count == 0 || count > 1_000_000 {
             return fail(ErrorCode::InvalidRequest);
         }
         let first = self.next_producer_id;
@@ -464,9 +471,9 @@ impl Model {
         if c.deadline_ms.is_some_and(|d| now > d) {
             return c.batches.iter().map(|_| fail(ErrorCode::RequestTimedOut)).collect();
         }
-        let owners_bad = c.owner_ids.iter().any(|&o| o < 0 || o >= self.num_groups as i32)
+        let owners_bad = c.owner_ids.iter().any(|&o| o < 0 || o >= self.num_metadata_partitions as i32)
             || c.owner_ids.iter().collect::<BTreeSet<_>>().len() != c.owner_ids.len()
-            || !c.owner_ids.contains(&(self.group as i32));
+            || !c.owner_ids.contains(&(self.metadata_partition as i32));
         let file_bad = c.object_key.is_empty()
             || c.object_key.len() > 1024
             || c.object_format != 1
@@ -577,7 +584,7 @@ impl Model {
             }
         }
         let base = part.hwm;
-        let id = (i64::from(self.group) << 47) | self.next_batch_id;
+        let id = (i64::from(self.metadata_partition) << 47) | self.next_batch_id;
         self.next_batch_id += 1;
         let rec = BatchRecord {
             batch_id: id,

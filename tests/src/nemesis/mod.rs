@@ -97,7 +97,7 @@ pub async fn run(config: Config) -> anyhow::Result<RunResult> {
     eprintln!("nemesis: seed {} ({:?})", config.seed, config.shape);
     let root_rng = Rng::new(config.seed);
     let options = crate::Options {
-        groups: config.shape.metadata_partitions,
+        metadata_partitions: config.shape.metadata_partitions,
         // Small, so snapshots are built, sent and installed often.
         snapshot_after_entries: 500,
         entries_kept_after_snapshot: 50,

@@ -33,7 +33,7 @@ pub const CHECKS: [(&str, &str); 21] = [
     ("process-crash", "no node or broker exits unless the nemesis killed it (or failed its fsync)"),
     ("panic", "no process logs a panic (a Raft group that panics stops while its process runs on)"),
     ("fsync-error-ignored", "a node whose WAL fsync fails stops"),
-    ("membership-not-restored", "a removed node can be added back to every group"),
+    ("membership-not-restored", "a removed node can be added back to every metadata partition"),
 ];
 
 pub struct Summary {

@@ -119,7 +119,8 @@ async fn zombies(ctx: &Arc<Ctx>, live: &[Topic]) -> Vec<Anomaly> {
                 }],
                 timeout_ms: 10_000,
             };
-            // Asked until a node answers for the partition's group (any node forwards).
+            // Asked until a node answers for the partition's metadata partition (any node
+            // forwards).
             for k in 0..10 {
                 let mut client = ctx.system.coordinator(nodes[k % nodes.len()]);
                 let r = tokio::time::timeout(Duration::from_secs(15), client.list_offsets(req.clone())).await;
@@ -298,20 +299,21 @@ async fn final_read(ctx: &Arc<Ctx>, t: &Topic, p: i32, deadline: Instant) {
     }
 }
 
-/// Every group's replicas reach the same applied index, then their digests must be equal.
+/// Every metadata partition's replicas reach the same applied index, then their digests must be
+/// equal.
 async fn digests(system: &System) -> Vec<Anomaly> {
     let deadline = Instant::now() + CONVERGENCE_BOUND;
     loop {
-        // group → node → (applied index, digest)
-        let mut per_group: BTreeMap<u32, BTreeMap<u64, (u64, String)>> = BTreeMap::new();
+        // metadata partition → node → (applied index, digest)
+        let mut per_partition: BTreeMap<u32, BTreeMap<u64, (u64, String)>> = BTreeMap::new();
         let mut answered = true;
         for n in system.node_ids() {
             match system.status(n, true, Duration::from_secs(20)).await {
                 Some(s) => {
                     for g in s.groups {
-                        // Only replicas that are members of the group.
+                        // Only replicas that are members of the metadata partition.
                         if g.voters.contains(&n) || g.learners.contains(&n) {
-                            per_group
+                            per_partition
                                 .entry(g.metadata_partition)
                                 .or_default()
                                 .insert(n, (g.digest_applied_index, g.digest));
@@ -322,10 +324,10 @@ async fn digests(system: &System) -> Vec<Anomaly> {
             }
         }
         let converged =
-            answered && per_group.values().all(|m| m.values().map(|(i, _)| *i).collect::<BTreeSet<_>>().len() == 1);
+            answered && per_partition.values().all(|m| m.values().map(|(i, _)| *i).collect::<BTreeSet<_>>().len() == 1);
         if converged {
             let mut out = vec![];
-            for (g, m) in &per_group {
+            for (g, m) in &per_partition {
                 let distinct: BTreeSet<&String> = m.values().map(|(_, d)| d).collect();
                 if distinct.len() > 1 {
                     out.push(Anomaly::new(
@@ -339,7 +341,7 @@ async fn digests(system: &System) -> Vec<Anomaly> {
         if Instant::now() > deadline {
             return vec![Anomaly::new(
                 "replicas-diverged",
-                format!("replicas did not reach equal applied indexes within {CONVERGENCE_BOUND:?}: {per_group:?}"),
+                format!("replicas did not reach equal applied indexes within {CONVERGENCE_BOUND:?}: {per_partition:?}"),
             )];
         }
         tokio::time::sleep(Duration::from_millis(500)).await;

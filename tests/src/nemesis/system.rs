@@ -67,7 +67,7 @@ pub type AdminClient = AdminServiceClient<Channel>;
 
 impl System {
     /// Starts the cluster, the object store and the brokers (with proxies); waits until every
-    /// group has a leader and every broker answers.
+    /// metadata partition has a leader and every broker answers.
     pub async fn start(shape: Shape, options: Options) -> anyhow::Result<System> {
         let s3 = if shape.s3 {
             Some(S3Server::start("nemesis").ok_or_else(|| anyhow::anyhow!("moto_server is not installed"))?)

@@ -7,12 +7,13 @@ use diskless_proto::v1::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_bootstrap_and_serve_commits_and_reads_through_any_node() {
-    let c = Cluster::start(3, Options { groups: 8, ..Options::default() }).await;
+    let c = Cluster::start(3, Options { metadata_partitions: 8, ..Options::default() }).await;
     let topic = topic_id(1);
     let mut n1 = c.client(1).await;
     create_topic(&mut n1, &topic, "orders", 16).await;
 
-    // Leaders are spread: within a few balancing rounds no node leads more than 3 of 8 groups.
+    // Leaders are spread: within a few balancing rounds no node leads more than 3 of 8 metadata
+    // partitions.
     let mut spread = false;
     for _ in 0..60 {
         let leaders = c.leaders(1).await;
@@ -25,7 +26,8 @@ async fn three_nodes_bootstrap_and_serve_commits_and_reads_through_any_node() {
     }
     assert!(spread, "leaders not spread: {:?}", c.leaders(1).await);
 
-    // Commit through every node; each commit touches all 16 partitions (so every group).
+    // Commit through every node; each commit touches all 16 partitions (so every metadata
+    // partition).
     let mut expected_hwm = 0;
     for (i, via) in [1u64, 2, 3, 1, 2, 3].iter().enumerate() {
         let mut client = c.client(*via).await;
@@ -37,10 +39,10 @@ async fn three_nodes_bootstrap_and_serve_commits_and_reads_through_any_node() {
             assert_eq!(b.assigned_base_offset, expected_hwm);
         }
         expected_hwm += 3;
-        let groups: std::collections::BTreeSet<u32> = r.applied.iter().map(|g| g.metadata_partition).collect();
+        let partitions: std::collections::BTreeSet<u32> = r.applied.iter().map(|g| g.metadata_partition).collect();
         let owners: std::collections::BTreeSet<u32> =
             (0..16).map(|p| diskless_proto::metadata_partition_for(&topic.clone().try_into().unwrap(), p, 8)).collect();
-        assert_eq!(groups, owners, "every group involved reports its applied index");
+        assert_eq!(partitions, owners, "every metadata partition involved reports its applied index");
     }
 
     // Strict reads agree through every node.

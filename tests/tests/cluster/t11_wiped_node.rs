@@ -33,7 +33,7 @@ async fn high_watermarks(c: &Cluster, via: u64, topic: &[u8]) -> Vec<Option<i64>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wiped_node_cannot_elect_a_stale_leader_and_takes_part_only_once_added_again() {
-    let mut c = Cluster::start(3, Options { groups: 4, leader_balance_ms: 0, ..Options::default() }).await;
+    let mut c = Cluster::start(3, Options { metadata_partitions: 4, leader_balance_ms: 0, ..Options::default() }).await;
     let topic = topic_id(1);
     let mut client = c.client(1).await;
     create_topic(&mut client, &topic, "t", PARTITIONS).await;
@@ -85,7 +85,7 @@ async fn a_wiped_node_cannot_elect_a_stale_leader_and_takes_part_only_once_added
         let offsets: Vec<(i64, i64)> = batches.iter().map(|b| (b.base_offset, b.last_offset)).collect();
         assert_eq!(offsets, vec![(0, 3), (4, 9)], "partition {p}");
     }
-    // Still refused: the groups know node 2's old replicas.
+    // Still refused: the metadata partitions know node 2's old replicas.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(c.status(2, false).await.groups.iter().all(|g| !g.member));
 
@@ -102,9 +102,9 @@ async fn a_wiped_node_cannot_elect_a_stale_leader_and_takes_part_only_once_added
     assert!(s2.groups.iter().all(|g| g.member), "node 2 is a member again: {:?}", s2.groups);
     let digests = c.converged_digests(Duration::from_secs(60)).await;
     for (g, per_node) in digests.iter().enumerate() {
-        assert_eq!(per_node.len(), 3, "group {g}: every node answered");
+        assert_eq!(per_node.len(), 3, "metadata partition {g}: every node answered");
         let distinct: BTreeSet<&String> = per_node.values().collect();
-        assert_eq!(distinct.len(), 1, "group {g}: replicas differ: {per_node:?}");
+        assert_eq!(distinct.len(), 1, "metadata partition {g}: replicas differ: {per_node:?}");
     }
     // And it counts again: with node 3 down, nodes 1 and 2 commit.
     c.kill(3);

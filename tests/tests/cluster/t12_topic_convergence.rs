@@ -43,12 +43,19 @@ async fn wait_for_codes(c: &Cluster, topic: &[u8], what: &str, want: i32) {
     }
 }
 
-/// A request that only metadata partition `g` serves (as if the others never got it), sent to its
-/// leader.
-fn only_group<T>(g: u32, req: T) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(req);
-    r.metadata_mut().insert("x-diskless-group", g.into());
-    r
+/// From now on, the topic changes node `on` runs reach only metadata partition `g` (as if the
+/// others' parts were lost); `None` restores the normal path.
+async fn cut_topic_changes(c: &Cluster, on: u64, g: Option<u32>) {
+    c.admin(on)
+        .await
+        .inject_fault(diskless_proto::admin::FaultRequest {
+            keep_blocks: true,
+            set_topic_changes_only: true,
+            topic_changes_only: g.into_iter().collect(),
+            ..Default::default()
+        })
+        .await
+        .expect("inject fault");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -58,48 +65,52 @@ async fn creations_and_deletions_that_failed_part_way_complete_and_deleted_topic
     let leaders = c.leaders(1).await;
 
     // The creation reached the catalog only.
+    cut_topic_changes(&c, leaders[0], Some(0)).await;
     let r = c
         .client(leaders[0])
         .await
-        .create_partitions(only_group(0, create_request(&topic, "half", PARTITIONS)))
+        .create_partitions(create_request(&topic, "half", PARTITIONS))
         .await
         .expect("create in the catalog")
         .into_inner();
     assert_eq!(r.topics[0].error_code, 0, "{:?}", r.topics[0].error_message);
     wait_for_codes(&c, &topic, "every partition exists", 0).await;
+    cut_topic_changes(&c, leaders[0], None).await;
     let parts: Vec<(i32, i64)> = (0..PARTITIONS).map(|p| (p, 1)).collect();
     commit_all(&mut c.client(1).await, "a", &topic, &parts).await;
 
     // The deletion reached the catalog only.
+    cut_topic_changes(&c, leaders[0], Some(0)).await;
     let r = c
         .client(leaders[0])
         .await
-        .delete_topics(only_group(
-            0,
-            DeleteTopicsRequest {
-                topics: vec![delete_topics_request::DeletableTopicState { topic_id: topic.clone() }],
-                timeout_ms: 5_000,
-            },
-        ))
+        .delete_topics(DeleteTopicsRequest {
+            topics: vec![delete_topics_request::DeletableTopicState { topic_id: topic.clone() }],
+            timeout_ms: 5_000,
+        })
         .await
         .expect("delete in the catalog")
         .into_inner();
     assert_eq!(r.responses[0].error_code, 0, "{:?}", r.responses[0].error_message);
+    cut_topic_changes(&c, leaders[0], None).await;
     wait_for_codes(&c, &topic, "every partition is gone", 3).await;
 
     // A late creation of the deleted topic (a retry that was stuck somewhere) is refused.
     for g in 1..4u32 {
+        let leader = c.leaders(1).await[g as usize];
+        cut_topic_changes(&c, leader, Some(g)).await;
         let r = c
-            .client(c.leaders(1).await[g as usize])
+            .client(leader)
             .await
-            .create_partitions(only_group(
-                g,
-                CreatePartitionsRequest { timeout_ms: 5_000, ..create_request(&topic, "half", PARTITIONS) },
-            ))
+            .create_partitions(CreatePartitionsRequest {
+                timeout_ms: 5_000,
+                ..create_request(&topic, "half", PARTITIONS)
+            })
             .await
             .expect("late create")
             .into_inner();
-        assert_eq!(r.topics[0].error_code, 100, "group {g}: {:?}", r.topics[0].error_message);
+        cut_topic_changes(&c, leader, None).await;
+        assert_eq!(r.topics[0].error_code, 100, "metadata partition {g}: {:?}", r.topics[0].error_message);
     }
     tokio::time::sleep(Duration::from_secs(6)).await; // a reconciliation round
     assert!(codes(&c, 1, &topic).await.iter().all(|&code| code == 3), "the deleted topic came back");

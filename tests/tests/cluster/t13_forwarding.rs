@@ -4,8 +4,8 @@
 //! request order. `Execute` is a peer method: on a secure cluster a certificate naming no member
 //! is refused on the peer listener, and nobody reaches it on the client listener. A forwarded
 //! request names the leader replica it is meant for, and a node that is not that replica, or is
-//! of another cluster, runs nothing of it. A request that meets a leadership transfer on its way
-//! is asked again of the new leader instead of failing.
+//! of another cluster, runs nothing of it (nor of a request that names no replica). A request that
+//! meets a leadership transfer on its way is asked again of the new leader instead of failing.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,26 +43,31 @@ async fn counters(c: &Cluster, id: u64, g: u32) -> (f64, f64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_sent_to_a_follower_is_forwarded_as_a_typed_command_and_applied_once() {
-    let c = Cluster::start(3, Options { groups: 2, leader_balance_ms: 0, metrics: true, ..Options::default() }).await;
+    let c = Cluster::start(
+        3,
+        Options { metadata_partitions: 2, leader_balance_ms: 0, metrics: true, ..Options::default() },
+    )
+    .await;
     c.wait_for_leaders(Duration::from_secs(60)).await;
     let topic = topic_id(3);
     create_topic(&mut c.client(1).await, &topic, "routed", 4).await;
     let topic16: [u8; 16] = topic.clone().try_into().unwrap();
-    // A partition of group 0, and a node that does not lead group 0.
-    let p = (0..4).find(|&p| metadata_partition_for(&topic16, p, 2) == 0).expect("a partition of group 0");
+    // A partition of metadata partition 0, and a node that does not lead metadata partition 0.
+    let p = (0..4).find(|&p| metadata_partition_for(&topic16, p, 2) == 0).expect("a partition of metadata partition 0");
     let deadline = Instant::now() + Duration::from_secs(60);
     let (leader, follower) = loop {
         let leader = c.leaders(1).await[0];
         if leader != 0 {
             break (leader, c.ids().into_iter().find(|&id| id != leader).unwrap());
         }
-        assert!(Instant::now() < deadline, "no leader of group 0");
+        assert!(Instant::now() < deadline, "no leader of metadata partition 0");
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let (executed_before, _) = counters(&c, leader, 0).await;
     let (_, forwarded_before) = counters(&c, follower, 0).await;
 
-    // Two batches of the partition of group 0 and a malformed one in between, through the follower.
+    // Two batches of the partition of metadata partition 0 and a malformed one in between, through
+    // the follower.
     let mut req = commit_request("routed-1", &topic, &[(p, 5), (p, 3)]);
     let mut bad = req.batches[0].clone();
     bad.topic_id = vec![1, 2, 3];
@@ -98,7 +103,7 @@ fn channel(addr: &str, tls: Option<Arc<ClientTls>>) -> Channel {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn execute_is_refused_to_non_members_and_on_the_client_listener() {
-    let c = Cluster::start(3, Options { tls: true, groups: 1, ..Options::default() }).await;
+    let c = Cluster::start(3, Options { tls: true, metadata_partitions: 1, ..Options::default() }).await;
     let as_ = |name: &str| Some(ClientTls::new(&c.tls_files(name)).expect("client TLS"));
     let garbage = || ExecuteRequest { group: 0, payload: vec![0xff; 8], timeout_ms: 1_000, to: None };
     let peer = c.peer_addr(1).unwrap().to_string();
@@ -146,7 +151,7 @@ fn routed_commit(object_key: &str, topic: &[u8], p: i32) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forwarded_request_meant_for_another_replica_or_cluster_runs_nothing() {
-    let c = Cluster::start(3, Options { groups: 1, leader_balance_ms: 0, ..Options::default() }).await;
+    let c = Cluster::start(3, Options { metadata_partitions: 1, leader_balance_ms: 0, ..Options::default() }).await;
     c.wait_for_leaders(Duration::from_secs(60)).await;
     let topic = topic_id(9);
     create_topic(&mut c.client(1).await, &topic, "addressed", 1).await;
@@ -170,25 +175,24 @@ async fn a_forwarded_request_meant_for_another_replica_or_cluster_runs_nothing()
         Addressee { node_id: leader % 3 + 1, ..right.clone() },
         Addressee { cluster_id: vec![7; 16], ..right.clone() },
     ];
-    for (i, to) in wrong.into_iter().enumerate() {
-        let r = execute(Some(to.clone()), ["a", "b", "c"][i]).await;
-        assert!(matches!(r, Err(RouteError::NotLeader { group: 0, .. })), "{to:?}: {r:?}");
+    // Another replica, another node, another cluster, and a sender that names no addressee.
+    for (i, to) in wrong.into_iter().map(Some).chain([None]).enumerate() {
+        let r = execute(to.clone(), ["a", "b", "c", "d"][i]).await;
+        assert!(matches!(r, Err(RouteError::NotLeader { partition: 0, .. })), "{to:?}: {r:?}");
     }
     let hwm = high_watermark(&mut c.client(leader).await, &topic, 0).await.unwrap();
-    assert_eq!(hwm, 0, "nothing of a request meant for another replica or cluster is applied");
+    assert_eq!(hwm, 0, "nothing of a request meant for another replica or cluster, or for nobody, is applied");
 
-    // The control: the right addressee, and a sender of an earlier release that names none.
-    for (to, key) in [(Some(right), "d"), (None, "e")] {
-        let r = execute(to, key).await;
-        let Ok(Served::Written(Outcome::CommitFile(batches), _)) = &r else { panic!("{r:?}") };
-        assert!(batches.iter().all(|b| b.is_ok()), "{r:?}");
-    }
-    assert_eq!(high_watermark(&mut c.client(leader).await, &topic, 0).await.unwrap(), 14);
+    // The control: the right addressee.
+    let r = execute(Some(right), "e").await;
+    let Ok(Served::Written(Outcome::CommitFile(batches), _)) = &r else { panic!("{r:?}") };
+    assert!(batches.iter().all(|b| b.is_ok()), "{r:?}");
+    assert_eq!(high_watermark(&mut c.client(leader).await, &topic, 0).await.unwrap(), 7);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_through_a_follower_rides_through_a_leadership_transfer() {
-    let c = Cluster::start(3, Options { groups: 1, leader_balance_ms: 0, ..Options::default() }).await;
+    let c = Cluster::start(3, Options { metadata_partitions: 1, leader_balance_ms: 0, ..Options::default() }).await;
     c.wait_for_leaders(Duration::from_secs(60)).await;
     let topic = topic_id(11);
     create_topic(&mut c.client(1).await, &topic, "moving", 1).await;

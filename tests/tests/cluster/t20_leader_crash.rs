@@ -98,7 +98,7 @@ async fn acknowledged_commits_survive_a_leader_crash_with_contiguous_offsets_and
     let before = acks.lock().unwrap().len();
     alive.lock().unwrap().retain(|id| *id != victim);
     c.kill(victim);
-    eprintln!("killed node {victim}, leader of {:?} groups, after {before} acknowledged batches", leaders);
+    eprintln!("killed node {victim}, leader of {:?} metadata partitions, after {before} acknowledged batches", leaders);
 
     let mut totals = (0, 0);
     for p in producers {
@@ -141,7 +141,7 @@ async fn acknowledged_commits_survive_a_leader_crash_with_contiguous_offsets_and
     let digests = c.converged_digests(Duration::from_secs(60)).await;
     for (g, per_node) in digests.iter().enumerate() {
         let distinct: BTreeSet<&String> = per_node.values().collect();
-        assert_eq!(distinct.len(), 1, "group {g}: replicas differ: {per_node:?}");
-        assert_eq!(per_node.len(), 3, "group {g}: every node answered");
+        assert_eq!(distinct.len(), 1, "metadata partition {g}: replicas differ: {per_node:?}");
+        assert_eq!(per_node.len(), 3, "metadata partition {g}: every node answered");
     }
 }

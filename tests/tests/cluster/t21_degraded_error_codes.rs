@@ -15,7 +15,8 @@ fn retriable_with_message(code: i32, message: &Option<String>) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_quorum_every_answer_is_retriable() {
-    // Leaders spread over the nodes, so node 1 leads some groups and follows in others.
+    // Leaders spread over the nodes, so node 1 leads some metadata partitions and follows in
+    // others.
     let mut c = Cluster::start(3, Options { leader_balance_ms: 500, ..Options::default() }).await;
     let topic = topic_id(1);
     create_topic(&mut c.client(1).await, &topic, "t", PARTITIONS).await;

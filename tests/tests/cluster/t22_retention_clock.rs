@@ -68,7 +68,8 @@ async fn log_start(c: &Cluster, topic: &[u8]) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_clock_far_ahead_does_not_expire_records_early() {
-    let options = Options { groups: 1, leader_balance_ms: 0, retention_check_ms: 500, ..Options::default() };
+    let options =
+        Options { metadata_partitions: 1, leader_balance_ms: 0, retention_check_ms: 500, ..Options::default() };
     let c = Cluster::start(3, options).await;
     let (kept, expiring) = (topic_id(1), topic_id(2));
     create_with_retention(&c, &kept, "kept", 3_600_000).await;

@@ -16,9 +16,9 @@ async fn commit_many(c: &Cluster, via: u64, prefix: &str, n: usize) {
 
 fn assert_same_state(digests: &[std::collections::BTreeMap<u64, String>], nodes: usize) {
     for (g, per_node) in digests.iter().enumerate() {
-        assert_eq!(per_node.len(), nodes, "group {g}: every node answered");
+        assert_eq!(per_node.len(), nodes, "metadata partition {g}: every node answered");
         let distinct: BTreeSet<&String> = per_node.values().collect();
-        assert_eq!(distinct.len(), 1, "group {g}: replicas differ: {per_node:?}");
+        assert_eq!(distinct.len(), 1, "metadata partition {g}: replicas differ: {per_node:?}");
     }
 }
 

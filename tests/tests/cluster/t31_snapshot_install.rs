@@ -13,7 +13,7 @@ const PAUSE_MS: u64 = 1_500;
 
 fn options() -> Options {
     Options {
-        groups: 1,
+        metadata_partitions: 1,
         leader_balance_ms: 0,
         snapshot_after_entries: 1_000_000,
         entries_kept_after_snapshot: 0,

@@ -6,10 +6,10 @@ use diskless_proto::admin::TransferLeaderRequest;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_read_with_a_minimum_index_sees_the_callers_own_commit() {
-    let options = Options { groups: 1, leader_balance_ms: 0, ..Options::default() };
+    let options = Options { metadata_partitions: 1, leader_balance_ms: 0, ..Options::default() };
     let c = Cluster::start(3, options).await;
     let topic = topic_id(1);
-    // Group 0 led by node 1; nodes 2 and 3 are followers.
+    // Metadata partition 0 led by node 1; nodes 2 and 3 are followers.
     let leader = c.leaders(1).await[0];
     if leader != 1 {
         c.admin(leader)
@@ -55,8 +55,9 @@ async fn a_follower_read_with_a_minimum_index_sees_the_callers_own_commit() {
     assert!(r.applied[0].index > 30);
 }
 
-/// A minimum index for a metadata partition the request does not read must not hold it up (a
-/// broker passes the indexes of every commit it made; one lagging group must not stall all reads).
+/// A minimum index for a metadata partition the request does not read must not hold it up (a broker
+/// passes the indexes of every commit it made; one lagging metadata partition must not stall all
+/// reads).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_minimum_index_of_a_group_the_request_does_not_read_does_not_delay_it() {
     let c = Cluster::start(3, Options::default()).await;
@@ -65,13 +66,14 @@ async fn a_minimum_index_of_a_group_the_request_does_not_read_does_not_delay_it(
     create_topic(&mut client, &topic, "t", 8).await;
     let read = diskless_proto::metadata_partition_for(&[2; 16], 0, 4);
     let other = (read + 1) % 4;
-    // Node 1 may follow the group it reads: pass the commit's own index for it, as a broker does,
-    // so that the batch is there; the index for `other` is the one it must not wait for.
+    // Node 1 may follow the metadata partition it reads: pass the commit's own index for it, as a
+    // broker does, so that the batch is there; the index for `other` is the one it must not wait
+    // for.
     let committed = client.commit_file(commit_request("a", &topic, &[(0, 1)])).await.unwrap().into_inner();
     assert_eq!(committed.batches[0].error_code, 0, "{:?}", committed.batches[0].error_message);
     let mut min_applied: Vec<_> = committed.applied.into_iter().filter(|g| g.metadata_partition == read).collect();
     assert_eq!(min_applied.len(), 1);
-    // An index group `other` will not reach for a long time.
+    // An index that metadata partition `other` will not reach for a long time.
     min_applied.push(diskless_proto::v1::GroupIndex { metadata_partition: other, index: 1 << 40 });
     let started = std::time::Instant::now();
     let r = client
@@ -95,5 +97,5 @@ async fn a_minimum_index_of_a_group_the_request_does_not_read_does_not_delay_it(
     assert_eq!(r.topics[0].partitions[0].error_code, 0, "{:?}", r.topics[0].partitions[0].error_message);
     assert_eq!(r.topics[0].partitions[0].batches.len(), 1);
     let waited = started.elapsed();
-    assert!(waited < std::time::Duration::from_secs(10), "waited {waited:?} for a group it does not read");
+    assert!(waited < std::time::Duration::from_secs(10), "waited {waited:?} for a metadata partition it does not read");
 }

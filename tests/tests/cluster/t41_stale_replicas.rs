@@ -1,7 +1,7 @@
 //! FindBatches is served by any replica, but only by one that can vouch for its state: a node cut
-//! off from every leader, or removed from the groups, stops answering from its frozen state
-//! (REPLICA_NOT_AVAILABLE, retriable: ask another node) instead of pointing readers for ever at
-//! batches — and objects — the cluster has since deleted.
+//! off from every leader, or removed from the metadata partitions, stops answering from its frozen
+//! state (REPLICA_NOT_AVAILABLE, retriable: ask another node) instead of pointing readers for ever
+//! at batches — and objects — the cluster has since deleted.
 
 use std::time::{Duration, Instant};
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use diskless_cluster_tests::*;
 use diskless_proto::admin::{AddNodeRequest, RemoveNodeRequest};
 
-/// Waits (up to 10 s) until every group in node `via`'s view satisfies `ok`.
+/// Waits (up to 10 s) until every metadata partition in node `via`'s view satisfies `ok`.
 async fn wait_until(c: &Cluster, via: u64, ok: impl Fn(&diskless_proto::admin::GroupStatus) -> bool, what: &str) {
     for _ in 0..100 {
         if c.status(via, false).await.groups.iter().all(&ok) {
@@ -16,7 +16,7 @@ async fn wait_until(c: &Cluster, via: u64, ok: impl Fn(&diskless_proto::admin::G
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let voters: Vec<_> = c.status(via, false).await.groups.into_iter().map(|g| g.voters).collect();
-    panic!("{what}: voters per group {voters:?}");
+    panic!("{what}: voters per metadata partition {voters:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -81,7 +81,7 @@ async fn exists(objects: &diskless_broker_shim::storage::Storage, key: &str) -> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_that_arrives_after_its_object_was_fenced_and_deleted_is_refused() {
     let c = Cluster::start(3, Options::default()).await;
-    let groups = c.options.groups;
+    let num_partitions = c.options.metadata_partitions;
     let storage = TestStorage::Local(c.path("objects"));
     let objects = storage.open();
     let options = BrokerOptions {
@@ -101,7 +101,7 @@ async fn a_commit_that_arrives_after_its_object_was_fenced_and_deleted_is_refuse
         .unwrap()
         .into_inner();
     let topic = listed.topics[0].topic_id.clone();
-    let owner = |p: i32| metadata_partition_for(topic.as_slice().try_into().unwrap(), p, groups);
+    let owner = |p: i32| metadata_partition_for(topic.as_slice().try_into().unwrap(), p, num_partitions);
     // Ordinary traffic, which must survive the cleaner.
     for p in 0..PARTITIONS {
         produce_retrying(&mut client, "fenced", p, batch_of(&[format!("kept-{p}")])).await;

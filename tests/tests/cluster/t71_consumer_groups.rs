@@ -1,5 +1,5 @@
-//! Consumer groups with real clients (kcat -G, confluent-kafka subscribe(), kafka-python with manual
-//! commits, AdminClient) against a diskless broker on a coordinator quorum; see
+//! Consumer groups with real clients (kcat -G, confluent-kafka subscribe(), kafka-python with
+//! manual commits, AdminClient) against a diskless broker on a coordinator quorum; see
 //! `tests/python/consumer_groups.py` for the checks. Also: a zombie's OffsetCommit with an old
 //! generation is refused by the cluster, and committed offsets survive the loss of the node leading
 //! the group's metadata partition; `coordctl groups list|describe` show them.
@@ -128,7 +128,7 @@ async fn a_zombie_commit_of_an_old_generation_is_refused_and_offsets_outlive_the
     assert_eq!(described["offsets"][0]["offset"], 7, "{described}");
     assert_eq!(described["members"][0]["member_id"], "new", "{described}");
     // The offset is replicated: read through another node once the leader that took it is killed.
-    let g = diskless_proto::metadata_partition_for_group("zg", c.options.groups) as usize;
+    let g = diskless_proto::metadata_partition_for_group("zg", c.options.metadata_partitions) as usize;
     let leader = c.leaders(1).await[g];
     let other = c.ids().into_iter().find(|&i| i != leader).unwrap();
     c.kill(leader);

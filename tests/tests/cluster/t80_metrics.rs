@@ -119,7 +119,7 @@ async fn node_figures(c: &Cluster) -> Vec<[f64; 4]> {
 #[tokio::test(flavor = "multi_thread")]
 async fn nodes_and_brokers_export_metrics_that_move_with_traffic() {
     let c = Cluster::start(3, Options { metrics: true, ..Options::default() }).await;
-    let groups = c.options.groups;
+    let num_partitions = c.options.metadata_partitions;
 
     // Every node: the named metrics, and every metadata partition has a leader.
     let mut node_names = BTreeSet::new();
@@ -129,12 +129,12 @@ async fn nodes_and_brokers_export_metrics_that_move_with_traffic() {
         for m in NODE_METRICS {
             assert!(names.contains(m), "node {id} exports {m}:\n{text}");
         }
-        for g in 0..groups {
+        for g in 0..num_partitions {
             let series = format!("diskless_raft_has_leader{{metadata_partition=\"{g}\"}}");
             assert_eq!(metric_value(&text, &series), Some(1.0), "node {id}: {series}");
         }
         let leaders = metric_sum(&text, "diskless_raft_leader_changes_total").unwrap_or(0.0);
-        assert!(leaders >= f64::from(groups), "node {id} saw a leader take over each partition: {leaders}");
+        assert!(leaders >= f64::from(num_partitions), "node {id} saw a leader take over each partition: {leaders}");
         assert!(metric_sum(&text, "diskless_rocksdb_size_bytes").unwrap_or(0.0) > 0.0, "node {id}: RocksDB size");
         assert!(metric_sum(&text, "diskless_raft_log_size_bytes").unwrap_or(0.0) > 0.0, "node {id}: Raft log size");
         node_names.extend(names);

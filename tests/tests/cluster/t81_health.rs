@@ -42,7 +42,8 @@ async fn wait_for(c: &Cluster, id: u64, want: ServingStatus) {
 #[tokio::test(flavor = "multi_thread")]
 async fn health_follows_the_quorum_and_reflection_lists_the_services() {
     let mut c = Cluster::prepare(3, Options::default());
-    // Two of three members: bootstrapping waits for the third, so no group can have a leader.
+    // Two of three members: bootstrapping waits for the third, so no metadata partition can have a
+    // leader.
     c.spawn(1);
     c.spawn(2);
     for id in [1, 2] {
@@ -76,7 +77,7 @@ async fn health_follows_the_quorum_and_reflection_lists_the_services() {
     }
     assert!(!names.iter().any(|n| n.contains("BrokerService")), "only what the node serves: {names:?}");
 
-    // Node 1 alone: it cannot reach a quorum of any group any more.
+    // Node 1 alone: it cannot reach a quorum of any metadata partition any more.
     c.kill(2);
     c.kill(3);
     wait_for(&c, 1, ServingStatus::NotServing).await;

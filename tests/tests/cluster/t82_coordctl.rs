@@ -27,7 +27,7 @@ async fn json_output_parses_and_cluster_status_fails_with_a_node_down() {
     let (ok, doc) = run_json(&addr, &["status"]);
     assert!(ok, "{doc}");
     assert_eq!(doc["node_id"], 1);
-    assert_eq!(doc["groups"].as_array().map(Vec::len), Some(c.options.groups as usize), "{doc}");
+    assert_eq!(doc["groups"].as_array().map(Vec::len), Some(c.options.metadata_partitions as usize), "{doc}");
 
     let (ok, doc) = run_json(&addr, &["members", "list"]);
     assert!(ok, "{doc}");
@@ -41,7 +41,8 @@ async fn json_output_parses_and_cluster_status_fails_with_a_node_down() {
     assert_eq!(doc["nodes"].as_array().map(Vec::len), Some(3));
     assert!(doc["nodes"].as_array().unwrap().iter().all(|n| n["reachable"] == true));
 
-    // Health follows the groups within a moment of the election (re-evaluated every 100 ms).
+    // Health follows the metadata partitions within a moment of the election (re-evaluated every
+    // 100 ms).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let (ok, doc) = loop {
         let (ok, doc) = run_json(&addr, &["health", "--cluster"]);
@@ -57,25 +58,28 @@ async fn json_output_parses_and_cluster_status_fails_with_a_node_down() {
 
     let (ok, doc) = run_json(&addr, &["snapshot"]);
     assert!(ok, "{doc}");
-    assert_eq!(doc["snapshot_index"].as_array().map(Vec::len), Some(c.options.groups as usize), "{doc}");
+    assert_eq!(doc["snapshot_index"].as_array().map(Vec::len), Some(c.options.metadata_partitions as usize), "{doc}");
 
-    // The leader of group 0 hands it to another voter.
+    // The leader of metadata partition 0 hands it to another voter.
     let leader = c.leaders(1).await[0];
     let to = if leader == 1 { 2 } else { 1 };
     let (ok, doc) = run_json(c.addr(leader), &["transfer-leader", "--group", "0", "--to", &to.to_string()]);
     assert!(ok, "{doc}");
     assert_eq!(doc["leader"], to);
 
-    // Every group's replicas compared: equal (nothing is written meanwhile).
+    // Every metadata partition's replicas compared: equal (nothing is written meanwhile).
     let mut client = c.client(1).await;
     create_topic(&mut client, &topic_id(1), "checked", 4).await;
     commit_all(&mut client, "obj-1", &topic_id(1), &[(0, 5), (1, 5), (2, 5), (3, 5)]).await;
     let (ok, doc) = run_json(&addr, &["check"]);
     assert!(ok, "{doc}");
     assert_eq!(doc["consistent"], true);
-    let groups = doc["groups"].as_array().expect("groups");
-    assert_eq!(groups.len(), c.options.groups as usize, "{doc}");
-    assert!(groups.iter().all(|g| g["verdict"] == "equal" && g["replicas"].as_object().unwrap().len() == 3), "{doc}");
+    let partitions = doc["groups"].as_array().expect("groups");
+    assert_eq!(partitions.len(), c.options.metadata_partitions as usize, "{doc}");
+    assert!(
+        partitions.iter().all(|g| g["verdict"] == "equal" && g["replicas"].as_object().unwrap().len() == 3),
+        "{doc}"
+    );
 
     // The catalog and one topic's partitions, each from its metadata partition's leader.
     let (ok, doc) = run_json(&addr, &["topics", "list"]);
@@ -88,7 +92,7 @@ async fn json_output_parses_and_cluster_status_fails_with_a_node_down() {
     assert_eq!(rows.len(), 4, "{doc}");
     let topic: [u8; 16] = topic_id(1).try_into().unwrap();
     for (p, r) in rows.iter().enumerate() {
-        let g = diskless_proto::metadata_partition_for(&topic, p as i32, c.options.groups);
+        let g = diskless_proto::metadata_partition_for(&topic, p as i32, c.options.metadata_partitions);
         assert_eq!(r["partition"], p, "{doc}");
         assert_eq!(r["metadata_partition"], g, "{doc}");
         assert_eq!(r["error_code"], 0, "{doc}");

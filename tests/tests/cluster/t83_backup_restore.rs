@@ -108,8 +108,12 @@ fn restore_args<'a>(file: &'a str, dir: &'a str, id: &'a str, members: &'a str) 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_backup_under_load_restores_into_a_new_cluster_equal_to_the_backup_point() {
-    let options =
-        Options { groups: 4, snapshot_after_entries: 500, entries_kept_after_snapshot: 100, ..Options::default() };
+    let options = Options {
+        metadata_partitions: 4,
+        snapshot_after_entries: 500,
+        entries_kept_after_snapshot: 100,
+        ..Options::default()
+    };
     let source = Cluster::start(3, options.clone()).await;
     let mut client = source.client(1).await;
     for (t, name, partitions) in TOPICS {
@@ -166,8 +170,8 @@ async fn a_backup_under_load_restores_into_a_new_cluster_equal_to_the_backup_poi
     // meanwhile depends on the machine: printed, not asserted).
     eprintln!("backup: {} bytes in {took:?}, {during} commits during it", saved["bytes"]);
 
-    // Only a group's leader streams its copy; another node refuses, naming the leader. (Asked
-    // again while leadership moves: an election under way, a leader being balanced.)
+    // Only a metadata partition's leader streams its copy; another node refuses, naming the leader.
+    // (Asked again while leadership moves: an election under way, a leader being balanced.)
     let mut last = None;
     for _ in 0..50 {
         let leader0 = source.leaders(1).await[0];

@@ -7,7 +7,7 @@
 //! - A broker identity calling RemoveNode or TransferLeader gets PERMISSION_DENIED naming it and
 //!   the role, and membership is unchanged; a reader may not ask for digests; the admin may.
 //! - A forged AppendEntries with a far higher term, correctly addressed, from a certificate of the
-//!   cluster's CA that names no member is refused on the peer listener and the group's term stays;
+//!   cluster's CA that names no member is refused on the peer listener and the metadata partition's term stays;
 //!   the same message from a member's certificate would have raised it (shown last). Raft
 //!   messages are refused on the client listener. A snapshot stream past `max_snapshot_bytes` is
 //!   refused.
@@ -37,7 +37,12 @@ fn as_(files: &TlsFiles) -> Option<Arc<ClientTls>> {
 }
 
 fn options() -> Options {
-    Options { tls: true, groups: 2, extra_config: "max_snapshot_bytes = 1048576".into(), ..Default::default() }
+    Options {
+        tls: true,
+        metadata_partitions: 2,
+        extra_config: "max_snapshot_bytes = 1048576".into(),
+        ..Default::default()
+    }
 }
 
 /// The identities of the certificate node `addr` presents now (a new connection).
@@ -49,12 +54,12 @@ async fn server_identity(addr: &str, tls: &ClientTls) -> PeerIdentity {
     PeerIdentity::from_der(&der).unwrap()
 }
 
-fn addressee(status: &diskless_proto::admin::StatusResponse, group: usize) -> Addressee {
+fn addressee(status: &diskless_proto::admin::StatusResponse, partition: usize) -> Addressee {
     let cluster_id = (0..status.cluster_id.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&status.cluster_id[i..i + 2], 16).unwrap())
         .collect();
-    Addressee { node_id: status.node_id, incarnation: status.groups[group].incarnation, cluster_id }
+    Addressee { node_id: status.node_id, incarnation: status.groups[partition].incarnation, cluster_id }
 }
 
 /// An AppendEntries (a heartbeat) of a leader "99" at `term`: a follower that accepts it adopts
@@ -166,7 +171,7 @@ async fn mtls_roles_and_peer_checks() {
     assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let now_term = c.status(follower, false).await.groups[0].term;
-    assert!(now_term < term + 1000, "the group's term stayed ({term} -> {now_term})");
+    assert!(now_term < term + 1000, "the metadata partition's term stayed ({term} -> {now_term})");
 
     // A snapshot stream past max_snapshot_bytes (1 MiB) from a member's certificate is refused.
     let member = c.tls_files(&format!("node-{target}"));
@@ -254,8 +259,8 @@ async fn a_broker_reaches_secure_nodes_over_tls() {
 
 /// A 4th node joins a 3-node mTLS cluster: `coordctl add-node` as the broker identity is refused
 /// (PERMISSION_DENIED, membership unchanged); as the operator it adds the node's peer address to
-/// every group over mutual TLS, the new node becomes a voter everywhere, and it serves what was
-/// committed before it joined to a broker identity.
+/// every metadata partition over mutual TLS, the new node becomes a voter everywhere, and it serves
+/// what was committed before it joined to a broker identity.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_joins_an_mtls_cluster_with_coordctl_add_node() {
     let mut c = Cluster::start(3, options()).await;

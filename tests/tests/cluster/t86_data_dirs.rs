@@ -11,8 +11,14 @@ use diskless_cluster_tests::*;
 use diskless_proto::admin::admin_service_client::AdminServiceClient;
 use diskless_proto::admin::*;
 
-fn options(groups: u32, extra: &str) -> Options {
-    Options { groups, data_dirs: 2, extra_config: extra.to_string(), leader_balance_ms: 0, ..Options::default() }
+fn options(metadata_partitions: u32, extra: &str) -> Options {
+    Options {
+        metadata_partitions,
+        data_dirs: 2,
+        extra_config: extra.to_string(),
+        leader_balance_ms: 0,
+        ..Options::default()
+    }
 }
 
 async fn describe(c: &Cluster, id: u64) -> DescribeDirsResponse {
@@ -50,9 +56,9 @@ async fn commit_n(c: &Cluster, via: u64, prefix: &str, n: usize) {
 
 fn assert_same_state(digests: &[std::collections::BTreeMap<u64, String>], nodes: usize) {
     for (g, per_node) in digests.iter().enumerate() {
-        assert_eq!(per_node.len(), nodes, "group {g}: every node answered");
+        assert_eq!(per_node.len(), nodes, "metadata partition {g}: every node answered");
         let distinct: BTreeSet<&String> = per_node.values().collect();
-        assert_eq!(distinct.len(), 1, "group {g}: replicas differ: {per_node:?}");
+        assert_eq!(distinct.len(), 1, "metadata partition {g}: replicas differ: {per_node:?}");
     }
 }
 
@@ -64,7 +70,10 @@ async fn wait_moved(c: &Cluster, id: u64, g: u32, dir: &str, limit: Duration) {
         if !future && current == vec![dir.to_string()] {
             return;
         }
-        assert!(Instant::now() < deadline, "node {id} group {g}: not moved to {dir}: {current:?} future={future}");
+        assert!(
+            Instant::now() < deadline,
+            "node {id} metadata partition {g}: not moved to {dir}: {current:?} future={future}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -82,7 +91,8 @@ async fn replicas_spread_over_directories_and_bad_moves_are_refused() {
     create_topic(&mut c.client(1).await, &topic_id(1), "t", 4).await;
     commit_n(&c, 1, "a", 5).await;
 
-    // Four groups over two directories: two each (equal free space, then fewest replicas).
+    // Four metadata partitions over two directories: two each (equal free space, then fewest
+    // replicas).
     let r = describe(&c, 2).await;
     assert_eq!(r.node_id, 2);
     assert_eq!(r.dirs.len(), 2);
@@ -116,8 +126,8 @@ async fn replicas_spread_over_directories_and_bad_moves_are_refused() {
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     let e = admin.alter_replica_dir(alter(0, "", true)).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::FailedPrecondition, "cancel without a move: {e:?}");
-    // A move throttled to 1 byte/s stays in its copy: a second move of the group is refused, then
-    // it is cancelled and nothing changed.
+    // A move throttled to 1 byte/s stays in its copy: a second move of the metadata partition is
+    // refused, then it is cancelled and nothing changed.
     admin.alter_replica_dir(alter(0, &there, false)).await.unwrap();
     let e = admin.alter_replica_dir(alter(0, &there, false)).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
@@ -207,8 +217,9 @@ async fn a_replica_moves_between_directories_under_commits_and_follower_reads() 
     };
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    // Move both groups on node 2 (the follower readers use) and group 0 on node 1 (the leader of
-    // group 0 or not), through the CLI; the second node-2 move throttled.
+    // Move both metadata partitions on node 2 (the follower readers use) and metadata partition 0
+    // on node 1 (the leader of metadata partition 0 or not), through the CLI; the second node-2
+    // move throttled.
     let mut figures = vec![];
     for (node, g, rate) in [(2u64, 0u32, 0u64), (1, 0, 0), (2, 1, 256 << 10)] {
         let out = coordctl(c.addr(node)).args(["dirs", "throttle", "--rate", &rate.to_string()]).output().unwrap();
@@ -241,7 +252,7 @@ async fn a_replica_moves_between_directories_under_commits_and_follower_reads() 
         assert_eq!(v["dir"], there.as_str());
         wait_moved(&c, node, g, &there, Duration::from_secs(10)).await;
         figures.push(format!(
-            "node {node} group {g}: {:.2} MiB in {secs:.2} s = {:.2} MiB/s (throttle {rate} B/s); {}",
+            "node {node} metadata partition {g}: {:.2} MiB in {secs:.2} s = {:.2} MiB/s (throttle {rate} B/s); {}",
             size as f64 / (1 << 20) as f64,
             size as f64 / (1 << 20) as f64 / secs,
             v["outcome"]
@@ -309,7 +320,7 @@ async fn a_kill_in_any_phase_of_a_move_leaves_exactly_one_current_replica() {
         c.spawn(2);
         c.wait_for_leaders(Duration::from_secs(60)).await;
         let (current, future) = where_is(&c, 2, 0).await;
-        eprintln!("killed while {phase}: group 0 now in {current:?}");
+        eprintln!("killed while {phase}: metadata partition 0 now in {current:?}");
         assert_eq!(current.len(), 1, "killed while {phase}: exactly one current replica: {current:?}");
         assert!(!future, "killed while {phase}: no future replica after the restart");
         // Before the switch the old copy stays; once switched the new one does. A kill while
@@ -344,17 +355,17 @@ async fn a_failed_directory_stops_only_its_replicas_and_they_come_back_through_m
         }
     };
     commit("a").await;
-    // On node 2: one group per directory. Fail the directory of group 0.
+    // On node 2: one metadata partition per directory. Fail the directory of metadata partition 0.
     let (dir0, _) = where_is(&c, 2, 0).await;
     let (dir1, _) = where_is(&c, 2, 1).await;
-    assert_ne!(dir0, dir1, "the two groups are in different directories");
+    assert_ne!(dir0, dir1, "the two metadata partitions are in different directories");
     c.admin(2)
         .await
         .inject_fault(FaultRequest { fail_dir: Some(dir0[0].clone()), ..Default::default() })
         .await
         .unwrap();
 
-    // The cluster keeps committing (nodes 1 and 3 are a quorum of group 0) ...
+    // The cluster keeps committing (nodes 1 and 3 are a quorum of metadata partition 0) ...
     commit("b").await;
     // ... node 2 reports the directory offline, in DescribeDirs and Status ...
     let r = describe(&c, 2).await;
@@ -365,13 +376,13 @@ async fn a_failed_directory_stops_only_its_replicas_and_they_come_back_through_m
     assert!(s.groups[0].dir_offline && !s.groups[1].dir_offline, "{:?}", s.groups);
     let out = coordctl(c.addr(2)).args(["dirs", "describe"]).output().unwrap();
     assert!(!out.status.success(), "describe exits 1 with a directory offline");
-    // ... and serves the group of its other directory, but not the failed one.
+    // ... and serves the metadata partition of its other directory, but not the failed one.
     let mut client2 = c.client(2).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         match all_batches(&mut client2, &topic, p1, vec![]).await {
             Ok(b) if b.len() == 20 => break,
-            other => assert!(Instant::now() < deadline, "node 2 does not serve group 1: {other:?}"),
+            other => assert!(Instant::now() < deadline, "node 2 does not serve metadata partition 1: {other:?}"),
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -379,13 +390,14 @@ async fn a_failed_directory_stops_only_its_replicas_and_they_come_back_through_m
     assert!(e.starts_with("FindBatches error 9:"), "{e}");
     assert!(c.exited(2).is_none(), "node 2 still runs");
 
-    // Recovery: the disk is replaced (an empty directory) and the node restarted: group 0 gets a
-    // new replica (new incarnation) that takes no part until it is added back through membership:
-    // removed, added as a learner that catches up from the others, then promoted.
+    // Recovery: the disk is replaced (an empty directory) and the node restarted: metadata
+    // partition 0 gets a new replica (new incarnation) that takes no part until it is added back
+    // through membership: removed, added as a learner that catches up from the others, then
+    // promoted.
     c.kill(2);
     std::fs::remove_dir_all(&dir0[0]).unwrap();
     c.spawn(2);
-    // (Its new replica of group 0 knows no leader: it is not a member.)
+    // (Its new replica of metadata partition 0 knows no leader: it is not a member.)
     let deadline = Instant::now() + Duration::from_secs(60);
     let s = loop {
         if let Ok(ch) =
@@ -408,7 +420,7 @@ async fn a_failed_directory_stops_only_its_replicas_and_they_come_back_through_m
     assert!(c.status(2, false).await.groups.iter().all(|g| g.member));
     assert_same_state(&c.converged_digests(Duration::from_secs(60)).await, 3);
     let batches = all_batches(&mut c.client(2).await, &topic, p0, vec![]).await.unwrap();
-    assert_eq!(batches.len(), 20, "node 2 serves group 0 again, with everything");
+    assert_eq!(batches.len(), 20, "node 2 serves metadata partition 0 again, with everything");
 }
 
 /// Figures for the notes, not a pass/fail test: `DISKLESS_DIRS_FIGURE_FILES` files of 64 batches

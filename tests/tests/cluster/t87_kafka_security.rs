@@ -48,7 +48,7 @@ async fn kafka_clients_over_tls_and_sasl_and_wrong_passwords_are_refused() {
     if !kafka_clients_available() {
         return;
     }
-    let c = Cluster::start(3, Options { groups: 2, ..Default::default() }).await;
+    let c = Cluster::start(3, Options { metadata_partitions: 2, ..Default::default() }).await;
     let dir = c.path("kafka-security");
     let ca = diskless_tls::certs::Ca::new("kafka test CA").unwrap();
     ca.write(&dir).unwrap();
@@ -129,7 +129,7 @@ async fn the_broker_api_takes_mutual_tls() {
     use diskless_proto::broker::{CreateTopicRequest, ProduceRequest};
     use diskless_tls::ClientTls;
 
-    let c = Cluster::start(3, Options { groups: 2, ..Default::default() }).await;
+    let c = Cluster::start(3, Options { metadata_partitions: 2, ..Default::default() }).await;
     let dir = c.path("api-certs");
     let ca = diskless_tls::certs::Ca::new("broker API CA").unwrap();
     ca.write(&dir).unwrap();

@@ -20,7 +20,7 @@ use std::time::SystemTime;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use super::scram::{ScramCredential, ScramHash};
+use super::salted::{ScramCredential, ScramHash};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -1,11 +1,10 @@
-//! SASL mechanisms: their names, and one authentication exchange (a state machine fed the
-//! client's tokens, answering the server's). PLAIN is here; SCRAM in `scram`. Credentials come
-//! from `credentials`; nothing here reads the network.
+//! The vocabulary of SASL mechanisms: their names (`Mechanism`, as `[kafka.sasl] mechanisms`
+//! spells them), and what an authentication exchange is (`Exchange`: a state machine fed the
+//! client's tokens, answering with a `Step` or `AuthFailed`). The mechanisms themselves are
+//! `plain` and `scram`; `sasl` starts the one a client picks. Nothing here reads the network or
+//! the credentials.
 
 use serde::{Deserialize, Serialize};
-
-use super::credentials::Credentials;
-use super::scram::{ScramExchange, ScramHash};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Mechanism {
@@ -28,15 +27,6 @@ impl Mechanism {
 
     pub fn from_name(name: &str) -> Option<Mechanism> {
         [Mechanism::Plain, Mechanism::ScramSha256, Mechanism::ScramSha512].into_iter().find(|m| m.name() == name)
-    }
-
-    /// A new exchange for one client with the credentials as they are now.
-    pub fn start(self, credentials: std::sync::Arc<Credentials>) -> Box<dyn Exchange> {
-        match self {
-            Mechanism::Plain => Box::new(PlainExchange { credentials }),
-            Mechanism::ScramSha256 => Box::new(ScramExchange::new(ScramHash::Sha256, credentials)),
-            Mechanism::ScramSha512 => Box::new(ScramExchange::new(ScramHash::Sha512, credentials)),
-        }
     }
 }
 
@@ -66,42 +56,4 @@ impl AuthFailed {
 
 pub trait Exchange: Send {
     fn step(&mut self, token: &[u8]) -> Result<Step, AuthFailed>;
-}
-
-/// PLAIN (RFC 4616): one token `authzid NUL authcid NUL password`, checked against the user's
-/// salted SCRAM credential (no plaintext password is stored anywhere).
-struct PlainExchange {
-    credentials: std::sync::Arc<Credentials>,
-}
-
-impl Exchange for PlainExchange {
-    fn step(&mut self, token: &[u8]) -> Result<Step, AuthFailed> {
-        let malformed = || AuthFailed("Invalid SASL/PLAIN response: expected authzid NUL authcid NUL password".into());
-        let mut parts = token.split(|b| *b == 0);
-        let (Some(authzid), Some(user), Some(password), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return Err(malformed());
-        };
-        let user = std::str::from_utf8(user).map_err(|_| malformed())?;
-        anyhow_free_ensure(!user.is_empty() && !password.is_empty(), malformed)?;
-        if !authzid.is_empty() && authzid != user.as_bytes() {
-            return Err(AuthFailed(
-                "Authentication failed: client requested an authorization id that is different from username".into(),
-            ));
-        }
-        if self.credentials.check_password(user, password) {
-            Ok(Step::Done { reply: vec![], user: user.to_string() })
-        } else {
-            Err(AuthFailed::invalid_credentials(Mechanism::Plain))
-        }
-    }
-}
-
-fn anyhow_free_ensure(ok: bool, err: impl FnOnce() -> AuthFailed) -> Result<(), AuthFailed> {
-    if ok {
-        Ok(())
-    } else {
-        Err(err())
-    }
 }

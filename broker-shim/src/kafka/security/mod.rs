@@ -3,15 +3,19 @@
 //! files reloaded when they change, client certificates optional or required); SASL PLAIN and
 //! SCRAM-SHA-256/512 against a file of salted credentials.
 //!
-//! Owns: the listeners' settings (`config`), what a listener does to a new connection before it
+//! Owns: the security settings (`config`), what a listener does to a new connection before it
 //! serves requests (`ListenerSecurity::secure`: TLS handshake, then SASL authentication), the
-//! SASL exchange (`sasl`), the mechanisms (`mechanism`, `scram`) and the credentials
-//! (`credentials`). It must not look at requests once a connection is authenticated: there are no
-//! ACLs, an authenticated client may do what any client may.
+//! SASL exchange (`sasl`), the mechanisms' vocabulary (`mechanism`) and the mechanisms (`plain`,
+//! `scram`), the salted credentials (`salted`) and the file of users (`credentials`). It must not
+//! look at requests once a connection is authenticated: there are no ACLs, an authenticated client
+//! may do what any client may. It knows no API table and no handler: the listener hands SASL its
+//! ApiVersions answer.
 
 pub mod config;
 pub mod credentials;
 pub mod mechanism;
+pub mod plain;
+pub mod salted;
 pub mod sasl;
 pub mod scram;
 
@@ -22,8 +26,9 @@ use diskless_tls::{PlainServerTls, ServerTls};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-pub use config::{KafkaTlsConfig, ListenerConfig, SaslConfig, SecurityProtocol};
+pub use config::{KafkaTlsConfig, SaslConfig, SecurityProtocol};
 pub use mechanism::Mechanism;
+pub use sasl::ApiVersions;
 use sasl::SaslServer;
 
 /// What one listener does to its connections before serving them.
@@ -50,11 +55,15 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(k: &crate::config::KafkaConfig) -> anyhow::Result<Shared> {
-        k.validate_security()?;
-        let all = k.all_listeners();
-        let tls = match &k.tls {
-            Some(t) if all.iter().any(|l| l.security_protocol.tls()) => Some(
+    /// The settings that the listeners of these `protocols` need (validated by
+    /// `kafka::KafkaConfig::validate`).
+    pub fn new(
+        protocols: &[SecurityProtocol],
+        tls: Option<&KafkaTlsConfig>,
+        sasl: Option<&SaslConfig>,
+    ) -> anyhow::Result<Shared> {
+        let tls = match tls {
+            Some(t) if protocols.iter().any(|p| p.tls()) => Some(
                 ServerTls::without_alpn(&PlainServerTls {
                     cert: t.cert.clone(),
                     key: t.key.clone(),
@@ -65,8 +74,8 @@ impl Shared {
             ),
             _ => None,
         };
-        let sasl = match &k.sasl {
-            Some(s) if all.iter().any(|l| l.security_protocol.sasl()) => Some(Arc::new(SaslServer::new(s)?)),
+        let sasl = match sasl {
+            Some(s) if protocols.iter().any(|p| p.sasl()) => Some(Arc::new(SaslServer::new(s)?)),
             _ => None,
         };
         Ok(Shared { tls, sasl })
@@ -83,8 +92,9 @@ impl Shared {
 
 impl ListenerSecurity {
     /// Runs the TLS handshake (SSL, SASL_SSL), then calls `serve` with the stream; SASL
-    /// listeners authenticate the client first.
-    pub async fn secure<F, Fut>(&self, tcp: TcpStream, serve: F) -> anyhow::Result<()>
+    /// listeners authenticate the client first, answering its ApiVersions with `api_versions`
+    /// (the listener's own answer: this module knows no API table).
+    pub async fn secure<F, Fut>(&self, tcp: TcpStream, api_versions: ApiVersions, serve: F) -> anyhow::Result<()>
     where
         F: FnOnce(Box<dyn KafkaStreamDyn>, Principal) -> Fut,
         Fut: std::future::Future<Output = anyhow::Result<()>>,
@@ -99,7 +109,7 @@ impl ListenerSecurity {
             None => Box::new(tcp),
         };
         if let Some(sasl) = &self.sasl {
-            let user = match sasl::authenticate(sasl, &mut stream).await {
+            let user = match sasl::authenticate(sasl, &mut stream, api_versions).await {
                 Ok(user) => user,
                 Err(e) => {
                     close_gracefully(&mut stream).await;

@@ -5,24 +5,34 @@
 //! closes the connection; a failed authentication answers SASL_AUTHENTICATION_FAILED (58) with the
 //! reason and closes it. Sessions do not expire (`session_lifetime_ms` 0: no re-authentication).
 //!
-//! Owns the exchange of frames; the mechanisms are in `mechanism` and `scram`.
+//! Owns the exchange of frames and the versions of the two SASL APIs; the mechanisms are `plain`
+//! and `scram`. ApiVersions is answered with what the listener hands in ([`ApiVersions`]): this
+//! module must not reach for the listener's API table or handlers.
 
 use std::time::Duration;
 
 use anyhow::Context;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
+use diskless_proto::ErrorCode;
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{Decodable, StrBytes};
+use kafka_protocol::protocol::{Decodable, Message, StrBytes, VersionRange};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-use super::credentials::CredentialsFile;
+use super::credentials::{Credentials, CredentialsFile};
 use super::mechanism::{Exchange, Mechanism, Step};
+use super::plain::PlainExchange;
+use super::salted::ScramHash;
+use super::scram::ScramExchange;
 use crate::kafka::frame::{decode_header, read_frame, Malformed};
-use crate::kafka::{encode, handlers, versions};
+use crate::kafka::response::{encode, Reply};
 
-pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
-pub const ILLEGAL_SASL_STATE: i16 = 34;
-pub const SASL_AUTHENTICATION_FAILED: i16 = 58;
+/// The versions of SaslHandshake and SaslAuthenticate spoken (the listener's API table lists
+/// these).
+pub const HANDSHAKE_VERSIONS: VersionRange = SaslHandshakeRequest::VERSIONS;
+pub const AUTHENTICATE_VERSIONS: VersionRange = SaslAuthenticateRequest::VERSIONS;
+
+/// The listener's ApiVersions answer, which a client may ask for before authenticating.
+pub type ApiVersions = fn(&RequestHeader) -> Reply;
 
 /// How long a client has from connecting to being authenticated.
 const AUTH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -62,7 +72,7 @@ async fn write_frame<S: AsyncWrite + Unpin>(stream: &mut S, body: &[u8]) -> anyh
     Ok(())
 }
 
-async fn reply<S: AsyncWrite + Unpin>(stream: &mut S, r: anyhow::Result<Option<BytesMut>>) -> anyhow::Result<()> {
+async fn reply<S: AsyncWrite + Unpin>(stream: &mut S, r: Reply) -> anyhow::Result<()> {
     if let Some(body) = r? {
         write_frame(stream, &body).await?;
     }
@@ -74,13 +84,27 @@ async fn reply<S: AsyncWrite + Unpin>(stream: &mut S, r: anyhow::Result<Option<B
 pub async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
     server: &SaslServer,
     stream: &mut S,
+    api_versions: ApiVersions,
 ) -> anyhow::Result<String> {
-    tokio::time::timeout(AUTH_TIMEOUT, exchange(server, stream))
+    tokio::time::timeout(AUTH_TIMEOUT, exchange(server, stream, api_versions))
         .await
         .map_err(|_| anyhow::anyhow!("not authenticated within {AUTH_TIMEOUT:?}"))?
 }
 
-async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(server: &SaslServer, stream: &mut S) -> anyhow::Result<String> {
+/// A new exchange of `mechanism` for one client, with the credentials as they are now.
+fn start(mechanism: Mechanism, credentials: std::sync::Arc<Credentials>) -> Box<dyn Exchange> {
+    match mechanism {
+        Mechanism::Plain => Box::new(PlainExchange::new(credentials)),
+        Mechanism::ScramSha256 => Box::new(ScramExchange::new(ScramHash::Sha256, credentials)),
+        Mechanism::ScramSha512 => Box::new(ScramExchange::new(ScramHash::Sha512, credentials)),
+    }
+}
+
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    server: &SaslServer,
+    stream: &mut S,
+    api_versions: ApiVersions,
+) -> anyhow::Result<String> {
     let mut phase = Phase::Handshake;
     loop {
         let mut frame =
@@ -102,27 +126,29 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(server: &SaslServer, stream
         let (api, header) = decode_header(&mut frame)?;
         let v = header.request_api_version;
         if api == ApiKey::ApiVersions {
-            reply(stream, handlers::api_versions(&header)).await?;
+            reply(stream, api_versions(&header)).await?;
             continue;
         }
-        let range = versions::supported(api).filter(|r| (r.min..=r.max).contains(&v));
-        anyhow::ensure!(
-            range.is_some() && matches!(api, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate),
-            "{api:?} v{v} before SASL authentication"
-        );
+        let range = match api {
+            ApiKey::SaslHandshake => Some(HANDSHAKE_VERSIONS),
+            ApiKey::SaslAuthenticate => Some(AUTHENTICATE_VERSIONS),
+            _ => None,
+        };
+        anyhow::ensure!(range.is_some_and(|r| (r.min..=r.max).contains(&v)), "{api:?} v{v} before SASL authentication");
         match (api, &mut phase) {
             (ApiKey::SaslHandshake, Phase::Handshake) => {
                 let req = SaslHandshakeRequest::decode(&mut frame, v).map_err(|e| Malformed::body(api, v, e))?;
                 let wanted = req.mechanism.to_string();
                 let mechanism = Mechanism::from_name(&wanted).filter(|m| server.mechanisms.contains(m));
-                let code = if mechanism.is_some() { 0 } else { UNSUPPORTED_SASL_MECHANISM };
-                let body =
-                    SaslHandshakeResponse::default().with_error_code(code).with_mechanisms(server.mechanism_names());
+                let code = if mechanism.is_some() { ErrorCode::None } else { ErrorCode::UnsupportedSaslMechanism };
+                let body = SaslHandshakeResponse::default()
+                    .with_error_code(code.code())
+                    .with_mechanisms(server.mechanism_names());
                 reply(stream, encode(api, &header, v, &body)).await?;
                 let Some(mechanism) = mechanism else {
                     anyhow::bail!("SASL mechanism {wanted:?} is not enabled");
                 };
-                phase = Phase::Exchange { exchange: mechanism.start(server.credentials.get()), raw: v == 0 };
+                phase = Phase::Exchange { exchange: start(mechanism, server.credentials.get()), raw: v == 0 };
             }
             (ApiKey::SaslAuthenticate, Phase::Exchange { exchange, raw: false }) => {
                 let req = SaslAuthenticateRequest::decode(&mut frame, v).map_err(|e| Malformed::body(api, v, e))?;
@@ -135,7 +161,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(server: &SaslServer, stream
                     }
                     Err(e) => (
                         SaslAuthenticateResponse::default()
-                            .with_error_code(SASL_AUTHENTICATION_FAILED)
+                            .with_error_code(ErrorCode::SaslAuthenticationFailed.code())
                             .with_error_message(Some(StrBytes::from_string(e.0.clone()))),
                         Some(Err(anyhow::anyhow!("SASL authentication failed: {e}"))),
                     ),
@@ -152,18 +178,23 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(server: &SaslServer, stream
 
 /// SaslHandshake or SaslAuthenticate once the connection is authenticated, or on a listener
 /// without SASL: ILLEGAL_SASL_STATE (re-authentication is not supported).
-pub fn illegal_state(api: ApiKey, header: &RequestHeader) -> anyhow::Result<Option<BytesMut>> {
+pub fn illegal_state(api: ApiKey, header: &RequestHeader) -> Reply {
     let v = header.request_api_version;
     let message = Some(StrBytes::from_static_str("SASL authentication is not expected on this connection now"));
     match api {
-        ApiKey::SaslHandshake => {
-            encode(api, header, v, &SaslHandshakeResponse::default().with_error_code(ILLEGAL_SASL_STATE))
-        }
+        ApiKey::SaslHandshake => encode(
+            api,
+            header,
+            v,
+            &SaslHandshakeResponse::default().with_error_code(ErrorCode::IllegalSaslState.code()),
+        ),
         _ => encode(
             api,
             header,
             v,
-            &SaslAuthenticateResponse::default().with_error_code(ILLEGAL_SASL_STATE).with_error_message(message),
+            &SaslAuthenticateResponse::default()
+                .with_error_code(ErrorCode::IllegalSaslState.code())
+                .with_error_message(message),
         ),
     }
 }
@@ -171,10 +202,14 @@ pub fn illegal_state(api: ApiKey, header: &RequestHeader) -> anyhow::Result<Opti
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kafka::security::credentials::Credentials;
-    use crate::kafka::security::scram::{ScramCredential, ScramHash};
+    use crate::kafka::security::salted::ScramCredential;
+    use bytes::BytesMut;
     use kafka_protocol::protocol::Encodable;
     use tokio::io::AsyncReadExt;
+
+    fn no_api_versions(_: &RequestHeader) -> Reply {
+        anyhow::bail!("no ApiVersions in these tests")
+    }
 
     fn server(dir: &std::path::Path) -> SaslServer {
         let path = dir.join("users.toml");
@@ -215,7 +250,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let server = server(dir.path());
         let (mut client, mut conn) = tokio::io::duplex(1 << 16);
-        let task = tokio::spawn(async move { authenticate(&server, &mut conn).await });
+        let task = tokio::spawn(async move { authenticate(&server, &mut conn, no_api_versions).await });
         let hs = SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"));
         client.write_all(&frame(ApiKey::SaslHandshake, 0, 1, &hs)).await.unwrap();
         let mut answer = Bytes::from(read(&mut client).await);
@@ -236,7 +271,7 @@ mod tests {
         let server = std::sync::Arc::new(server(dir.path()));
         let (mut client, mut conn) = tokio::io::duplex(1 << 16);
         let s = server.clone();
-        let task = tokio::spawn(async move { authenticate(&s, &mut conn).await });
+        let task = tokio::spawn(async move { authenticate(&s, &mut conn, no_api_versions).await });
         let hs = SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"));
         client.write_all(&frame(ApiKey::SaslHandshake, 1, 1, &hs)).await.unwrap();
         read(&mut client).await;
@@ -245,12 +280,12 @@ mod tests {
         let mut answer = Bytes::from(read(&mut client).await);
         let _ = ResponseHeader::decode(&mut answer, ApiKey::SaslAuthenticate.response_header_version(2)).unwrap();
         let r = SaslAuthenticateResponse::decode(&mut answer, 2).unwrap();
-        assert_eq!(r.error_code, SASL_AUTHENTICATION_FAILED);
+        assert_eq!(r.error_code, ErrorCode::SaslAuthenticationFailed.code());
         assert!(r.error_message.unwrap().contains("invalid credentials"));
         assert!(task.await.unwrap().is_err(), "the connection is to be closed");
 
         let (mut client, mut conn) = tokio::io::duplex(1 << 16);
-        let task = tokio::spawn(async move { authenticate(&server, &mut conn).await });
+        let task = tokio::spawn(async move { authenticate(&server, &mut conn, no_api_versions).await });
         client.write_all(&frame(ApiKey::Metadata, 4, 1, &MetadataRequest::default())).await.unwrap();
         let e = task.await.unwrap().unwrap_err();
         assert!(e.to_string().contains("before SASL authentication"), "{e}");

@@ -2,127 +2,16 @@
 //! no channel binding (`n,,`), user names escaped with `=2C` and `=3D`, extensions after the nonce
 //! ignored except `tokenauth` (delegation tokens are not supported), at least 4096 iterations.
 //!
-//! Owns the salted credential (`ScramCredential`: salt, iterations, StoredKey, ServerKey; never
-//! the password) and one exchange. The crypto is RustCrypto's (sha2, hmac, pbkdf2); proofs are
-//! compared in constant time.
+//! Owns one exchange (a state machine fed the client's messages); the salted credential and the
+//! hash functions are `salted`'s, the users `credentials`'. Proofs are compared in constant time.
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
-use hmac::{KeyInit, Mac};
-use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
 use super::credentials::Credentials;
-use super::mechanism::{AuthFailed, Exchange, Mechanism, Step};
-
-/// Kafka's lower bound on iterations for SCRAM-SHA-256/512.
-pub const MIN_ITERATIONS: u32 = 4096;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ScramHash {
-    Sha256,
-    Sha512,
-}
-
-impl ScramHash {
-    pub fn mechanism(self) -> Mechanism {
-        match self {
-            ScramHash::Sha256 => Mechanism::ScramSha256,
-            ScramHash::Sha512 => Mechanism::ScramSha512,
-        }
-    }
-
-    fn hmac(self, key: &[u8], data: &[u8]) -> Vec<u8> {
-        fn run<M: Mac + KeyInit>(key: &[u8], data: &[u8]) -> Vec<u8> {
-            let mut m = <M as KeyInit>::new_from_slice(key).expect("HMAC takes keys of any length");
-            m.update(data);
-            m.finalize().into_bytes().to_vec()
-        }
-        match self {
-            ScramHash::Sha256 => run::<hmac::Hmac<sha2::Sha256>>(key, data),
-            ScramHash::Sha512 => run::<hmac::Hmac<sha2::Sha512>>(key, data),
-        }
-    }
-
-    fn hash(self, data: &[u8]) -> Vec<u8> {
-        use sha2::Digest;
-        match self {
-            ScramHash::Sha256 => sha2::Sha256::digest(data).to_vec(),
-            ScramHash::Sha512 => sha2::Sha512::digest(data).to_vec(),
-        }
-    }
-
-    /// `Hi(password, salt, i)`: PBKDF2 with HMAC of this hash, one block.
-    fn salted_password(self, password: &[u8], salt: &[u8], iterations: u32) -> Vec<u8> {
-        match self {
-            ScramHash::Sha256 => {
-                let mut out = vec![0u8; 32];
-                pbkdf2::pbkdf2_hmac::<sha2::Sha256>(password, salt, iterations, &mut out);
-                out
-            }
-            ScramHash::Sha512 => {
-                let mut out = vec![0u8; 64];
-                pbkdf2::pbkdf2_hmac::<sha2::Sha512>(password, salt, iterations, &mut out);
-                out
-            }
-        }
-    }
-}
-
-/// What the broker stores for one user and one SCRAM hash (base64 in the credentials file).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ScramCredential {
-    pub salt: String,
-    pub iterations: u32,
-    pub stored_key: String,
-    pub server_key: String,
-}
-
-/// A credential decoded for use.
-struct Keys {
-    salt: Vec<u8>,
-    iterations: u32,
-    stored_key: Vec<u8>,
-    server_key: Vec<u8>,
-}
-
-impl ScramCredential {
-    /// The credential of `password` with a new random salt.
-    pub fn new(hash: ScramHash, password: &str, iterations: u32) -> anyhow::Result<ScramCredential> {
-        anyhow::ensure!(iterations >= MIN_ITERATIONS, "SCRAM needs at least {MIN_ITERATIONS} iterations");
-        let mut salt = [0u8; 32];
-        getrandom::fill(&mut salt).map_err(|e| anyhow::anyhow!("random salt: {e}"))?;
-        let salted = hash.salted_password(password.as_bytes(), &salt, iterations);
-        let client_key = hash.hmac(&salted, b"Client Key");
-        Ok(ScramCredential {
-            salt: B64.encode(salt),
-            iterations,
-            stored_key: B64.encode(hash.hash(&client_key)),
-            server_key: B64.encode(hash.hmac(&salted, b"Server Key")),
-        })
-    }
-
-    fn keys(&self) -> Option<Keys> {
-        Some(Keys {
-            salt: B64.decode(&self.salt).ok()?,
-            iterations: self.iterations,
-            stored_key: B64.decode(&self.stored_key).ok()?,
-            server_key: B64.decode(&self.server_key).ok()?,
-        })
-    }
-
-    /// Whether `password` is the one this credential was made from (for SASL/PLAIN).
-    pub fn matches(&self, hash: ScramHash, password: &[u8]) -> bool {
-        let Some(k) = self.keys() else { return false };
-        if k.iterations < MIN_ITERATIONS {
-            return false;
-        }
-        let salted = hash.salted_password(password, &k.salt, k.iterations);
-        let stored = hash.hash(&hash.hmac(&salted, b"Client Key"));
-        bool::from(stored.ct_eq(&k.stored_key))
-    }
-}
+use super::mechanism::{AuthFailed, Exchange, Step};
+use super::salted::{Keys, ScramHash, MIN_ITERATIONS};
 
 enum State {
     First,
@@ -270,6 +159,7 @@ impl Exchange for ScramExchange {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kafka::security::salted::ScramCredential;
 
     /// The client side of RFC 5802, enough to drive the server in tests.
     fn client_final(hash: ScramHash, password: &str, client_first_bare: &str, server_first: &str) -> (String, Vec<u8>) {
@@ -338,33 +228,5 @@ mod tests {
         let first = String::from_utf8(first).unwrap();
         let (fin, _) = client_final_with(hash, "pw", bare, &first, "-=abc~");
         assert!(matches!(ex.step(fin.as_bytes()), Ok(Step::Done { .. })));
-    }
-
-    #[test]
-    fn rfc7677_test_vector_verifies() {
-        // RFC 7677 section 3: user "user", password "pencil".
-        let hash = ScramHash::Sha256;
-        let salt = B64.decode("W22ZaJ0SNY7soEsUEjb6gQ==").unwrap();
-        let salted = hash.salted_password(b"pencil", &salt, 4096);
-        let client_key = hash.hmac(&salted, b"Client Key");
-        let cred = ScramCredential {
-            salt: "W22ZaJ0SNY7soEsUEjb6gQ==".into(),
-            iterations: 4096,
-            stored_key: B64.encode(hash.hash(&client_key)),
-            server_key: B64.encode(hash.hmac(&salted, b"Server Key")),
-        };
-        let bare = "n=user,r=rOprNGfwEbeRWgbNEkqO";
-        let server_first = "r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
-        let without_proof = "c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0";
-        let auth = format!("{bare},{server_first},{without_proof}");
-        let k = cred.keys().unwrap();
-        let sig = hash.hmac(&k.stored_key, auth.as_bytes());
-        let proof: Vec<u8> = client_key.iter().zip(&sig).map(|(a, b)| a ^ b).collect();
-        assert_eq!(B64.encode(proof), "dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=");
-        assert_eq!(
-            B64.encode(hash.hmac(&k.server_key, auth.as_bytes())),
-            "6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
-        );
-        assert!(cred.matches(hash, b"pencil") && !cred.matches(hash, b"pencil2"));
     }
 }

@@ -1,29 +1,31 @@
-//! The Raft log of every group of one data directory: one append-only sequence of records in
-//! preallocated segment files (`segment.rs`, `record.rs`), so that one `fdatasync` makes the
-//! appends of all groups durable, and writes nothing but the data (no size or extent changes to
-//! journal, no memtable, no compaction). Measured against the log in RocksDB (`examples/log_bench`,
-//! README "Where the Raft log should live"): half the sync time, a third of the CPU per entry.
+//! The Raft log of every metadata partition of one data directory: one append-only sequence of
+//! records in preallocated segment files (`segment.rs`, `record.rs`), so that one `fdatasync` makes
+//! the appends of all metadata partitions durable, and writes nothing but the data (no size or
+//! extent changes to journal, no memtable, no compaction). Measured against the log in RocksDB
+//! (`examples/log_bench`, `bench/HISTORY.md`, "Where the Raft log should live"): half the sync time, a third of
+//! the CPU per entry.
 //!
-//! Owns: appending, truncating and dropping a group's entries, reading them back, syncing, the
-//! in-memory index (where each live entry is), recovery at open, and deleting segments nobody
-//! needs. It keeps neither votes nor purge points: those stay in RocksDB (`log_store.rs`), and the
-//! caller tells the log what is purged ([`SegLog::purge`]) once that is durable there.
+//! Owns: appending, truncating and dropping a metadata partition's entries, reading them back,
+//! syncing, the in-memory index (where each live entry is), recovery at open, and deleting segments
+//! nobody needs. It keeps neither votes nor purge points: those stay in RocksDB (`log_store.rs`),
+//! and the caller tells the log what is purged ([`SegLog::purge`]) once that is durable there.
 //!
-//! **Replay rules** (recovery and the running log agree on them): an entry record of group `g` at
-//! index `i` replaces `g`'s entries from `i` on (after a gap, all of them); a truncate record
-//! removes them from its index on; a drop record voids all of `g`'s earlier records. Everything of
-//! a group at or below its purge point is gone.
+//! **Replay rules** (recovery and the running log agree on them): an entry record of metadata
+//! partition `g` at index `i` replaces `g`'s entries from `i` on (after a gap, all of them); a
+//! truncate record removes them from its index on; a drop record voids all of `g`'s earlier
+//! records. Everything of a metadata partition at or below its purge point is gone.
 //!
 //! **Crash safety.** Records are written in order into zero-filled space; a sync covers every
-//! record written before it. At open, segments must be numbered without gaps, every segment but
-//! the last must end with a seal, and every record before a seal must check out (else the
-//! directory is corrupt and the node refuses to start, naming the segment file and the offset;
-//! recovery is total on hostile bytes, never a panic). The last segment is read up to its first
-//! zero or invalid record (a torn tail: never acknowledged); what lies after that is zeroed and
-//! synced before writing resumes there, so bytes of a torn write are never read again. Segments
-//! go oldest first, each only when no live entry is in it, after a sync and followed by a
-//! directory fsync, so what remains always replays to the same log. A group whose few live entries hold up the oldest
-//! segment has them written again at the head (`relocate`), so an idle group cannot pin the log.
+//! record written before it. At open, segments must be numbered without gaps, every segment but the
+//! last must end with a seal, and every record before a seal must check out (else the directory is
+//! corrupt and the node refuses to start, naming the segment file and the offset; recovery is total
+//! on hostile bytes, never a panic). The last segment is read up to its first zero or invalid
+//! record (a torn tail: never acknowledged); what lies after that is zeroed and synced before
+//! writing resumes there, so bytes of a torn write are never read again. Segments go oldest first,
+//! each only when no live entry is in it, after a sync and followed by a directory fsync, so what
+//! remains always replays to the same log. A metadata partition whose few live entries hold up the
+//! oldest segment has them written again at the head (`relocate`), so an idle metadata partition
+//! cannot pin the log.
 
 pub(crate) mod record;
 mod segment;
@@ -53,16 +55,16 @@ struct Loc {
     len: u32,
 }
 
-/// One group's live entries: contiguous indexes from `first`.
+/// One metadata partition's live entries: contiguous indexes from `first`.
 #[derive(Debug, Default)]
-struct Group {
+struct PartitionLog {
     first: u64,
     locs: VecDeque<Loc>,
     /// Entries at or below this are purged (durably, by the caller).
     purged: Option<u64>,
 }
 
-impl Group {
+impl PartitionLog {
     fn last(&self) -> Option<u64> {
         (!self.locs.is_empty()).then(|| self.first + self.locs.len() as u64 - 1)
     }
@@ -107,7 +109,8 @@ impl Group {
 
 struct Segment {
     file: Arc<File>,
-    /// Per group: the highest index of its entry records here (what the segment holds up).
+    /// Per metadata partition: the highest index of its entry records here (what the segment holds
+    /// up).
     tops: HashMap<u32, u64>,
 }
 
@@ -117,7 +120,7 @@ struct Inner {
     current: u64,
     offset: u64,
     capacity: u64,
-    groups: HashMap<u32, Group>,
+    partitions: HashMap<u32, PartitionLog>,
     /// The spare segment being prepared in the background.
     spare: Option<std::thread::JoinHandle<io::Result<()>>>,
     buf: Vec<u8>,
@@ -198,7 +201,7 @@ impl SegLog {
             current: 0,
             offset: segment::FIRST,
             capacity: 0,
-            groups: HashMap::new(),
+            partitions: HashMap::new(),
             spare: None,
             buf: vec![],
             relocating: false,
@@ -268,7 +271,7 @@ impl SegLog {
             let file = Arc::new(segment::open(dir, seq, writable)?);
             inner.segments.insert(seq, Segment { file, tops: HashMap::new() });
             for r in &s.records {
-                inner.replay(seq, r.kind, r.group, r.index, r.offset, r.len);
+                inner.replay(seq, r.kind, r.partition, r.index, r.offset, r.len);
             }
         }
         let log = SegLog {
@@ -329,30 +332,30 @@ impl SegLog {
         }
     }
 
-    /// The groups that have live entries.
-    pub fn groups(&self) -> Vec<u32> {
+    /// The metadata partitions that have live entries.
+    pub fn partitions(&self) -> Vec<u32> {
         let inner = self.lock();
-        let mut gs: Vec<u32> = inner.groups.iter().filter(|(_, g)| !g.locs.is_empty()).map(|(&g, _)| g).collect();
+        let mut gs: Vec<u32> = inner.partitions.iter().filter(|(_, g)| !g.locs.is_empty()).map(|(&g, _)| g).collect();
         gs.extend(inner.segments.values().flat_map(|s| s.tops.keys().copied()));
         gs.sort_unstable();
         gs.dedup();
         gs
     }
 
-    /// The first and last index of group `g`'s live entries.
+    /// The first and last index of metadata partition `g`'s live entries.
     pub fn bounds(&self, g: u32) -> Option<(u64, u64)> {
         let inner = self.lock();
-        let grp = inner.groups.get(&g)?;
-        grp.last().map(|l| (grp.first, l))
+        let pl = inner.partitions.get(&g)?;
+        pl.last().map(|l| (pl.first, l))
     }
 
-    /// Group `g`'s purge point as this log knows it.
+    /// Metadata partition `g`'s purge point as this log knows it.
     pub fn purged(&self, g: u32) -> Option<u64> {
-        self.lock().groups.get(&g).and_then(|x| x.purged)
+        self.lock().partitions.get(&g).and_then(|x| x.purged)
     }
 
-    /// Appends group `g`'s entries `(index, bytes)`, in order; readable at once, durable after the
-    /// next [`sync`](Self::sync).
+    /// Appends metadata partition `g`'s entries `(index, bytes)`, in order; readable at once,
+    /// durable after the next [`sync`](Self::sync).
     pub fn append(&self, g: u32, entries: &[(u64, Vec<u8>)]) -> io::Result<()> {
         let mut inner = self.lock();
         self.usable(&inner)?;
@@ -385,7 +388,7 @@ impl SegLog {
             let mut start = 0usize;
             for &(index, end) in pending.iter() {
                 let loc = Loc { seg: seq, offset: at + start as u64, len: (end - start) as u32 };
-                inner.groups.entry(g).or_default().put(index, loc);
+                inner.partitions.entry(g).or_default().put(index, loc);
                 let top = inner.segments.get_mut(&seq).map(|s| s.tops.entry(g).or_insert(0));
                 if let Some(top) = top {
                     *top = (*top).max(index);
@@ -459,12 +462,13 @@ impl SegLog {
         Ok(())
     }
 
-    /// After a switch: when writing the live entries of the groups that hold up the oldest `k`
-    /// segments again at the head costs at most half of those segments (so a relocation frees at
-    /// least twice what it writes), for the largest such `k`, they are; then old segments go. So
-    /// the log holds less than twice its live bytes plus a segment, however idle some groups are.
+    /// After a switch: when writing the live entries of the metadata partitions that hold up the
+    /// oldest `k` segments again at the head costs at most half of those segments (so a relocation
+    /// frees at least twice what it writes), for the largest such `k`, they are; then old segments
+    /// go. So the log holds less than twice its live bytes plus a segment, however idle some
+    /// metadata partitions are.
     fn after_switch(&self, inner: &mut Inner) -> io::Result<()> {
-        let purged = |inner: &Inner, g: u32| inner.groups.get(&g).and_then(|x| x.purged);
+        let purged = |inner: &Inner, g: u32| inner.partitions.get(&g).and_then(|x| x.purged);
         let mut blockers: Vec<u32> = vec![];
         let mut cost = 0u64;
         let mut chosen: Option<Vec<u32>> = None;
@@ -475,7 +479,7 @@ impl SegLog {
             for (&g, &top) in &seg.tops {
                 if purged(inner, g).is_none_or(|p| top > p) && !blockers.contains(&g) {
                     blockers.push(g);
-                    cost += inner.groups.get(&g).map_or(0, Group::bytes);
+                    cost += inner.partitions.get(&g).map_or(0, PartitionLog::bytes);
                 }
             }
             if cost * 2 <= (k as u64 + 1) * self.segment_bytes {
@@ -488,12 +492,12 @@ impl SegLog {
         self.collect(inner)
     }
 
-    /// Writes group `g`'s live entries again at the head: its records in older segments are then
-    /// superseded (the first rewritten entry replaces them all).
+    /// Writes metadata partition `g`'s live entries again at the head: its records in older
+    /// segments are then superseded (the first rewritten entry replaces them all).
     fn relocate(&self, inner: &mut Inner, g: u32) -> io::Result<()> {
-        let Some(grp) = inner.groups.get(&g) else { return Ok(()) };
-        let first = grp.first;
-        let locs: Vec<Loc> = grp.locs.iter().copied().collect();
+        let Some(pl) = inner.partitions.get(&g) else { return Ok(()) };
+        let first = pl.first;
+        let locs: Vec<Loc> = pl.locs.iter().copied().collect();
         let mut payloads = Vec::with_capacity(locs.len());
         for (i, loc) in locs.iter().enumerate() {
             payloads.push((
@@ -504,8 +508,8 @@ impl SegLog {
         let start = inner.current;
         let mut buf = vec![];
         self.append_in(inner, &mut buf, g, payloads.iter().map(|(i, b)| (*i, b.as_slice())))?;
-        // A group with no live entries (all truncated or purged) has nothing to write again: any
-        // part of its old records replays to the same empty log.
+        // A metadata partition with no live entries (all truncated or purged) has nothing to write
+        // again: any part of its old records replays to the same empty log.
         for (_, s) in inner.segments.range_mut(..start) {
             s.tops.remove(&g);
         }
@@ -522,7 +526,7 @@ impl SegLog {
                 break;
             }
             let dead =
-                s.tops.iter().all(|(g, top)| inner.groups.get(g).and_then(|x| x.purged).is_some_and(|p| *top <= p));
+                s.tops.iter().all(|(g, top)| inner.partitions.get(g).and_then(|x| x.purged).is_some_and(|p| *top <= p));
             if !dead {
                 break;
             }
@@ -552,26 +556,27 @@ impl SegLog {
         Ok(())
     }
 
-    /// Removes group `g`'s entries from index `from` on (durable with the next sync; a later
-    /// append is never durable without it, the log being read in order).
+    /// Removes metadata partition `g`'s entries from index `from` on (durable with the next sync; a
+    /// later append is never durable without it, the log being read in order).
     pub fn truncate(&self, g: u32, from: u64) -> io::Result<()> {
         let mut inner = self.lock();
         self.usable(&inner)?;
-        if inner.groups.get(&g).and_then(Group::last).is_none_or(|last| last < from) {
+        if inner.partitions.get(&g).and_then(PartitionLog::last).is_none_or(|last| last < from) {
             return Ok(());
         }
         self.write_record(&mut inner, Kind::Truncate, g, from)?;
-        if let Some(grp) = inner.groups.get_mut(&g) {
-            grp.truncate(from);
+        if let Some(pl) = inner.partitions.get_mut(&g) {
+            pl.truncate(from);
         }
         Ok(())
     }
 
-    /// Forgets group `g` here (its replica leaves this directory): a drop record, synced.
-    pub fn drop_group(&self, g: u32) -> io::Result<()> {
+    /// Forgets metadata partition `g` here (its replica leaves this directory): a drop record,
+    /// synced.
+    pub fn drop_partition(&self, g: u32) -> io::Result<()> {
         let mut inner = self.lock();
         self.usable(&inner)?;
-        let held = inner.groups.contains_key(&g) || inner.segments.values().any(|s| s.tops.contains_key(&g));
+        let held = inner.partitions.contains_key(&g) || inner.segments.values().any(|s| s.tops.contains_key(&g));
         if !held {
             return Ok(());
         }
@@ -583,29 +588,29 @@ impl SegLog {
         self.collect(&mut inner)
     }
 
-    /// Notes that group `g`'s entries up to `upto` are purged — the caller made that durable — and
-    /// deletes the segments that no longer hold anything live.
+    /// Notes that metadata partition `g`'s entries up to `upto` are purged — the caller made that
+    /// durable — and deletes the segments that no longer hold anything live.
     pub fn purge(&self, g: u32, upto: u64) -> io::Result<()> {
         let mut inner = self.lock();
-        inner.groups.entry(g).or_default().purge(upto);
+        inner.partitions.entry(g).or_default().purge(upto);
         if self.writable && inner.failed.is_none() {
             self.collect(&mut inner)?;
         }
         Ok(())
     }
 
-    /// Group `g`'s entries in `[from, to)` that are here: the index of the first one returned
-    /// (`from`, or the first live index when `from` is purged) and their bytes.
+    /// Metadata partition `g`'s entries in `[from, to)` that are here: the index of the first one
+    /// returned (`from`, or the first live index when `from` is purged) and their bytes.
     pub fn read(&self, g: u32, from: u64, to: u64) -> io::Result<(u64, Vec<Vec<u8>>)> {
         let (start, wanted): (u64, Vec<(Loc, Arc<File>)>) = {
             let inner = self.lock();
-            let Some(grp) = inner.groups.get(&g) else { return Ok((from, vec![])) };
-            let Some(last) = grp.last() else { return Ok((from, vec![])) };
-            let start = from.max(grp.first);
+            let Some(pl) = inner.partitions.get(&g) else { return Ok((from, vec![])) };
+            let Some(last) = pl.last() else { return Ok((from, vec![])) };
+            let start = from.max(pl.first);
             let end = to.min(last + 1);
             let wanted = (start..end.max(start))
                 .map(|i| {
-                    let loc = grp.locs[(i - grp.first) as usize];
+                    let loc = pl.locs[(i - pl.first) as usize];
                     (loc, inner.segments[&loc.seg].file.clone())
                 })
                 .collect();
@@ -659,15 +664,15 @@ impl Inner {
     fn replay(&mut self, seq: u64, kind: Kind, g: u32, index: u64, offset: u64, len: u32) {
         match kind {
             Kind::Entry => {
-                self.groups.entry(g).or_default().put(index, Loc { seg: seq, offset, len });
+                self.partitions.entry(g).or_default().put(index, Loc { seg: seq, offset, len });
                 if let Some(s) = self.segments.get_mut(&seq) {
                     let top = s.tops.entry(g).or_insert(0);
                     *top = (*top).max(index);
                 }
             }
             Kind::Truncate => {
-                if let Some(grp) = self.groups.get_mut(&g) {
-                    grp.truncate(index);
+                if let Some(pl) = self.partitions.get_mut(&g) {
+                    pl.truncate(index);
                 }
             }
             Kind::Drop => self.forget(g),
@@ -676,27 +681,30 @@ impl Inner {
     }
 
     fn forget(&mut self, g: u32) {
-        self.groups.remove(&g);
+        self.partitions.remove(&g);
         for s in self.segments.values_mut() {
             s.tops.remove(&g);
         }
     }
 }
 
-/// Reads and checks the entry record at `loc` (group `g`, index `index`); its payload.
+/// Reads and checks the entry record at `loc` (metadata partition `g`, index `index`); its payload.
 /// `loc.len` was read back from the file at open, so the buffer is never larger than what the
 /// file held.
 fn read_at(dir: &Path, file: &File, loc: Loc, g: u32, index: u64) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; loc.len as usize];
     let at = || format!("{} offset {}", segment::path(dir, loc.seg).display(), loc.offset);
     file.read_exact_at(&mut buf, loc.offset).map_err(|e| {
-        io::Error::new(e.kind(), format!("read the Raft log record of group {g} index {index} ({}): {e}", at()))
+        io::Error::new(
+            e.kind(),
+            format!("read the Raft log record of metadata partition {g} index {index} ({}): {e}", at()),
+        )
     })?;
     match record::parse(&buf) {
-        record::Next::Record(r) if r.kind == Kind::Entry && r.group == g && r.index == index => {}
+        record::Next::Record(r) if r.kind == Kind::Entry && r.partition == g && r.index == index => {}
         other => {
             return Err(corrupt(format!(
-                "the Raft log record of group {g} index {index} ({}) reads back as {other:?}",
+                "the Raft log record of metadata partition {g} index {index} ({}) reads back as {other:?}",
                 at()
             )))
         }
@@ -705,11 +713,11 @@ fn read_at(dir: &Path, file: &File, loc: Loc, g: u32, index: u64) -> io::Result<
     Ok(buf)
 }
 
-/// Copies group `g`'s log from `src` to `dst` (a replica move): everything (`from` = `None`:
-/// `dst`'s earlier records of `g` dropped first) or what changed from index `from` on; then
+/// Copies metadata partition `g`'s log from `src` to `dst` (a replica move): everything (`from` =
+/// `None`: `dst`'s earlier records of `g` dropped first) or what changed from index `from` on; then
 /// `dst` ends where `src` does and knows its purge point. `pace` is told the bytes copied and says
 /// whether to go on. Not synced. Returns the entries and bytes copied.
-pub fn copy_group(
+pub fn copy_partition(
     src: &SegLog,
     dst: &SegLog,
     g: u32,
@@ -717,7 +725,7 @@ pub fn copy_group(
     pace: &mut dyn FnMut(u64) -> bool,
 ) -> io::Result<(u64, u64)> {
     if from.is_none() {
-        dst.drop_group(g)?;
+        dst.drop_partition(g)?;
     }
     let (mut copied, mut count) = (0, 0);
     let mut at = from.unwrap_or(0);

@@ -1,7 +1,7 @@
 //! One record of the segmented Raft log, as bytes, and how a run of records is read back.
 //!
 //! A record is `len: u32 LE`, `crc: u32 LE` (CRC32C of the body), then the body of `len` bytes:
-//! `kind: u8`, `group: u32 LE`, `index: u64 LE`, then the payload (an entry's bincode bytes, or
+//! `kind: u8`, `partition: u32 LE`, `index: u64 LE`, then the payload (an entry's bincode bytes, or
 //! nothing). Segments are zero-filled before use, so a zero header means "nothing was written
 //! here"; anything else that does not check out is a torn or corrupt record. It must not know
 //! what a payload means. [`parse`] is total on hostile bytes: whatever it is given, it answers
@@ -9,7 +9,7 @@
 
 /// Bytes before the body: length and checksum.
 pub const HEADER: usize = 8;
-/// Bytes of the body before the payload: kind, group, index.
+/// Bytes of the body before the payload: kind, metadata partition, index.
 pub const FIXED: usize = 13;
 /// No record is larger than this (a sanity bound on the length field).
 pub const MAX_RECORD: usize = 1 << 30;
@@ -17,12 +17,12 @@ pub const MAX_RECORD: usize = 1 << 30;
 /// What a record says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    /// Group `group`'s entry at `index` (payload: the entry). Replaces the group's entries from
-    /// `index` on, if it had any.
+    /// Metadata partition `partition`'s entry at `index` (payload: the entry). Replaces the
+    /// metadata partition's entries from `index` on, if it had any.
     Entry = 1,
-    /// The group's entries from `index` on are gone (a truncation after a conflict).
+    /// The metadata partition's entries from `index` on are gone (a truncation after a conflict).
     Truncate = 2,
-    /// Every earlier record of the group is void (its replica left this directory).
+    /// Every earlier record of the metadata partition is void (its replica left this directory).
     Drop = 3,
     /// The end of the segment: nothing after it is read, and everything before it must check out.
     Seal = 4,
@@ -41,13 +41,13 @@ impl Kind {
 }
 
 /// Appends one record to `out`.
-pub fn encode(out: &mut Vec<u8>, kind: Kind, group: u32, index: u64, payload: &[u8]) {
+pub fn encode(out: &mut Vec<u8>, kind: Kind, partition: u32, index: u64, payload: &[u8]) {
     let body_len = FIXED + payload.len();
     let start = out.len();
     out.extend_from_slice(&(body_len as u32).to_le_bytes());
     out.extend_from_slice(&[0; 4]);
     out.push(kind as u8);
-    out.extend_from_slice(&group.to_le_bytes());
+    out.extend_from_slice(&partition.to_le_bytes());
     out.extend_from_slice(&index.to_le_bytes());
     out.extend_from_slice(payload);
     let crc = crc32c::crc32c(&out[start + HEADER..]);
@@ -63,7 +63,7 @@ pub fn size(payload_len: usize) -> usize {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Record<'a> {
     pub kind: Kind,
-    pub group: u32,
+    pub partition: u32,
     pub index: u64,
     pub payload: &'a [u8],
     /// The record's whole size (header included).
@@ -102,7 +102,7 @@ pub fn parse(buf: &[u8]) -> Next<'_> {
     let Some(kind) = Kind::from_u8(body[0]) else {
         return Next::Invalid(format!("a record of unknown kind {}", body[0]));
     };
-    let group = u32::from_le_bytes([body[1], body[2], body[3], body[4]]);
+    let partition = u32::from_le_bytes([body[1], body[2], body[3], body[4]]);
     let mut index = [0u8; 8];
     index.copy_from_slice(&body[5..13]);
     let index = u64::from_le_bytes(index);
@@ -111,7 +111,7 @@ pub fn parse(buf: &[u8]) -> Next<'_> {
     if kind == Kind::Entry && index == u64::MAX {
         return Next::Invalid(format!("an entry record at index {index}, past any log"));
     }
-    Next::Record(Record { kind, group, index, payload: &body[FIXED..], len: HEADER + len })
+    Next::Record(Record { kind, partition, index, payload: &body[FIXED..], len: HEADER + len })
 }
 
 #[cfg(test)]
@@ -125,7 +125,10 @@ mod tests {
         assert_eq!(b.len(), size(5));
         match parse(&b) {
             Next::Record(r) => {
-                assert_eq!((r.kind, r.group, r.index, r.payload, r.len), (Kind::Entry, 7, 42, &b"hello"[..], b.len()))
+                assert_eq!(
+                    (r.kind, r.partition, r.index, r.payload, r.len),
+                    (Kind::Entry, 7, 42, &b"hello"[..], b.len())
+                )
             }
             other => panic!("{other:?}"),
         }

@@ -103,7 +103,7 @@ pub fn open(dir: &Path, seq: u64, writable: bool) -> io::Result<File> {
 #[derive(Debug, Clone, Copy)]
 pub struct Found {
     pub kind: Kind,
-    pub group: u32,
+    pub partition: u32,
     pub index: u64,
     pub offset: u64,
     pub len: u32,
@@ -163,7 +163,7 @@ pub fn scan(dir: &Path, seq: u64) -> io::Result<Scanned> {
             Next::Record(r) => {
                 out.records.push(Found {
                     kind: r.kind,
-                    group: r.group,
+                    partition: r.partition,
                     index: r.index,
                     offset: at as u64,
                     len: r.len as u32,

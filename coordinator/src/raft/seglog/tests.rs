@@ -9,15 +9,15 @@ use super::*;
 
 const SEG: u64 = 1 << 20;
 
-/// What a group's log should hold: index → bytes, and its purge point.
+/// What a metadata partition's log should hold: index → bytes, and its purge point.
 #[derive(Debug, Default, Clone, PartialEq)]
 struct Model {
-    groups: BTreeMap<u32, BTreeMap<u64, Vec<u8>>>,
+    partitions: BTreeMap<u32, BTreeMap<u64, Vec<u8>>>,
 }
 
 impl Model {
     fn append(&mut self, g: u32, entries: &[(u64, Vec<u8>)]) {
-        let log = self.groups.entry(g).or_default();
+        let log = self.partitions.entry(g).or_default();
         for (i, b) in entries {
             let contiguous = log.last_key_value().is_some_and(|(&l, _)| *i <= l + 1)
                 && log.first_key_value().is_some_and(|(&f, _)| *i >= f);
@@ -30,12 +30,12 @@ impl Model {
         }
     }
     fn truncate(&mut self, g: u32, from: u64) {
-        if let Some(log) = self.groups.get_mut(&g) {
+        if let Some(log) = self.partitions.get_mut(&g) {
             log.split_off(&from);
         }
     }
     fn purge(&mut self, g: u32, upto: u64) {
-        if let Some(log) = self.groups.get_mut(&g) {
+        if let Some(log) = self.partitions.get_mut(&g) {
             *log = log.split_off(&(upto + 1));
         }
     }
@@ -48,7 +48,7 @@ fn payload(g: u32, i: u64, len: usize) -> Vec<u8> {
 /// Everything the log holds, read back through its API.
 fn contents(log: &SegLog) -> BTreeMap<u32, BTreeMap<u64, Vec<u8>>> {
     let mut out = BTreeMap::new();
-    for g in log.groups() {
+    for g in log.partitions() {
         if let Some((first, last)) = log.bounds(g) {
             let (start, entries) = log.read(g, first, last + 1).unwrap();
             assert_eq!(start, first);
@@ -61,7 +61,7 @@ fn contents(log: &SegLog) -> BTreeMap<u32, BTreeMap<u64, Vec<u8>>> {
 }
 
 fn model_contents(m: &Model) -> BTreeMap<u32, BTreeMap<u64, Vec<u8>>> {
-    m.groups.iter().filter(|(_, l)| !l.is_empty()).map(|(g, l)| (*g, l.clone())).collect()
+    m.partitions.iter().filter(|(_, l)| !l.is_empty()).map(|(g, l)| (*g, l.clone())).collect()
 }
 
 /// Reopens the log and tells it the purge points, as the node does at start.
@@ -96,8 +96,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
     /// Random appends (with overwrites), truncations, purges, drops and reopenings: the log reads
-    /// back as the model says, and its segments stay bounded (old ones collected, idle groups
-    /// relocated).
+    /// back as the model says, and its segments stay bounded (old ones collected, idle metadata
+    /// partitions relocated).
     #[test]
     fn the_log_matches_a_model_across_reopenings(ops in proptest::collection::vec(op(), 1..120)) {
         let tmp = tempfile::tempdir().unwrap();
@@ -105,12 +105,12 @@ proptest! {
         let mut log = SegLog::open(&dir, SEG).unwrap();
         let mut model = Model::default();
         let mut purged: BTreeMap<u32, u64> = BTreeMap::new();
-        let live = |m: &Model| -> u64 { m.groups.values().flat_map(|l| l.values()).map(|b| b.len() as u64 + 64).sum() };
+        let live = |m: &Model| -> u64 { m.partitions.values().flat_map(|l| l.values()).map(|b| b.len() as u64 + 64).sum() };
         let mut most_live = 0;
         for op in ops {
             match op {
                 Op::Append { g, n, len, back } => {
-                    let next = model.groups.get(&g).and_then(|l| l.last_key_value()).map_or(
+                    let next = model.partitions.get(&g).and_then(|l| l.last_key_value()).map_or(
                         purged.get(&g).map_or(1, |p| p + 1),
                         |(&l, _)| l + 1,
                     );
@@ -120,14 +120,14 @@ proptest! {
                     model.append(g, &entries);
                 }
                 Op::Truncate { g, back } => {
-                    if let Some((&last, _)) = model.groups.get(&g).and_then(|l| l.last_key_value()) {
+                    if let Some((&last, _)) = model.partitions.get(&g).and_then(|l| l.last_key_value()) {
                         let from = last.saturating_sub(back).max(1);
                         log.truncate(g, from).unwrap();
                         model.truncate(g, from);
                     }
                 }
                 Op::Purge { g, keep } => {
-                    if let Some((&last, _)) = model.groups.get(&g).and_then(|l| l.last_key_value()) {
+                    if let Some((&last, _)) = model.partitions.get(&g).and_then(|l| l.last_key_value()) {
                         let upto = last.saturating_sub(keep);
                         if upto > 0 && purged.get(&g).is_none_or(|&p| upto > p) {
                             purged.insert(g, upto);
@@ -137,8 +137,8 @@ proptest! {
                     }
                 }
                 Op::Drop { g } => {
-                    log.drop_group(g).unwrap();
-                    model.groups.remove(&g);
+                    log.drop_partition(g).unwrap();
+                    model.partitions.remove(&g);
                     purged.remove(&g);
                 }
                 Op::Reopen => {
@@ -173,7 +173,7 @@ fn overwrite(dir: &Path, seq: u64, at: u64, bytes: &[u8]) {
     f.write_all_at(bytes, at).unwrap();
 }
 
-/// Appends `n` entries of group 0 from `from`; returns them.
+/// Appends `n` entries of metadata partition 0 from `from`; returns them.
 fn fill(log: &SegLog, from: u64, n: u64, len: usize) -> Vec<(u64, Vec<u8>)> {
     let entries: Vec<(u64, Vec<u8>)> = (from..from + n).map(|i| (i, payload(0, i, len))).collect();
     log.append(0, &entries).unwrap();
@@ -264,10 +264,10 @@ fn a_missing_segment_is_refused() {
     assert!(format!("{e:#}").contains("missing segments"), "{e:#}");
 }
 
-/// A group that stops writing does not pin the log: while another writes and purges, the idle
-/// group's entries are written again at the head and old segments go.
+/// A metadata partition that stops writing does not pin the log: while another writes and purges,
+/// the idle metadata partition's entries are written again at the head and old segments go.
 #[test]
-fn an_idle_group_does_not_pin_old_segments() {
+fn an_idle_partition_does_not_pin_old_segments() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("log");
     let log = SegLog::open(&dir, SEG).unwrap();
@@ -320,20 +320,20 @@ fn a_blank_last_segment_is_dropped_at_open() {
 
 /// A copy (a replica move) reproduces the source's log, whole or from a changed index on.
 #[test]
-fn copying_a_group_reproduces_its_log() {
+fn copying_a_partition_reproduces_its_log() {
     let tmp = tempfile::tempdir().unwrap();
     let (a, b) = (SegLog::open(&tmp.path().join("a"), SEG).unwrap(), SegLog::open(&tmp.path().join("b"), SEG).unwrap());
     let entries: Vec<(u64, Vec<u8>)> = (1..=50).map(|i| (i, payload(3, i, 700))).collect();
     a.append(3, &entries).unwrap();
     b.append(3, &[(1, b"stale".to_vec())]).unwrap();
-    copy_group(&a, &b, 3, None, &mut |_| true).unwrap();
+    copy_partition(&a, &b, 3, None, &mut |_| true).unwrap();
     assert_eq!(b.read(3, 1, 51).unwrap(), a.read(3, 1, 51).unwrap());
     // Changes at the source: a truncation at 40 and new entries, and a purge.
     a.truncate(3, 40).unwrap();
     let more: Vec<(u64, Vec<u8>)> = (40..=45).map(|i| (i, vec![i as u8; 10])).collect();
     a.append(3, &more).unwrap();
     a.purge(3, 10).unwrap();
-    copy_group(&a, &b, 3, Some(40), &mut |_| true).unwrap();
+    copy_partition(&a, &b, 3, Some(40), &mut |_| true).unwrap();
     assert_eq!(b.bounds(3), Some((11, 45)));
     assert_eq!(b.read(3, 11, 46).unwrap(), a.read(3, 11, 46).unwrap());
     b.sync().unwrap();
@@ -351,7 +351,7 @@ fn a_purge_during_a_copy_leaves_no_hole() {
     let entries: Vec<(u64, Vec<u8>)> = (1..=2_000).map(|i| (i, payload(4, i, 100))).collect();
     a.append(4, &entries).unwrap();
     let mut chunks = 0;
-    copy_group(&a, &b, 4, None, &mut |_| {
+    copy_partition(&a, &b, 4, None, &mut |_| {
         chunks += 1;
         if chunks == 1 {
             // Far past the next chunk.
@@ -384,8 +384,8 @@ impl Rng {
     }
 }
 
-/// Segment `seq` made by hand: its header, then `records` (group 0's entries at these indexes,
-/// or anything else) from `FIRST` on, then a seal when `sealed`, then `pad` zeros.
+/// Segment `seq` made by hand: its header, then `records` (metadata partition 0's entries at these
+/// indexes, or anything else) from `FIRST` on, then a seal when `sealed`, then `pad` zeros.
 fn handmade(seq: u64, records: &[(Kind, u32, u64)], sealed: bool, pad: usize) -> Vec<u8> {
     let mut b = segment::header(seq).to_vec();
     b.resize(segment::FIRST as usize, 0);
@@ -400,8 +400,9 @@ fn handmade(seq: u64, records: &[(Kind, u32, u64)], sealed: bool, pad: usize) ->
     b
 }
 
-/// A log of two handmade segments: 1 (sealed, entries 1 and 2 of group 0 and 1 of group 5) and
-/// 2 (the last one: entries 3 to 5 of group 0). Returns the directory and both files' bytes.
+/// A log of two handmade segments: 1 (sealed, entries 1 and 2 of metadata partition 0 and 1 of
+/// metadata partition 5) and 2 (the last one: entries 3 to 5 of metadata partition 0). Returns the
+/// directory and both files' bytes.
 fn two_segments(tmp: &Path) -> (PathBuf, Vec<u8>, Vec<u8>) {
     let dir = tmp.join("log");
     std::fs::create_dir_all(&dir).unwrap();
@@ -424,8 +425,8 @@ fn refused_naming(dir: &Path, seq: u64, what: &str) -> String {
     m
 }
 
-/// Group 0's entries read back are those written, from 1 on.
-fn reads_back_group_0(log: &SegLog, what: &str) -> u64 {
+/// Metadata partition 0's entries read back are those written, from 1 on.
+fn reads_back_partition_0(log: &SegLog, what: &str) -> u64 {
     let (first, last) = log.bounds(0).unwrap_or_else(|| panic!("{what}: no entries"));
     assert_eq!(first, 1, "{what}");
     let (_, got) = log.read(0, 1, last + 1).unwrap();
@@ -456,7 +457,7 @@ fn a_sealed_segment_with_any_byte_damaged_or_cut_is_an_error_naming_its_file_and
         let what = format!("byte {at} ^ {mask:#04x}");
         if (20..segment::FIRST as usize).contains(&at) {
             let log = SegLog::open_read_only(&dir).unwrap_or_else(|e| panic!("{what}: {e:#}"));
-            assert_eq!(reads_back_group_0(&log, &what), 5, "{what}");
+            assert_eq!(reads_back_partition_0(&log, &what), 5, "{what}");
         } else {
             refused_naming(&dir, 1, &what);
         }
@@ -493,7 +494,7 @@ fn the_last_segment_damaged_anywhere_opens_to_a_prefix_of_its_entries_or_is_an_e
         match SegLog::open_read_only(&dir) {
             Ok(log) => {
                 assert!(header_intact, "{what}: opened with a damaged header");
-                let last = reads_back_group_0(&log, &what);
+                let last = reads_back_partition_0(&log, &what);
                 assert!((2..=5).contains(&last), "{what}: last {last}");
             }
             Err(_) => {
@@ -520,7 +521,7 @@ fn an_entry_at_the_last_index_or_a_segment_numbered_past_any_log_is_refused_not_
     std::fs::write(segment::path(&dir, 1), handmade(1, &[e(0, 1), e(0, 2)], true, 0)).unwrap();
     std::fs::write(segment::path(&dir, 2), handmade(2, &[e(0, 3), e(0, u64::MAX), e(0, 4)], false, 0)).unwrap();
     let log = SegLog::open_read_only(&dir).unwrap();
-    assert_eq!(reads_back_group_0(&log, "an entry at u64::MAX in the last segment"), 3);
+    assert_eq!(reads_back_partition_0(&log, "an entry at u64::MAX in the last segment"), 3);
     drop(log);
 
     let other = tmp.path().join("other");

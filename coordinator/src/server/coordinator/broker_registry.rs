@@ -12,9 +12,10 @@ use std::time::Duration;
 use diskless_proto::v1::*;
 use tonic::{Request, Response, Status};
 
-use super::convert::{failure_fields, result_fields, route_failure};
-use super::coordinator_service::{hop_of, timeout_of, CoordinatorApi};
+use super::request::{hop_of, timeout_of};
+use super::CoordinatorApi;
 use crate::node::{Answer, Hop, Read, RouteError};
+use crate::server::convert::{failure_fields, result_fields, route_failure};
 use crate::state_machine::{Failure, NamedListener, Op, Outcome, RegisterBroker, REGISTRY_AUTHORITY};
 
 /// (error code, message, lease end) of a registry outcome.

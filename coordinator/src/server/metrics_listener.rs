@@ -1,8 +1,10 @@
 //! What the metrics read from a running node: the `/metrics` HTTP listener (`metrics_addr`), which
-//! samples every group's openraft metrics and the data directory's size when Prometheus scrapes,
-//! and one task per group that counts leader changes as openraft reports them.
+//! samples every metadata partition's openraft metrics and the data directory's size when
+//! Prometheus scrapes, and one task per metadata partition that counts leader changes as openraft
+//! reports them.
 //!
-//! It must not act on the node: it only reads its figures.
+//! It sits with the other listeners, above `node`; the instruments it sets are `metrics`'s,
+//! which imports nothing of the crate. It must not act on the node: it only reads its figures.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -13,7 +15,7 @@ use openraft::async_runtime::WatchReceiver;
 use openraft::vote::RaftLeaderId as _;
 use openraft::ServerState;
 
-use super::{get, Partition, PartitionResult, Via};
+use crate::metrics::{get, Partition, PartitionResult, Via};
 use crate::node::Node;
 
 /// Binds `addr` and serves `GET /metrics` until the node stops; returns the bound address.
@@ -27,7 +29,7 @@ pub async fn serve(node: &Arc<Node>, addr: &str) -> anyhow::Result<SocketAddr> {
             let weak = weak.clone();
             async move {
                 let body = render(weak).await;
-                ([(http::header::CONTENT_TYPE, super::CONTENT_TYPE)], body)
+                ([(http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body)
             }
         }),
     );
@@ -63,13 +65,13 @@ async fn render(node: Weak<Node>) -> String {
     get().encode()
 }
 
-/// Sets the per-partition gauges from each group's openraft metrics.
+/// Sets the per-partition gauges from each metadata partition's openraft metrics.
 fn sample(node: &Node) {
     let m = get();
     for via in ["lease", "read_index", "failed"] {
         let _ = m.strict_read_duration.get_or_create(&Via { via });
     }
-    for g in 0..node.num_groups() {
+    for g in 0..node.num_partitions() {
         let Ok(r) = node.metrics(g) else { continue };
         let p = Partition { metadata_partition: g };
         // Series that count events exist from the start, at 0, so rates and alerts see them.
@@ -109,10 +111,10 @@ fn dir_sizes(dir: &Path) -> (u64, u64, u64) {
     (walk(dir), walk(&dir.join("rocksdb")), walk(&crate::raft::home::DataDir::log_path(dir)))
 }
 
-/// Starts one task per group counting leader changes: a leader this node had not seen for the
-/// group, or the same leader in a new term. Ends when the node stops.
+/// Starts one task per metadata partition counting leader changes: a leader this node had not seen
+/// for the metadata partition, or the same leader in a new term. Ends when the node stops.
 pub fn watch_leaders(node: &Arc<Node>) {
-    for g in 0..node.num_groups() {
+    for g in 0..node.num_partitions() {
         let Ok(raft) = node.raft(g) else { continue };
         let mut rx = raft.server_metrics();
         let mut stop = node.stopping();

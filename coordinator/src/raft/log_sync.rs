@@ -1,5 +1,6 @@
-//! Group commit: one fsync of a data directory's Raft log makes the appends of every group placed
-//! there durable.
+//! The Raft log's fsync thread: one fsync of a data directory's segmented Raft log (`seglog`)
+//! makes the appends of every metadata partition placed there durable (group commit, in database
+//! terms).
 //!
 //! A log append writes its entries to the segmented log (`seglog`) without syncing (so they are
 //! readable at once, as openraft requires) and hands its completion callback here. A dedicated
@@ -11,8 +12,11 @@
 //! dropped the dirty pages, so what the log holds is unknown; retrying or carrying on could
 //! acknowledge entries that are not on disk). The node restarts from what is durable. A node with
 //! several data directories instead takes only this one offline: nothing waiting or later is
-//! acknowledged (each gets an error, which stops its group's replica), and its other directories
-//! carry on.
+//! acknowledged (each gets an error, which stops that metadata partition's replica), and its
+//! other directories carry on.
+//!
+//! Owns the thread, its counters and the fsync failure policy. It must not write to the log (the
+//! log store does) nor know what the entries hold.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -25,29 +29,29 @@ type Done = Box<dyn FnOnce(std::io::Result<()>) + Send>;
 
 /// Counters: how many fsyncs, and how many appends they covered.
 #[derive(Debug, Default)]
-pub struct WalSyncStats {
+pub struct LogSyncStats {
     pub syncs: AtomicU64,
     pub appends: AtomicU64,
 }
 
-/// Handle to the fsync thread of one database.
+/// Handle to the fsync thread of one data directory's Raft log.
 #[derive(Clone)]
-pub struct WalSyncer {
+pub struct LogSyncer {
     tx: mpsc::Sender<Done>,
-    stats: Arc<WalSyncStats>,
+    stats: Arc<LogSyncStats>,
 }
 
-impl WalSyncer {
+impl LogSyncer {
     /// Starts the fsync thread for `log` (`faults`: the test hooks each fsync passes). It ends
     /// when every handle is dropped.
     /// `isolate`: the directory's offline flag, when a failure should take only the directory
     /// offline instead of stopping the process.
-    pub fn start(log: Arc<SegLog>, faults: Arc<Faults>, isolate: Option<Arc<AtomicBool>>) -> WalSyncer {
+    pub fn start(log: Arc<SegLog>, faults: Arc<Faults>, isolate: Option<Arc<AtomicBool>>) -> LogSyncer {
         let (tx, rx) = mpsc::channel::<Done>();
-        let stats = Arc::new(WalSyncStats::default());
+        let stats = Arc::new(LogSyncStats::default());
         let st = stats.clone();
         std::thread::Builder::new()
-            .name("wal-sync".into())
+            .name("log-sync".into())
             .spawn(move || {
                 while let Ok(first) = rx.recv() {
                     let mut waiting = vec![first];
@@ -83,8 +87,8 @@ impl WalSyncer {
                     }
                 }
             })
-            .expect("spawn the WAL fsync thread");
-        WalSyncer { tx, stats }
+            .expect("spawn the Raft log fsync thread");
+        LogSyncer { tx, stats }
     }
 
     /// Calls `done` once everything written to the log before this call is durable.
@@ -94,7 +98,7 @@ impl WalSyncer {
         }
     }
 
-    pub fn stats(&self) -> &WalSyncStats {
+    pub fn stats(&self) -> &LogSyncStats {
         &self.stats
     }
 }

@@ -1,20 +1,24 @@
-//! `CoordinatorService`'s consumer-group calls: group metadata and committed offsets, routed to
-//! the metadata partition a group id maps to (`metadata_partition_for_group`) and served on its
-//! leader like every other mutation and strict read (`node::route`: forwarded once otherwise).
+//! `CoordinatorService`'s consumer-group calls (StoreGroup, CommitOffsets, FetchOffsets,
+//! ListGroups, DeleteGroups, DeleteOffsets): a consumer group's stored generation and committed
+//! offsets, routed to the metadata partition its group id maps to (`metadata_partition_for_group`)
+//! and served on its leader like every other mutation and strict read (`node::route`: forwarded
+//! once otherwise).
 //!
-//! Owns the wire conversions of groups and offsets and which partition each of these six calls
-//! goes to; the rules
+//! Owns the wire conversions of consumer groups and offsets and which metadata partition each of
+//! these six calls goes to; the rules
 //! (fencing at apply, what deletes what) are the state machine's (`state_machine::groups`). Member
 //! liveness and rebalancing are the brokers' (`diskless-broker-shim`'s `groups`), not here.
 
 use diskless_proto::v1::*;
-use diskless_proto::{merge_part, metadata_partition_for_group, split_by_partition, ErrorCode};
+use diskless_proto::{merge_part, metadata_partition_for_group, split_by_partition};
 use futures_util::future::join_all;
 use tonic::{Request, Response, Status};
 
-use super::convert::{self, failure_fields, part_failure, result_fields, route_failure};
-use super::coordinator_service::{forwarded_group, hop_of, timeout_of, CoordinatorApi};
+use super::fan_out::no_result;
+use super::request::{hop_of, timeout_of};
+use super::CoordinatorApi;
 use crate::node::{Answer, Read, RouteError};
+use crate::server::convert::{self, failure_fields, part_failure, result_fields, route_failure};
 use crate::state_machine::{
     CommitOffsets, Failure, GroupRecord, MemberRecord, OffsetCommit, OffsetRecord, Op, Outcome, TopicPartition,
 };
@@ -91,8 +95,9 @@ fn fetched(tp: TopicPartition, r: Option<OffsetRecord>) -> GroupOffset {
 }
 
 impl CoordinatorApi {
-    fn group_partition(&self, group_id: &str) -> u32 {
-        metadata_partition_for_group(group_id, self.node().num_groups())
+    /// The metadata partition that holds consumer group `group_id`.
+    fn consumer_group_partition(&self, group_id: &str) -> u32 {
+        metadata_partition_for_group(group_id, self.node.num_partitions())
     }
 
     pub(super) async fn serve_store_group(
@@ -102,7 +107,7 @@ impl CoordinatorApi {
         let hop = hop_of(&request);
         let req = request.into_inner();
         let timeout = timeout_of(req.timeout_ms);
-        let g = self.group_partition(&req.group_id);
+        let g = self.consumer_group_partition(&req.group_id);
         let op = Op::StoreGroup { group_id: req.group_id, group: group_record(req.group.unwrap_or_default()) };
         let r = match self.write(g, op, timeout, hop).await {
             Ok((Outcome::Group(r), _)) => r,
@@ -120,7 +125,7 @@ impl CoordinatorApi {
         let hop = hop_of(&request);
         let req = request.into_inner();
         let timeout = timeout_of(req.timeout_ms);
-        let g = self.group_partition(&req.group_id);
+        let g = self.consumer_group_partition(&req.group_id);
         // Offsets with malformed topic ids are answered here; the rest go in one entry.
         let tps: Vec<Result<TopicPartition, Failure>> =
             req.offsets.iter().map(|o| convert::tp(&o.topic_id, o.partition)).collect();
@@ -166,7 +171,7 @@ impl CoordinatorApi {
         let hop = hop_of(&request);
         let req = request.into_inner();
         let timeout = timeout_of(req.timeout_ms);
-        let g = self.group_partition(&req.group_id);
+        let g = self.consumer_group_partition(&req.group_id);
         let refused = |f: &Failure| {
             let (error_code, error_message) = failure_fields(f);
             FetchOffsetsResponse { error_code, error_message, offsets: vec![], group: None }
@@ -179,7 +184,7 @@ impl CoordinatorApi {
         };
         let read = Read::FetchOffsets { group_id: req.group_id, partitions };
         Ok(Response::new(match self.read(g, read, timeout, hop).await {
-            Ok(Answer::FetchOffsets { offsets, group }) => FetchOffsetsResponse {
+            Ok(Answer::FetchOffsets { offsets, consumer_group: group }) => FetchOffsetsResponse {
                 error_code: 0,
                 error_message: None,
                 offsets: offsets.into_iter().map(|(tp, r)| fetched(tp, r)).collect(),
@@ -194,13 +199,12 @@ impl CoordinatorApi {
         &self,
         request: Request<ListGroupsRequest>,
     ) -> Result<Response<ListGroupsResponse>, Status> {
-        let fwd = forwarded_group(&request);
         let hop = hop_of(&request);
         let req = request.into_inner();
         let timeout = timeout_of(req.timeout_ms);
-        let outs = join_all(self.groups(fwd).into_iter().map(|g| async move {
-            match self.read(g, Read::ListGroups, timeout, hop).await? {
-                Answer::ListGroups(rows) => Ok(rows),
+        let outs = join_all(self.all_partitions().into_iter().map(|g| async move {
+            match self.read(g, Read::ListConsumerGroups, timeout, hop).await? {
+                Answer::ListConsumerGroups(rows) => Ok(rows),
                 other => Err(RouteError::unexpected(g, &other)),
             }
         }))
@@ -223,11 +227,10 @@ impl CoordinatorApi {
         &self,
         request: Request<DeleteGroupsRequest>,
     ) -> Result<Response<DeleteGroupsResponse>, Status> {
-        let fwd = forwarded_group(&request);
         let hop = hop_of(&request);
         let req = request.into_inner();
         let timeout = timeout_of(req.timeout_ms);
-        let parts = split_by_partition(&req.group_ids, |id| Some(fwd.unwrap_or_else(|| self.group_partition(id))));
+        let parts = split_by_partition(&req.group_ids, |id| Some(self.consumer_group_partition(id)));
         let outs = join_all(parts.iter().map(|(&g, idxs)| {
             let group_ids = idxs.iter().map(|&i| req.group_ids[i].clone()).collect();
             async move {
@@ -242,7 +245,7 @@ impl CoordinatorApi {
         for ((_, idxs), out) in parts.iter().zip(outs) {
             merge_part(&mut answers, idxs, out, |f| Err(part_failure(f)));
         }
-        // Grouped by metadata partition, as the parts answered.
+        // In metadata partition order, as the parts answered.
         let results = parts
             .values()
             .flatten()
@@ -261,7 +264,7 @@ impl CoordinatorApi {
         let hop = hop_of(&request);
         let req = request.into_inner();
         let timeout = timeout_of(req.timeout_ms);
-        let g = self.group_partition(&req.group_id);
+        let g = self.consumer_group_partition(&req.group_id);
         let tps: Result<Vec<TopicPartition>, Failure> =
             req.partitions.iter().map(|o| convert::tp(&o.topic_id, o.partition)).collect();
         let mut answers: Vec<Option<Result<(), Failure>>> = vec![None; req.partitions.len()];
@@ -286,9 +289,4 @@ impl CoordinatorApi {
             .collect();
         Ok(Response::new(DeleteOffsetsResponse { partitions }))
     }
-}
-
-/// The answer of an item that got none (a bug: every item is answered).
-fn no_result() -> Result<(), Failure> {
-    Err(Failure::new(ErrorCode::UnknownServerError, "no result"))
 }

@@ -1,0 +1,287 @@
+//! `GroupCoordinator`: the consumer groups this broker coordinates, each a [`Group`] state
+//! machine (`rebalance`) behind one lock. Owns what the state machine must not do: loading a group
+//! from the coordinator cluster on first use (so a broker taking a group over continues its
+//! generation and members), storing the records the state machine gives out (the leader's
+//! assignment before any member learns it; an emptied group; a static member's new id), the
+//! member ids handed out with MEMBER_ID_REQUIRED, the session-timeout check of `[groups]`, the
+//! waits of members in a join or sync, and the 100 ms timer. It must not commit offsets (the Kafka
+//! handlers send them to the cluster, which fences them by generation) nor do I/O besides the
+//! [`GroupStore`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use diskless_proto::v1::ConsumerGroup;
+use diskless_proto::ErrorCode;
+use tokio::sync::oneshot;
+
+use super::api::{Described, JoinOutcome, JoinRequest, SyncOutcome};
+use super::config::GroupConfig;
+use super::rebalance::{Group, Joined, Synced};
+use super::store::{GroupStore, StoreError};
+
+/// The groups this broker coordinates.
+pub struct GroupCoordinator {
+    store: Arc<dyn GroupStore>,
+    /// This broker's id and process incarnation, stamped on what it stores: the cluster refuses
+    /// another coordinator's store of a generation already stored.
+    identity: String,
+    config: GroupConfig,
+    groups: Mutex<HashMap<String, Group>>,
+    /// Member ids handed out with MEMBER_ID_REQUIRED, by (group, member), until they expire (the
+    /// session timeout asked for).
+    pending: Mutex<HashMap<(String, String), Instant>>,
+}
+
+fn member_id(client_id: &str) -> String {
+    format!("{client_id}-{}", uuid::Uuid::new_v4())
+}
+
+impl GroupCoordinator {
+    /// The coordinator of broker `broker_id` (a fresh incarnation per process).
+    pub fn new(store: Arc<dyn GroupStore>, config: GroupConfig, broker_id: i32) -> Arc<GroupCoordinator> {
+        let identity = format!("broker-{broker_id}-{}", uuid::Uuid::new_v4());
+        Arc::new(GroupCoordinator {
+            store,
+            identity,
+            config,
+            groups: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Group>> {
+        self.groups.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn initial_delay(&self) -> Duration {
+        Duration::from_millis(self.config.initial_rebalance_delay_ms)
+    }
+
+    /// Loads the group from the cluster unless this broker holds it already.
+    async fn ensure_loaded(&self, group_id: &str) -> Result<(), ErrorCode> {
+        if group_id.is_empty() {
+            return Err(ErrorCode::InvalidGroupId);
+        }
+        if self.lock().contains_key(group_id) {
+            return Ok(());
+        }
+        let loaded = match self.store.load(group_id).await {
+            Ok(g) => g,
+            Err(e) => {
+                tracing::info!(group = group_id, error = %e, "loading a group failed");
+                return Err(ErrorCode::CoordinatorLoadInProgress);
+            }
+        };
+        let now = Instant::now();
+        self.lock()
+            .entry(group_id.to_string())
+            .or_insert_with(|| loaded.map(|g| Group::loaded(g, now)).unwrap_or_else(Group::empty));
+        Ok(())
+    }
+
+    fn spawn_store(&self, group_id: String, mut record: ConsumerGroup) {
+        record.coordinator = self.identity.clone();
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            if let Err(e) = store.store(&group_id, record).await {
+                tracing::warn!(group = group_id, error = %e, "storing a group failed");
+            }
+        });
+    }
+
+    pub async fn join(&self, req: JoinRequest) -> JoinOutcome {
+        let fail = |error| JoinOutcome { error, member_id: req.member_id.clone(), ..Default::default() };
+        if let Err(e) = self.ensure_loaded(&req.group_id).await {
+            return fail(e);
+        }
+        let timeout_ok =
+            (self.config.min_session_timeout_ms..=self.config.max_session_timeout_ms).contains(&req.session_timeout_ms);
+        if !timeout_ok {
+            return fail(ErrorCode::InvalidSessionTimeout);
+        }
+        let now = Instant::now();
+        let session = Duration::from_millis(req.session_timeout_ms.max(0) as u64);
+        let was_pending = {
+            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            if req.member_id.is_empty() && req.group_instance_id.is_none() && req.require_known_member_id {
+                let id = member_id(&req.client_id);
+                pending.insert((req.group_id.clone(), id.clone()), now + session);
+                return JoinOutcome { error: ErrorCode::MemberIdRequired, member_id: id, ..Default::default() };
+            }
+            pending.remove(&(req.group_id.clone(), req.member_id.clone())).is_some_and(|until| until > now)
+        };
+        let (tx, rx) = oneshot::channel();
+        let joined = {
+            let mut groups = self.lock();
+            let Some(g) = groups.get_mut(&req.group_id) else { return fail(ErrorCode::CoordinatorNotAvailable) };
+            g.join(&req, was_pending, member_id(&req.client_id), tx, now, self.initial_delay())
+        };
+        let wait = match joined {
+            Joined::Now(out) => return out,
+            Joined::Rejoined(out, record) => {
+                self.spawn_store(req.group_id.clone(), record);
+                return out;
+            }
+            Joined::Waiting { wait, store } => {
+                if let Some(r) = store {
+                    self.spawn_store(req.group_id.clone(), r);
+                }
+                wait
+            }
+        };
+        // The tick completes the rebalance at the latest by its deadline.
+        match tokio::time::timeout(wait + self.initial_delay() + Duration::from_secs(5), rx).await {
+            Ok(Ok(out)) => out,
+            _ => fail(ErrorCode::RebalanceInProgress),
+        }
+    }
+
+    pub async fn sync(
+        &self,
+        group_id: &str,
+        generation: i32,
+        member_id: &str,
+        assignments: Vec<(String, Bytes)>,
+    ) -> SyncOutcome {
+        let fail = |error| SyncOutcome { error, ..Default::default() };
+        if let Err(e) = self.ensure_loaded(group_id).await {
+            return fail(e);
+        }
+        let (tx, rx) = oneshot::channel();
+        let synced = {
+            let mut groups = self.lock();
+            let Some(g) = groups.get_mut(group_id) else { return fail(ErrorCode::CoordinatorNotAvailable) };
+            g.sync(generation, member_id, assignments, tx, Instant::now())
+        };
+        let record = match synced {
+            Ok(Some(record)) => record,
+            Ok(None) => return rx.await.unwrap_or_else(|_| fail(ErrorCode::RebalanceInProgress)),
+            Err(out) => return out,
+        };
+        // The generation is stored before anyone learns its assignment: from then on, the cluster
+        // fences commits of older generations.
+        let record = ConsumerGroup { coordinator: self.identity.clone(), ..record };
+        let stored = self.store.store(group_id, record).await;
+        self.synced(group_id, generation, stored);
+        rx.await.unwrap_or_else(|_| fail(ErrorCode::RebalanceInProgress))
+    }
+
+    /// After the leader's assignment was stored (or not): answers the members' SyncGroups.
+    fn synced(&self, group_id: &str, generation: i32, stored: Result<(), StoreError>) {
+        let mut groups = self.lock();
+        let Some(g) = groups.get_mut(group_id) else { return };
+        let code = stored.as_ref().map(|_| ()).map_err(|e| e.code().unwrap_or(ErrorCode::CoordinatorNotAvailable));
+        let outcome = g.synced(generation, code, Instant::now());
+        if let (Err(e), Synced::Rebalancing | Synced::Deposed) = (&stored, &outcome) {
+            tracing::warn!(group = group_id, error = %e, "storing the generation failed; rebalancing");
+        }
+        if outcome == Synced::Deposed {
+            // Forget this view; the next request loads the group afresh.
+            groups.remove(group_id);
+        }
+    }
+
+    pub async fn heartbeat(&self, group_id: &str, generation: i32, member_id: &str) -> ErrorCode {
+        if let Err(e) = self.ensure_loaded(group_id).await {
+            return e;
+        }
+        let mut groups = self.lock();
+        let Some(g) = groups.get_mut(group_id) else { return ErrorCode::CoordinatorNotAvailable };
+        g.heartbeat(generation, member_id, Instant::now())
+    }
+
+    /// LeaveGroup: per member (by member id, or by instance id for static members), an error code.
+    pub async fn leave(
+        &self,
+        group_id: &str,
+        members: &[(String, Option<String>)],
+    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+        self.ensure_loaded(group_id).await?;
+        let (out, store_now) = {
+            let mut groups = self.lock();
+            let Some(g) = groups.get_mut(group_id) else { return Err(ErrorCode::CoordinatorNotAvailable) };
+            g.leave(members, Instant::now())
+        };
+        if let Some(r) = store_now {
+            self.spawn_store(group_id.to_string(), r);
+        }
+        Ok(out)
+    }
+
+    /// Before an OffsetCommit goes to the cluster: Kafka's checks against the live group (the
+    /// cluster checks again against the stored generation). A member's commit counts as a sign of
+    /// life.
+    pub async fn check_commit(&self, group_id: &str, generation: i32, member_id: &str) -> Result<(), ErrorCode> {
+        self.ensure_loaded(group_id).await?;
+        let mut groups = self.lock();
+        let Some(g) = groups.get_mut(group_id) else { return Err(ErrorCode::CoordinatorNotAvailable) };
+        g.check_commit(generation, member_id, Instant::now())
+    }
+
+    /// DescribeGroups for a group this broker holds in memory (after loading it).
+    pub async fn describe(&self, group_id: &str) -> Result<Described, ErrorCode> {
+        self.ensure_loaded(group_id).await?;
+        let groups = self.lock();
+        let Some(g) = groups.get(group_id) else { return Err(ErrorCode::CoordinatorNotAvailable) };
+        Ok(g.describe())
+    }
+
+    /// The state of the groups held in memory: id, protocol type, state.
+    pub fn states(&self) -> HashMap<String, (String, &'static str)> {
+        self.lock().iter().map(|(id, g)| (id.clone(), g.summary())).collect()
+    }
+
+    /// Whether a group held here has members (DeleteGroups refuses those).
+    pub fn has_members(&self, group_id: &str) -> bool {
+        self.lock().get(group_id).is_some_and(Group::has_members)
+    }
+
+    /// Forgets a group (after the cluster deleted it); it loads afresh on next use.
+    pub fn forget(&self, group_id: &str) {
+        let mut groups = self.lock();
+        if groups.get(group_id).is_some_and(|g| !g.has_members()) {
+            groups.remove(group_id);
+        }
+    }
+
+    /// Drops a group from memory whatever its state (another broker coordinates it now): waiting
+    /// joins and syncs are answered REBALANCE_IN_PROGRESS, and the members find the new
+    /// coordinator, which loads the group from the cluster.
+    pub fn release(&self, group_id: &str) {
+        self.lock().remove(group_id);
+    }
+
+    /// One pass of the timers: lapsed sessions, rebalances due.
+    pub fn tick(&self) {
+        let now = Instant::now();
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, until| *until > now);
+        let delay = self.initial_delay();
+        let mut to_store = vec![];
+        {
+            let mut groups = self.lock();
+            for (id, g) in groups.iter_mut() {
+                g.expire_members(now, delay);
+                if let Some(r) = g.maybe_complete_join(now) {
+                    to_store.push((id.clone(), r));
+                }
+            }
+        }
+        for (id, r) in to_store {
+            self.spawn_store(id, r);
+        }
+    }
+
+    /// Runs [`GroupCoordinator::tick`] every 100 ms until `stop`.
+    pub async fn run(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let mut every = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tokio::select! {
+                _ = every.tick() => self.tick(),
+                _ = stop.changed() => return,
+            }
+        }
+    }
+}

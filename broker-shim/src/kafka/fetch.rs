@@ -1,0 +1,143 @@
+//! Fetch: names resolved through the catalog, clients of another rack pointed at a broker of
+//! theirs (KIP-392's preferred read replica), the rest read by the fetcher (`crate::fetch`), polled
+//! until `min_bytes` arrive or `max_wait_ms` passes (at most 30 s). Every partition asked for gets
+//! one answer: an error when the fetcher gave it none. It must not read object storage or the
+//! coordinator cluster itself.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use diskless_proto::ErrorCode;
+use kafka_protocol::messages::*;
+
+use super::listener::Listener;
+use super::response::{encode, Reply};
+use crate::error::KafkaError;
+use crate::fetch::FetchPartition;
+
+/// The longest a fetch waits for data.
+const MAX_FETCH_WAIT: Duration = Duration::from_secs(30);
+
+pub(super) async fn fetch(l: &Listener, header: &RequestHeader, req: FetchRequest) -> Reply {
+    let v = header.request_api_version;
+    // Resolve names once; remember unknown ones.
+    struct Want {
+        topic: TopicName,
+        partition: i32,
+        resolved: Result<FetchPartition, KafkaError>,
+    }
+    let mut wants = vec![];
+    for t in &req.topics {
+        let topic = l.topic(t.topic.as_str()).await;
+        for p in &t.partitions {
+            let resolved = topic.clone().and_then(|tm| {
+                l.partition(&tm, p.partition)?;
+                Ok(FetchPartition {
+                    topic_id: tm.id,
+                    partition: p.partition,
+                    offset: p.fetch_offset,
+                    max_bytes: p.partition_max_bytes,
+                })
+            });
+            wants.push(Want { topic: t.topic.clone(), partition: p.partition, resolved });
+        }
+    }
+    // KIP-392: a client in another rack than this broker's is pointed at a live broker of its own
+    // rack, when there is one (`preferred_read_replica`, no records); the others are served here.
+    let client_rack = if v >= 11 { req.rack_id.to_string() } else { String::new() };
+    let (me, live) = (l.shim.registry.me(), l.shim.registry.brokers());
+    let mut preferred: Vec<Option<i32>> = vec![];
+    for w in &wants {
+        let p = match &w.resolved {
+            Ok(f) => crate::registry::preferred_replica(&me, &live, &client_rack, &f.topic_id, f.partition),
+            Err(_) => None,
+        };
+        preferred.push(p);
+    }
+    let asks: Vec<FetchPartition> = wants
+        .iter()
+        .zip(&preferred)
+        .filter(|(_, p)| p.is_none())
+        .filter_map(|(w, _)| w.resolved.as_ref().ok().copied())
+        .collect();
+    let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_FETCH_WAIT);
+    let max_bytes = if req.max_bytes <= 0 { i32::MAX } else { req.max_bytes };
+    let fetched = loop {
+        let r = if asks.is_empty() { Ok(vec![]) } else { l.shim.fetcher.fetch(&asks, max_bytes).await };
+        let done = match &r {
+            Err(_) => true,
+            Ok(v) => {
+                let bytes: usize = v.iter().map(|f| f.records.len()).sum();
+                bytes >= req.min_bytes.max(1) as usize
+                    || v.iter().any(|f| f.error.is_some())
+                    || preferred.iter().any(Option::is_some)
+            }
+        };
+        if done || Instant::now() >= deadline {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(25).min(deadline.saturating_duration_since(Instant::now()))).await;
+    };
+    let mut fetched = match fetched {
+        Ok(v) => v.into_iter(),
+        Err(e) => {
+            // The coordinator cluster is unreachable: every partition gets the retriable error.
+            let f = crate::fetch::Fetched {
+                error: Some(e),
+                high_watermark: -1,
+                log_start_offset: -1,
+                records: Bytes::new(),
+            };
+            vec![f; asks.len()].into_iter()
+        }
+    };
+    let mut responses: Vec<fetch_response::FetchableTopicResponse> = vec![];
+    for (w, preferred) in wants.into_iter().zip(preferred) {
+        let data = match (w.resolved, preferred) {
+            (Ok(_), Some(replica)) => fetch_response::PartitionData::default()
+                .with_partition_index(w.partition)
+                .with_high_watermark(-1)
+                .with_last_stable_offset(-1)
+                .with_log_start_offset(-1)
+                .with_preferred_read_replica(kafka_protocol::messages::BrokerId(replica))
+                .with_records(Some(Bytes::new())),
+            (Err(e), _) => fetch_response::PartitionData::default()
+                .with_partition_index(w.partition)
+                .with_error_code(e.code.code())
+                .with_high_watermark(-1),
+            (Ok(_), None) => {
+                // One answer per partition asked for; a short answer fails the partitions left
+                // without one, never the connection.
+                let f = fetched.next().unwrap_or_else(|| {
+                    tracing::warn!(partition = w.partition, "the fetcher answered fewer partitions than asked");
+                    crate::fetch::Fetched {
+                        error: Some(KafkaError::new(ErrorCode::UnknownServerError, "no answer for the partition")),
+                        high_watermark: -1,
+                        log_start_offset: -1,
+                        records: Bytes::new(),
+                    }
+                });
+                let mut d = fetch_response::PartitionData::default()
+                    .with_partition_index(w.partition)
+                    .with_error_code(f.error.as_ref().map_or(ErrorCode::None, |e| e.code).code())
+                    .with_high_watermark(f.high_watermark)
+                    .with_last_stable_offset(f.high_watermark)
+                    .with_records(Some(f.records));
+                if v >= 5 {
+                    d = d.with_log_start_offset(f.log_start_offset);
+                }
+                if v >= 11 {
+                    d = d.with_preferred_read_replica(kafka_protocol::messages::BrokerId(-1));
+                }
+                d
+            }
+        };
+        match responses.last_mut() {
+            Some(last) if last.topic == w.topic => last.partitions.push(data),
+            _ => responses.push(
+                fetch_response::FetchableTopicResponse::default().with_topic(w.topic).with_partitions(vec![data]),
+            ),
+        }
+    }
+    encode(ApiKey::Fetch, header, v, &FetchResponse::default().with_responses(responses))
+}

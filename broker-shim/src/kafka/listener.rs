@@ -1,0 +1,68 @@
+//! One Kafka listener as its handlers see it: the shim it serves, its settings, the address it
+//! advertises, the security of its connections, and the lookups every handler shares (a topic by
+//! name through the catalog cache, a partition's range). Owns no connection and answers no
+//! request: `connection` reads and writes the bytes, `dispatch` starts the handlers.
+
+use std::sync::Arc;
+
+use diskless_proto::ErrorCode;
+
+use super::config::KafkaConfig;
+use super::security::ListenerSecurity;
+use crate::cluster::TopicMeta;
+use crate::error::KafkaError;
+use crate::shim::Shim;
+
+/// What the listener knows about itself.
+pub struct Listener {
+    pub shim: Arc<Shim>,
+    pub config: KafkaConfig,
+    /// Its name (`[[kafka.listeners]] name`, else its security protocol's): Metadata and
+    /// FindCoordinator name the other brokers by their listener of the same name.
+    pub name: String,
+    pub host: String,
+    pub port: i32,
+    pub broker_id: i32,
+    /// TLS and SASL of this listener's connections (see `security`).
+    pub security: ListenerSecurity,
+}
+
+impl Listener {
+    pub fn new(shim: Arc<Shim>, name: String, config: KafkaConfig, bound: std::net::SocketAddr) -> Listener {
+        let host = config.advertised_host.clone().unwrap_or_else(|| bound.ip().to_string());
+        let port = i32::from(config.advertised_port.unwrap_or(bound.port()));
+        let broker_id = shim.broker_id;
+        super::frame::Malformed::register_metrics();
+        Listener { shim, config, name, host, port, broker_id, security: ListenerSecurity::default() }
+    }
+
+    /// Where a client of this listener reaches broker `b`: this listener's own address for this
+    /// broker; for another, its listener of the same name, else its first one (a broker that
+    /// registered without that listener).
+    pub(crate) fn advertised_of(&self, b: &crate::registry::LiveBroker) -> (String, i32) {
+        if b.id == self.broker_id {
+            return (self.host.clone(), self.port);
+        }
+        b.address_on(&self.name)
+    }
+
+    /// The topic named `name`, from the catalog cache (read again on a miss).
+    pub(super) async fn topic(&self, name: &str) -> Result<TopicMeta, KafkaError> {
+        match self.shim.cluster.topic(name).await {
+            Ok(Some(t)) => Ok(t),
+            Ok(None) => Err(KafkaError::new(ErrorCode::UnknownTopicOrPartition, format!("no topic named {name:?}"))),
+            Err(s) => Err(KafkaError::unavailable("list topics", &s)),
+        }
+    }
+
+    /// UNKNOWN_TOPIC_OR_PARTITION unless `t` has partition `p`.
+    pub(super) fn partition(&self, t: &TopicMeta, p: i32) -> Result<(), KafkaError> {
+        if p < 0 || p >= t.partitions {
+            return Err(KafkaError::new(
+                ErrorCode::UnknownTopicOrPartition,
+                format!("{} has no partition {p}", t.name),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,90 @@
+//! Metadata: the topics of the catalog (all, or those asked for), every live broker of the registry
+//! at the address of the listener asked, and each partition led by its rendezvous owner among them
+//! (any broker serves any partition: this only spreads clients over the brokers). Reads only; it
+//! must not create topics (auto-creation is off).
+
+use diskless_proto::ErrorCode;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+use super::listener::Listener;
+use super::response::{encode, topic_name, Reply};
+use crate::cluster::TopicMeta;
+
+pub(super) async fn metadata(l: &Listener, header: &RequestHeader, req: MetadataRequest) -> Reply {
+    let v = header.request_api_version;
+    let all = match l.shim.cluster.refresh_topics().await {
+        Ok(t) => t,
+        Err(s) => {
+            tracing::warn!(status = %s, "metadata: coordinator cluster unavailable");
+            vec![]
+        }
+    };
+    let wanted: Option<Vec<String>> = match &req.topics {
+        None => None,
+        Some(list) if list.is_empty() && v == 0 => None,
+        Some(list) => Some(list.iter().filter_map(|t| t.name.as_ref().map(|n| n.as_str().to_string())).collect()),
+    };
+    // Every live broker; each partition led by its rendezvous owner among them (all serve it),
+    // the others listed as replicas so clients know them (a preferred read replica is one).
+    let me = kafka_protocol::messages::BrokerId(l.broker_id);
+    let live = l.shim.registry.brokers();
+    let describe = |t: &TopicMeta| {
+        let partitions = (0..t.partitions)
+            .map(|p| {
+                let leader = crate::registry::owner(&diskless_proto::partition_key(&t.id, p), &live)
+                    .map_or(l.broker_id, |b| b.id);
+                let mut replicas = vec![kafka_protocol::messages::BrokerId(leader)];
+                replicas
+                    .extend(live.iter().filter(|b| b.id != leader).map(|b| kafka_protocol::messages::BrokerId(b.id)));
+                metadata_response::MetadataResponsePartition::default()
+                    .with_partition_index(p)
+                    .with_leader_id(kafka_protocol::messages::BrokerId(leader))
+                    .with_leader_epoch(0)
+                    .with_replica_nodes(replicas.clone())
+                    .with_isr_nodes(replicas)
+            })
+            .collect();
+        let mut topic = metadata_response::MetadataResponseTopic::default()
+            .with_name(Some(topic_name(&t.name)))
+            .with_partitions(partitions);
+        if v >= 10 {
+            topic = topic.with_topic_id(uuid::Uuid::from_bytes(t.id));
+        }
+        topic
+    };
+    let topics: Vec<_> = match wanted {
+        None => all.iter().map(describe).collect(),
+        Some(names) => names
+            .iter()
+            .map(|n| match all.iter().find(|t| &t.name == n) {
+                Some(t) => describe(t),
+                None => metadata_response::MetadataResponseTopic::default()
+                    .with_name(Some(topic_name(n)))
+                    .with_error_code(ErrorCode::UnknownTopicOrPartition.code()),
+            })
+            .collect(),
+    };
+    let brokers = live
+        .iter()
+        .map(|b| {
+            let (host, port) = l.advertised_of(b);
+            let mut m = metadata_response::MetadataResponseBroker::default()
+                .with_node_id(kafka_protocol::messages::BrokerId(b.id))
+                .with_host(StrBytes::from_string(host))
+                .with_port(port);
+            if v >= 1 {
+                m = m.with_rack(b.rack.clone().map(StrBytes::from_string));
+            }
+            m
+        })
+        .collect();
+    let mut body = MetadataResponse::default().with_brokers(brokers).with_topics(topics);
+    if v >= 1 {
+        body = body.with_controller_id(me);
+    }
+    if v >= 2 {
+        body = body.with_cluster_id(Some(StrBytes::from_string(l.config.cluster_id.clone())));
+    }
+    encode(ApiKey::Metadata, header, v, &body)
+}

@@ -1,0 +1,140 @@
+//! CreateTopics and DeleteTopics, sent once to the coordinator cluster (never repeated: a topic
+//! change's outcome may be unknown). Diskless topics only (`diskless.enable=true`); the settings
+//! kept are `retention.ms` and `retention.bytes`, others are ignored. The catalog cache forgets a
+//! deleted topic.
+
+use diskless_proto::v1 as coord;
+use diskless_proto::ErrorCode;
+use kafka_protocol::messages::*;
+
+use super::listener::Listener;
+use super::response::{encode, message, topic_name, Reply};
+use crate::error::KafkaError;
+
+/// Topic settings a CreateTopics request may carry; `diskless.enable=true` is required.
+fn topic_configs(t: &create_topics_request::CreatableTopic) -> Result<coord::TopicConfigs, KafkaError> {
+    let bad = |m: String| KafkaError::new(ErrorCode::InvalidConfig, m);
+    let mut diskless = false;
+    let mut out = coord::TopicConfigs::default();
+    for c in &t.configs {
+        let value = c.value.as_ref().map(|v| v.as_str().to_string()).unwrap_or_default();
+        match c.name.as_str() {
+            "diskless.enable" => diskless = value.eq_ignore_ascii_case("true"),
+            "retention.ms" => {
+                out.retention_ms =
+                    Some(value.parse().map_err(|_| bad(format!("retention.ms {value:?} is not a number")))?)
+            }
+            "retention.bytes" => {
+                out.retention_bytes =
+                    Some(value.parse().map_err(|_| bad(format!("retention.bytes {value:?} is not a number")))?)
+            }
+            other => tracing::debug!(config = other, "topic config ignored by diskless topics"),
+        }
+    }
+    if !diskless {
+        return Err(bad(
+            "this cluster serves diskless topics only: create the topic with the config diskless.enable=true".into(),
+        ));
+    }
+    Ok(out)
+}
+
+pub(super) async fn create_topics(l: &Listener, header: &RequestHeader, req: CreateTopicsRequest) -> Reply {
+    let v = header.request_api_version;
+    let mut results = vec![];
+    for t in &req.topics {
+        let partitions = if t.num_partitions == -1 { 1 } else { t.num_partitions };
+        let id = uuid::Uuid::new_v4();
+        let r: Result<(), KafkaError> = async {
+            let configs = topic_configs(t)?;
+            if t.replication_factor != -1 && t.replication_factor < 1 {
+                return Err(KafkaError::new(ErrorCode::InvalidRequest, "replication factor must be positive"));
+            }
+            if req.validate_only {
+                return Ok(());
+            }
+            let q = coord::CreatePartitionsRequest {
+                topics: vec![coord::create_partitions_request::CreatablePartitions {
+                    topic_id: id.as_bytes().to_vec(),
+                    name: t.name.as_str().to_string(),
+                    num_partitions: partitions,
+                    configs: Some(configs),
+                }],
+                timeout_ms: req.timeout_ms.max(1000),
+            };
+            let resp = l
+                .shim
+                .cluster
+                .call_once(|mut c| async move { c.create_partitions(q).await })
+                .await
+                .map_err(|s| KafkaError::unavailable("create topic", &s))?;
+            match resp.topics.into_iter().next() {
+                Some(r) => KafkaError::from_wire(r.error_code, r.error_message).map_or(Ok(()), Err),
+                None => Err(KafkaError::new(ErrorCode::UnknownServerError, "no answer")),
+            }
+        }
+        .await;
+        let mut res = create_topics_response::CreatableTopicResult::default().with_name(t.name.clone());
+        match r {
+            Ok(()) => {
+                if v >= 7 && !req.validate_only {
+                    res = res.with_topic_id(id);
+                }
+                if v >= 5 {
+                    res = res.with_num_partitions(partitions).with_replication_factor(1);
+                }
+            }
+            Err(e) => {
+                res = res.with_error_code(e.code.code());
+                if v >= 1 {
+                    res = res.with_error_message(message(e.message));
+                }
+                if v >= 5 {
+                    res = res.with_num_partitions(-1).with_replication_factor(-1);
+                }
+            }
+        }
+        results.push(res);
+    }
+    encode(ApiKey::CreateTopics, header, v, &CreateTopicsResponse::default().with_topics(results))
+}
+
+pub(super) async fn delete_topics(l: &Listener, header: &RequestHeader, req: DeleteTopicsRequest) -> Reply {
+    let v = header.request_api_version;
+    let names: Vec<String> = if v >= 6 {
+        req.topics.iter().filter_map(|t| t.name.as_ref().map(|n| n.as_str().to_string())).collect()
+    } else {
+        req.topic_names.iter().map(|n| n.as_str().to_string()).collect()
+    };
+    let mut results = vec![];
+    for n in names {
+        let r: Result<(), KafkaError> = async {
+            let tm = l.topic(&n).await?;
+            let q = coord::DeleteTopicsRequest {
+                topics: vec![coord::delete_topics_request::DeletableTopicState { topic_id: tm.id.to_vec() }],
+                timeout_ms: req.timeout_ms.max(1000),
+            };
+            l.shim.cluster.forget_topic(&n);
+            let resp = l
+                .shim
+                .cluster
+                .call_once(|mut c| async move { c.delete_topics(q).await })
+                .await
+                .map_err(|s| KafkaError::unavailable("delete topic", &s))?;
+            match resp.responses.into_iter().next() {
+                Some(r) => KafkaError::from_wire(r.error_code, r.error_message).map_or(Ok(()), Err),
+                None => Err(KafkaError::new(ErrorCode::UnknownServerError, "no answer")),
+            }
+        }
+        .await;
+        let mut res = delete_topics_response::DeletableTopicResult::default().with_name(Some(topic_name(&n)));
+        if let Err(e) = r {
+            res = res.with_error_code(e.code.code());
+            if v >= 5 {
+                res = res.with_error_message(message(e.message));
+            }
+        }
+        results.push(res);
+    }
+    encode(ApiKey::DeleteTopics, header, v, &DeleteTopicsResponse::default().with_responses(results))
+}

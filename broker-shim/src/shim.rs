@@ -1,0 +1,160 @@
+//! The running broker's parts, wired together: storage, the coordinator cluster's client, the
+//! produce pipeline, the fetcher, the cleaner, producer ids, consumer groups and the registry
+//! entry; how they start and stop. The listeners (`kafka`, `service`, `health`) sit above it and
+//! are started over it (`kafka::start_listeners`); it must not import them.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::cleanup::CleanupConfig;
+use crate::fetch::FetchConfig;
+use crate::groups::GroupConfig;
+use crate::produce::ProduceConfig;
+use crate::registry::RegistryConfig;
+use crate::storage::StorageConfig;
+use crate::{cleanup, cluster, fetch, groups, metrics, produce, producer_ids, registry, storage};
+
+/// What the broker's parts start from: the sections of the modules below the listeners and the
+/// broker's own keys (`ShimConfig::settings` takes them out of the configuration, checked).
+pub struct ShimSettings {
+    pub broker_id: i32,
+    pub coordinators: Vec<String>,
+    pub coordinator_address_map: BTreeMap<String, String>,
+    pub coordinator_tls: Option<diskless_tls::TlsFiles>,
+    pub storage: StorageConfig,
+    pub produce: ProduceConfig,
+    pub fetch: FetchConfig,
+    pub cleanup: CleanupConfig,
+    pub groups: GroupConfig,
+    pub registry: RegistryConfig,
+    pub allow_fault_injection: bool,
+    /// Whether the broker has Kafka listeners, and so an address to advertise in the registry.
+    pub advertised: bool,
+}
+
+/// A running broker shim: produce pipeline, fetcher, cleaner.
+pub struct Shim {
+    pub broker_id: i32,
+    /// Whether the broker has Kafka listeners (it registers only then).
+    pub advertised: bool,
+    pub storage: storage::Storage,
+    /// The broker's client of the coordinator cluster.
+    pub cluster: Arc<cluster::ClusterClient>,
+    pub producer: produce::Producer,
+    pub fetcher: fetch::Fetcher,
+    pub cleaner: Arc<cleanup::Cleaner>,
+    /// Producer ids for InitProducerId, in blocks from the coordinator cluster.
+    pub producer_ids: producer_ids::ProducerIds,
+    /// The object storage faults in force (only with `allow_fault_injection`).
+    pub store_faults: Option<Arc<storage::faulty::StoreFaults>>,
+    /// The consumer groups this broker coordinates.
+    pub groups: Arc<groups::GroupCoordinator>,
+    /// This broker in the broker registry; the live brokers.
+    pub registry: Arc<registry::Registry>,
+    tasks: std::sync::Mutex<Option<produce::ProducerTasks>>,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl Shim {
+    pub async fn start(config: ShimSettings) -> anyhow::Result<Arc<Shim>> {
+        let mut storage = storage::Storage::new(&config.storage)?;
+        let mut store_faults = None;
+        if config.allow_fault_injection {
+            let (wrapped, faults) = storage.with_faults();
+            storage = wrapped;
+            store_faults = Some(faults);
+        }
+        // Outermost, so injected faults count as failed requests too.
+        let storage = storage.metered();
+        let address_map = config.coordinator_address_map.clone().into_iter().collect();
+        let tls = match &config.coordinator_tls {
+            Some(f) => Some(anyhow::Context::context(diskless_tls::ClientTls::new(f), "coordinator_tls")?),
+            None => None,
+        };
+        let cluster = Arc::new(cluster::ClusterClient::connect_with(&config.coordinators, address_map, tls).await?);
+        let commit_deadline =
+            produce::commit_deadline(std::time::Duration::from_millis(config.cleanup.orphan_grace_ms));
+        let (producer, tasks) = produce::Producer::start(
+            config.produce.clone(),
+            config.broker_id,
+            storage.clone(),
+            cluster.clone(),
+            commit_deadline,
+        );
+        let fetcher = fetch::Fetcher::new(&config.fetch, storage.clone(), cluster.clone());
+        let cleaner = Arc::new(cleanup::Cleaner::new(
+            config.cleanup.clone(),
+            storage.clone(),
+            cluster.clone() as Arc<dyn cleanup::CleanupClient>,
+            config.produce.key_prefix.clone(),
+        ));
+        let producer_ids = producer_ids::ProducerIds::new(cluster.clone(), config.broker_id);
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(cleaner.clone().run(stop_rx.clone()));
+        let groups = groups::GroupCoordinator::new(cluster.clone(), config.groups.clone(), config.broker_id);
+        tokio::spawn(groups.clone().run(stop_rx));
+        let registry = registry::Registry::new(cluster.clone(), config.registry.clone(), config.broker_id);
+        tracing::info!(storage = %storage.describe, coordinators = ?config.coordinators, "broker shim started");
+        Ok(Arc::new(Shim {
+            broker_id: config.broker_id,
+            advertised: config.advertised,
+            storage,
+            cluster,
+            producer,
+            fetcher,
+            cleaner,
+            producer_ids,
+            store_faults,
+            groups,
+            registry,
+            tasks: std::sync::Mutex::new(Some(tasks)),
+            stop,
+        }))
+    }
+
+    /// Registers this broker (advertised at the Kafka listener's address) and keeps its lease alive
+    /// until the shim stops; groups this broker no longer coordinates are dropped from memory as
+    /// the live brokers change. The task ends with an error when another live broker holds this
+    /// broker's id: the process should stop. Without a Kafka listener there is nothing to
+    /// advertise, and the broker does not register.
+    pub fn start_registry(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<anyhow::Result<()>>> {
+        if !self.advertised {
+            return None;
+        }
+        let groups = self.groups.clone();
+        let moved = move |r: &registry::Registry| {
+            for id in groups.states().into_keys() {
+                if !r.owns_group(&id) {
+                    tracing::info!(
+                        group = id,
+                        coordinator = r.group_coordinator(&id).id,
+                        "group moved to another broker"
+                    );
+                    groups.release(&id);
+                }
+            }
+        };
+        Some(tokio::spawn(self.registry.clone().run(self.stop.subscribe(), moved)))
+    }
+
+    /// Starts the Prometheus listener on `addr` until the shim stops; returns its address.
+    pub async fn start_metrics(&self, addr: &str) -> anyhow::Result<std::net::SocketAddr> {
+        metrics::http::serve(addr, self.stop.subscribe()).await
+    }
+
+    /// Stops accepting work, commits what was accepted, stops the cleaner.
+    /// Becomes `true` when the broker starts shutting down.
+    pub fn stopping(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+
+    pub async fn shutdown(self: Arc<Self>) {
+        let _ = self.stop.send(true);
+        let tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner()).take();
+        // The pipeline ends when the last producer handle is gone: the service's and ours.
+        drop(self);
+        if let Some(t) = tasks {
+            t.join().await;
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! FindBatches: served by this node's own replicas, never forwarded. It waits (bounded) until
+//! each replica the request reads has applied the index the caller saw (`min_applied`), then
+//! reads every metadata partition involved from one RocksDB snapshot, sharing one fetch budget. A
+//! replica that cannot vouch for its state (no word from a leader lately, not a member, stopped,
+//! or caught mid-install: `Node::check_readable`) answers REPLICA_NOT_AVAILABLE for its
+//! partitions, and the caller asks another node.
+//!
+//! Owns the call's wire conversions and the waits. The rules (the fetch budget, the min-one rule)
+//! are the state machine's (`state_machine::queries`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use diskless_proto::v1::*;
+use futures_util::future::join_all;
+use tonic::{Request, Response, Status};
+
+use super::request::timeout_of;
+use super::CoordinatorApi;
+use crate::node::RouteError;
+use crate::server::convert::{self, route_failure, route_status};
+use crate::state_machine::FetchBudget;
+
+impl CoordinatorApi {
+    pub(super) async fn serve_find_batches(
+        &self,
+        request: Request<FindBatchesRequest>,
+    ) -> Result<Response<FindBatchesResponse>, Status> {
+        let req = request.into_inner();
+        let timeout = timeout_of(req.timeout_ms);
+        let node = &self.node;
+        // Wait (bounded) for the replicas this request reads to reach the indexes the caller saw
+        // (not the others: a lagging partition the request does not touch must not delay it).
+        let read: BTreeSet<u32> = req
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().filter_map(|p| convert::tp(&t.topic_id, p.partition_index).ok()))
+            .map(|tp| self.owner(&tp))
+            .collect();
+        let mut lagging: BTreeMap<u32, RouteError> = BTreeMap::new();
+        let waits =
+            join_all(req.min_applied.iter().filter(|gi| read.contains(&gi.metadata_partition)).map(|gi| async move {
+                (gi.metadata_partition, node.wait_applied(gi.metadata_partition, gi.index, timeout).await)
+            }))
+            .await;
+        for (g, r) in waits {
+            if let Err(e) = r {
+                lagging.insert(g, e);
+            }
+        }
+        // Each metadata partition's replica read from one RocksDB snapshot of its directory.
+        let mut placed = BTreeMap::new();
+        for &g in &read {
+            placed.insert(g, node.placed(g).map_err(|e| route_status(&e))?);
+        }
+        let views: BTreeMap<u32, crate::storage::ReadView<'_>> =
+            placed.iter().map(|(g, p)| (*g, p.db.read())).collect();
+        let mut budget = FetchBudget::new(req.fetch_max_bytes, req.max_batches_per_partition);
+        let mut involved = BTreeSet::new();
+        // A replica that is stale, not a member, stopped, or caught mid-install answers nothing
+        // from its state (retriable: another node's replica may serve).
+        let mut checked: BTreeMap<u32, Result<(), RouteError>> = BTreeMap::new();
+        let mut topics = vec![];
+        for t in &req.topics {
+            let mut partitions = vec![];
+            for p in &t.partitions {
+                let answer = match convert::tp(&t.topic_id, p.partition_index) {
+                    Err(f) => Err(f),
+                    Ok(tp) => {
+                        let g = self.owner(&tp);
+                        involved.insert(g);
+                        let Some(view) = views.get(&g) else {
+                            return Err(Status::internal(format!("metadata partition {g} was not read")));
+                        };
+                        let readable = checked.entry(g).or_insert_with(|| node.check_readable(g, view));
+                        match lagging.get(&g).or(readable.as_ref().err()) {
+                            Some(e) => Err(route_failure(e)),
+                            None => {
+                                let sm = node.state_machine(g).map_err(|e| route_status(&e))?;
+                                Ok(sm
+                                    .find_batches(view, &tp, p.offset, p.max_partition_fetch_bytes, &mut budget)
+                                    .map_err(|e| Status::internal(format!("reading metadata partition {g}: {e}")))?)
+                            }
+                        }
+                    }
+                };
+                partitions.push(match answer {
+                    Err(f) => find_batches_response::FindBatchesPartitionResponse {
+                        partition_index: p.partition_index,
+                        error_code: f.code.wire(),
+                        error_message: Some(f.message),
+                        log_start_offset: -1,
+                        high_watermark: -1,
+                        batches: vec![],
+                    },
+                    Ok(pb) => find_batches_response::FindBatchesPartitionResponse {
+                        partition_index: p.partition_index,
+                        error_code: pb.error.as_ref().map_or(0, |f| f.code.wire()),
+                        error_message: pb.error.map(|f| f.message),
+                        log_start_offset: pb.log_start_offset,
+                        high_watermark: pb.high_watermark,
+                        batches: pb
+                            .batches
+                            .into_iter()
+                            .map(|b| find_batches_response::BatchInfo {
+                                batch_id: b.batch_id,
+                                object_key: b.object_key,
+                                magic: i32::from(b.magic),
+                                byte_offset: i64::from(b.byte_offset),
+                                byte_size: i64::from(b.byte_size),
+                                base_offset: b.base_offset,
+                                last_offset: b.last_offset,
+                                log_append_timestamp: b.log_append_time,
+                                batch_max_timestamp: b.batch_max_timestamp,
+                                timestamp_type: i32::from(b.timestamp_type),
+                            })
+                            .collect(),
+                    },
+                });
+            }
+            topics.push(find_batches_response::FindBatchesTopicResponse { topic_id: t.topic_id.clone(), partitions });
+        }
+        let applied =
+            involved.into_iter().map(|g| GroupIndex { metadata_partition: g, index: node.applied(g) }).collect();
+        Ok(Response::new(FindBatchesResponse { throttle_time_ms: 0, topics, applied }))
+    }
+}

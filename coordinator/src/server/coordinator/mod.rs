@@ -1,0 +1,194 @@
+//! `CoordinatorService`: the KIP-1164 API on every node, as conversions between the wire and the
+//! domain, one file per family of calls.
+//!
+//! Each handler checks and converts its request (`server::convert`), splits it by metadata
+//! partition, runs each part where it must run, and merges the parts' answers back in request
+//! order (`fan_out`). Mutations and strict reads run on the metadata partition's leader through
+//! `node::route`: locally when this node leads it, otherwise forwarded once as the typed command
+//! to the leader. Clients may therefore send any request to any node; clients that know the
+//! topology (AdminService.Status) save the hop by sending each part to its leader with the
+//! `x-diskless-local` header (`request`: served here, never forwarded). FindBatches alone is served
+//! by this node's own replicas (`find_batches`).
+//!
+//! Per-item problems are Kafka error codes in the response; a part that could not be routed gets
+//! what `convert::route_failure` says (NOT_LEADER_OR_FOLLOWER, retriable, or REQUEST_TIMED_OUT when
+//! the outcome is unknown) for its items.
+//!
+//! | file | calls |
+//! | --- | --- |
+//! | `request` | every call's timeout and `x-diskless-local` |
+//! | `fan_out` | the split by metadata partition, the parts run at once, the merge |
+//! | `topics` | CreatePartitions, DeleteTopics, AlterTopicConfigs (catalog first), ListTopics |
+//! | `commit` | CommitFile |
+//! | `offsets` | ListOffsets, DeleteRecords |
+//! | `find_batches` | FindBatches |
+//! | `files` | DescribeFiles, ListFilesToDelete, FenceObjects, ConfirmFilesDeleted |
+//! | `producer_ids` | AllocateProducerIds |
+//! | `consumer_groups` | StoreGroup, CommitOffsets, FetchOffsets, ListGroups, DeleteGroups, DeleteOffsets |
+//! | `broker_registry` | RegisterBroker, BrokerHeartbeat, UnregisterBroker, ListBrokers |
+//!
+//! This module must not decide where a part runs (that is `node::route`) nor apply rules of the
+//! domain (that is `state_machine`).
+
+mod broker_registry;
+mod commit;
+mod consumer_groups;
+mod fan_out;
+mod files;
+mod find_batches;
+mod offsets;
+mod producer_ids;
+mod request;
+mod topics;
+
+use std::sync::Arc;
+
+use diskless_proto::v1::coordinator_service_server::CoordinatorService;
+use diskless_proto::v1::*;
+use tonic::{Request, Response, Status};
+
+pub use request::LOCAL_HEADER;
+
+use crate::node::Node;
+
+/// The service; every node serves it.
+pub struct CoordinatorApi {
+    node: Arc<Node>,
+}
+
+impl CoordinatorApi {
+    pub fn new(node: Arc<Node>) -> CoordinatorApi {
+        CoordinatorApi { node }
+    }
+}
+
+#[tonic::async_trait]
+impl CoordinatorService for CoordinatorApi {
+    async fn create_partitions(
+        &self,
+        r: Request<CreatePartitionsRequest>,
+    ) -> Result<Response<CreatePartitionsResponse>, Status> {
+        self.serve_create_partitions(r).await
+    }
+
+    async fn delete_topics(&self, r: Request<DeleteTopicsRequest>) -> Result<Response<DeleteTopicsResponse>, Status> {
+        self.serve_delete_topics(r).await
+    }
+
+    async fn alter_topic_configs(
+        &self,
+        r: Request<AlterTopicConfigsRequest>,
+    ) -> Result<Response<AlterTopicConfigsResponse>, Status> {
+        self.serve_alter_topic_configs(r).await
+    }
+
+    async fn commit_file(&self, r: Request<CommitFileRequest>) -> Result<Response<CommitFileResponse>, Status> {
+        self.serve_commit_file(r).await
+    }
+
+    async fn delete_records(
+        &self,
+        r: Request<DeleteRecordsRequest>,
+    ) -> Result<Response<DeleteRecordsResponse>, Status> {
+        self.serve_delete_records(r).await
+    }
+
+    async fn list_offsets(&self, r: Request<ListOffsetsRequest>) -> Result<Response<ListOffsetsResponse>, Status> {
+        self.serve_list_offsets(r).await
+    }
+
+    async fn find_batches(&self, r: Request<FindBatchesRequest>) -> Result<Response<FindBatchesResponse>, Status> {
+        self.serve_find_batches(r).await
+    }
+
+    async fn describe_files(
+        &self,
+        r: Request<DescribeFilesRequest>,
+    ) -> Result<Response<DescribeFilesResponse>, Status> {
+        self.serve_describe_files(r).await
+    }
+
+    async fn list_files_to_delete(
+        &self,
+        r: Request<ListFilesToDeleteRequest>,
+    ) -> Result<Response<ListFilesToDeleteResponse>, Status> {
+        self.serve_list_files_to_delete(r).await
+    }
+
+    async fn confirm_files_deleted(
+        &self,
+        r: Request<ConfirmFilesDeletedRequest>,
+    ) -> Result<Response<ConfirmFilesDeletedResponse>, Status> {
+        self.serve_confirm_files_deleted(r).await
+    }
+
+    async fn allocate_producer_ids(
+        &self,
+        r: Request<AllocateProducerIdsRequest>,
+    ) -> Result<Response<AllocateProducerIdsResponse>, Status> {
+        self.serve_allocate_producer_ids(r).await
+    }
+
+    async fn fence_objects(&self, r: Request<FenceObjectsRequest>) -> Result<Response<FenceObjectsResponse>, Status> {
+        self.serve_fence_objects(r).await
+    }
+
+    async fn store_group(&self, r: Request<StoreGroupRequest>) -> Result<Response<StoreGroupResponse>, Status> {
+        self.serve_store_group(r).await
+    }
+
+    async fn commit_offsets(
+        &self,
+        r: Request<CommitOffsetsRequest>,
+    ) -> Result<Response<CommitOffsetsResponse>, Status> {
+        self.serve_commit_offsets(r).await
+    }
+
+    async fn fetch_offsets(&self, r: Request<FetchOffsetsRequest>) -> Result<Response<FetchOffsetsResponse>, Status> {
+        self.serve_fetch_offsets(r).await
+    }
+
+    async fn list_groups(&self, r: Request<ListGroupsRequest>) -> Result<Response<ListGroupsResponse>, Status> {
+        self.serve_list_groups(r).await
+    }
+
+    async fn delete_groups(&self, r: Request<DeleteGroupsRequest>) -> Result<Response<DeleteGroupsResponse>, Status> {
+        self.serve_delete_groups(r).await
+    }
+
+    async fn delete_offsets(
+        &self,
+        r: Request<DeleteOffsetsRequest>,
+    ) -> Result<Response<DeleteOffsetsResponse>, Status> {
+        self.serve_delete_offsets(r).await
+    }
+
+    async fn register_broker(
+        &self,
+        r: Request<RegisterBrokerRequest>,
+    ) -> Result<Response<RegisterBrokerResponse>, Status> {
+        self.serve_register_broker(r).await
+    }
+
+    async fn broker_heartbeat(
+        &self,
+        r: Request<BrokerHeartbeatRequest>,
+    ) -> Result<Response<BrokerHeartbeatResponse>, Status> {
+        self.serve_broker_heartbeat(r).await
+    }
+
+    async fn unregister_broker(
+        &self,
+        r: Request<UnregisterBrokerRequest>,
+    ) -> Result<Response<UnregisterBrokerResponse>, Status> {
+        self.serve_unregister_broker(r).await
+    }
+
+    async fn list_brokers(&self, r: Request<ListBrokersRequest>) -> Result<Response<ListBrokersResponse>, Status> {
+        self.serve_list_brokers(r).await
+    }
+
+    async fn list_topics(&self, r: Request<ListTopicsRequest>) -> Result<Response<ListTopicsResponse>, Status> {
+        self.serve_list_topics(r).await
+    }
+}

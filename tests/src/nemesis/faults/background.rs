@@ -1,0 +1,193 @@
+//! The faults that run as tasks: instantaneous ones (leader transfers, snapshots) and membership
+//! faults that take seconds to minutes (`remove_and_add_back`, `lose_disk`), while other faults
+//! must still heal on time. A membership fault's task records its own heal. It must not choose
+//! faults or their targets (see `inject`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use diskless_proto::admin::{AddNodeRequest, RemoveNodeRequest};
+
+use super::{Kind, Lifecycle, Nemesis, Target};
+use crate::nemesis::checker::Anomaly;
+use crate::nemesis::history::History;
+use crate::nemesis::system::System;
+
+impl Nemesis {
+    /// Collects the background faults that ended.
+    pub(super) async fn finish_lifecycles(&mut self) {
+        let mut i = 0;
+        while i < self.lifecycles.len() {
+            if self.lifecycles[i].task.is_finished() {
+                let l = self.lifecycles.remove(i);
+                match l.task.await {
+                    Ok(found) => self.anomalies.extend(found),
+                    Err(e) => self.history.note(format!("a {} fault's task failed: {e}", l.kind.name())),
+                }
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    pub(super) fn background_env(&self) -> Background {
+        Background { system: self.system.clone(), history: self.history.clone(), hurry: self.hurry.subscribe() }
+    }
+
+    /// Starts a background fault on `targets`.
+    pub(super) fn lifecycle(
+        &mut self,
+        kind: Kind,
+        name: String,
+        target: String,
+        targets: Vec<Target>,
+        run: impl FnOnce(u64) -> futures_util::future::BoxFuture<'static, Vec<Anomaly>>,
+    ) {
+        let id = self.history.fault_started(&name, &target);
+        *self.counts.entry(name).or_default() += 1;
+        let task = tokio::spawn(run(id));
+        self.lifecycles.push(Lifecycle { kind, targets, task });
+    }
+
+    /// An instantaneous fault, or one that runs in the background until it is done.
+    pub(super) fn once(
+        &mut self,
+        kind: Kind,
+        target: String,
+        work: impl std::future::Future<Output = String> + Send + 'static,
+    ) {
+        let id = self.history.fault_started(kind.name(), &target);
+        *self.counts.entry(kind.name().to_string()).or_default() += 1;
+        let history = self.history.clone();
+        self.background.spawn(async move {
+            let result = work.await;
+            history.fault_healed(id, kind.name(), &format!("{target}: {result}"));
+        });
+    }
+}
+
+/// What a background fault works with.
+pub(super) struct Background {
+    system: Arc<System>,
+    history: Arc<History>,
+    /// Turns true when everything is to be healed now.
+    hurry: tokio::sync::watch::Receiver<bool>,
+}
+
+/// How long adding a node back may take (learner caught up, then voter, in every metadata
+/// partition).
+const ADD_BACK_BOUND: Duration = Duration::from_secs(60);
+
+/// Adds node `n` back to every metadata partition (learner, caught up, voter), through the other
+/// nodes in turn, within [`ADD_BACK_BOUND`].
+async fn add_back(system: &System, n: u64) -> Result<(), String> {
+    let others: Vec<u64> = system.node_ids().into_iter().filter(|m| *m != n).collect();
+    let deadline = Instant::now() + ADD_BACK_BOUND;
+    let mut last = String::new();
+    for attempt in 0.. {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let via = others[attempt % others.len()];
+        let req = AddNodeRequest { node_id: n, address: system.nodes[&n].clone(), metadata_partition: None };
+        match tokio::time::timeout(left, system.admin(via).add_node(req)).await {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(s)) => last = format!("via n{via}: {}", s.message()),
+            Err(_) => last = format!("via n{via}: no answer within {ADD_BACK_BOUND:?}"),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Err(last)
+}
+
+/// Sleeps `d`, or less if everything is to be healed now.
+async fn wait_or_hurry(d: Duration, mut hurry: tokio::sync::watch::Receiver<bool>) {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => {}
+        _ = hurry.wait_for(|h| *h) => {}
+    }
+}
+
+/// Removes `node` from every metadata partition (through `via`), wipes its data directory if asked
+/// and the removal succeeded everywhere (a voter must never lose its log), waits, and adds it back.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn remove_and_add_back(
+    bg: Background,
+    id: u64,
+    name: String,
+    target: String,
+    node: u64,
+    via: u64,
+    wipe: bool,
+    lasts: Duration,
+) -> Vec<Anomaly> {
+    let Background { system, history, hurry } = bg;
+    let req = RemoveNodeRequest { node_id: node, metadata_partition: None };
+    let (removed, result) =
+        match tokio::time::timeout(Duration::from_secs(30), system.admin(via).remove_node(req)).await {
+            Ok(Ok(r)) => (true, r.into_inner().progress.join("; ")),
+            Ok(Err(s)) => (false, format!("refused: {}", s.message())),
+            Err(_) => (false, "no answer within 30 s".into()),
+        };
+    let wiped = wipe && removed;
+    if wiped {
+        let mut cluster = system.cluster.lock().await;
+        cluster.kill(node);
+        let _ = std::fs::remove_dir_all(cluster.data_dir(node));
+        // It rejoins as a new node: no bootstrap.
+        cluster.set_bootstrap(node, false);
+        cluster.spawn(node);
+    }
+    history.note(format!("{target}: removal: {result}; wiped: {wiped}"));
+    wait_or_hurry(lasts, hurry).await;
+    let mut found = vec![];
+    if let Err(e) = add_back(&system, node).await {
+        found.push(Anomaly::new("membership-not-restored", format!("n{node} could not be added back: {e}")));
+    }
+    history.fault_healed(id, &name, &target);
+    found
+}
+
+/// The loss of `node`'s disk: killed, its data directory wiped, restarted with its unchanged
+/// configuration (as after a disk replacement); after `lasts`, healed the way an operator would:
+/// removed from every metadata partition, wiped again, added back as a new node.
+pub(super) async fn lose_disk(
+    bg: Background,
+    id: u64,
+    target: String,
+    node: u64,
+    via: u64,
+    lasts: Duration,
+) -> Vec<Anomaly> {
+    let Background { system, history, hurry } = bg;
+    {
+        let mut cluster = system.cluster.lock().await;
+        cluster.kill(node);
+        let _ = std::fs::remove_dir_all(cluster.data_dir(node));
+        cluster.spawn(node);
+    }
+    wait_or_hurry(lasts, hurry).await;
+    if let Some(status) = system.cluster.lock().await.exited(node) {
+        history.note(format!("n{node}, restarted with an empty data directory, exited ({status})"));
+    }
+    let req = RemoveNodeRequest { node_id: node, metadata_partition: None };
+    let r = tokio::time::timeout(Duration::from_secs(30), system.admin(via).remove_node(req)).await;
+    history.note(format!("n{node} removed after its disk loss: {r:?}"));
+    {
+        let mut cluster = system.cluster.lock().await;
+        cluster.kill(node);
+        let _ = std::fs::remove_dir_all(cluster.data_dir(node));
+        cluster.set_bootstrap(node, false);
+        cluster.spawn(node);
+    }
+    let mut found = vec![];
+    if let Err(e) = add_back(&system, node).await {
+        found.push(Anomaly::new(
+            "membership-not-restored",
+            format!("n{node} could not be added back after its disk loss: {e}"),
+        ));
+    }
+    history.fault_healed(id, Kind::DiskLoss.name(), &target);
+    found
+}
