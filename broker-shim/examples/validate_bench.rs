@@ -36,7 +36,12 @@ fn main() {
     let words = ["offset", "segment", "broker", "commit", "object", "diskless", "partition", "raft "];
     let mut records = vec![];
     for i in 0..1000 {
-        let value: String = (0..100).map(|j| words[(i * 7 + j / 9) % words.len()].as_bytes()[j % 6] as char).collect();
+        let value: String = (0..100)
+            .map(|j| {
+                let w = words[(i * 7 + j / 9) % words.len()].as_bytes();
+                w[j % w.len()] as char
+            })
+            .collect();
         records.extend(validate::records::encode_record(
             i as i64,
             i as i32,
