@@ -109,12 +109,16 @@ impl Nemesis {
             Kind::FsyncError => {
                 let node = *self.rng.pick(&self.free_nodes());
                 let req = FaultRequest { keep_blocks: true, fsync_fail: Some(true), ..Default::default() };
+                let lasts = self.rng.duration(Duration::from_millis(500), Duration::from_secs(3));
                 if let Err(e) = self.system.inject(node, req).await {
-                    self.history.note(format!("fsync failure not injected on n{node}: {e}"));
+                    // The node may have taken the fault and stopped at its next fsync before its
+                    // answer left: the heal tells (an exit is this fault's, not a crash; without
+                    // one the failure is disarmed).
+                    self.history.note(format!("fsync failure on n{node}: no answer ({e}); treated as injected"));
+                    self.start(kind, format!("n{node}"), lasts, Heal::AfterFsyncError(node, None));
                     return;
                 }
                 let syncs = self.system.status(node, false, Duration::from_millis(500)).await.map(|s| s.wal_syncs);
-                let lasts = self.rng.duration(Duration::from_millis(500), Duration::from_secs(3));
                 self.start(kind, format!("n{node}"), lasts, Heal::AfterFsyncError(node, syncs));
             }
             Kind::ClockJump => {
