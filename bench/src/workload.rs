@@ -38,13 +38,14 @@ impl Measured {
     }
 }
 
-struct Rng(u64);
+/// Random but the same on every run.
+struct Rng(fastrand::Rng);
 impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(fastrand::Rng::with_seed(seed))
+    }
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        self.0.u64(..)
     }
 }
 
@@ -106,7 +107,7 @@ pub async fn commits(
         tasks.push(tokio::spawn(async move {
             let mut conn = sys.connect(c).await?;
             let mut m = Measured::new();
-            let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ ((c as u64 + 1) * 7919));
+            let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15 ^ ((c as u64 + 1) * 7919));
             let interval = rate.map(|r| Duration::from_secs_f64(clients as f64 / r));
             let mut next = start + interval.map_or(Duration::ZERO, |iv| iv.mul_f64(c as f64 / clients as f64));
             let mut n = 0u64;
@@ -168,7 +169,7 @@ pub async fn reads(
         tasks.push(tokio::spawn(async move {
             let mut conn = sys.connect(c + 1).await?;
             let mut m = Measured::new();
-            let mut rng = Rng(0x51_7cc1_b727_220a ^ ((c as u64 + 3) * 104_729));
+            let mut rng = Rng::new(0x51_7cc1_b727_220a ^ ((c as u64 + 3) * 104_729));
             if let Read::Find { min_index: true } = kind {
                 // A commit of this client's own, whose indexes its reads then wait for.
                 let coords = [Coord { partition: partitions[0].0, records: 1, bytes: 16_384 }];
@@ -233,7 +234,7 @@ pub async fn reads_offered(
     let start = Instant::now();
     let pacer = tokio::task::spawn_blocking(move || {
         let deadline = start + duration;
-        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let mut rng = Rng::new(0x2545_f491_4f6c_dd1d);
         for k in 0u64.. {
             let intended = start + interval.mul_f64(k as f64);
             if intended >= deadline {

@@ -49,28 +49,23 @@ fn args() -> Args {
     a
 }
 
-fn request(key: String, topic: &[u8], batches: usize, partitions: i32, rng: &mut u64) -> CommitFileRequest {
+fn request(key: String, topic: &[u8], batches: usize, partitions: i32, rng: &mut fastrand::Rng) -> CommitFileRequest {
     let batches: Vec<_> = (0..batches)
-        .map(|i| {
-            *rng ^= *rng << 13;
-            *rng ^= *rng >> 7;
-            *rng ^= *rng << 17;
-            commit_file_request::CommitBatch {
-                magic: 2,
-                request_id: i as i32,
-                topic_id: topic.to_vec(),
-                partition_index: (*rng % partitions as u64) as i32,
-                byte_offset: i as i32 * 16_384,
-                size: 16_384,
-                base_offset: 0,
-                last_offset: 9,
-                batch_max_timestamp: 0,
-                timestamp_type: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                base_sequence: -1,
-                last_sequence: -1,
-            }
+        .map(|i| commit_file_request::CommitBatch {
+            magic: 2,
+            request_id: i as i32,
+            topic_id: topic.to_vec(),
+            partition_index: rng.i32(..partitions),
+            byte_offset: i as i32 * 16_384,
+            size: 16_384,
+            base_offset: 0,
+            last_offset: 9,
+            batch_max_timestamp: 0,
+            timestamp_type: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
+            last_sequence: -1,
         })
         .collect();
     CommitFileRequest {
@@ -115,7 +110,7 @@ async fn main() -> anyhow::Result<()> {
             let mut c = CoordinatorServiceClient::connect(format!("http://{addr}")).await?;
             let mut h = Histogram::<u64>::new(3)?;
             let (mut ok, mut errors) = (0u64, 0u64);
-            let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (client as u64 + 1);
+            let mut rng = fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15 ^ (client as u64 + 1));
             let mut next_send = Instant::now();
             let mut n = 0u64;
             while Instant::now() < deadline {

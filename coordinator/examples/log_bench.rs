@@ -205,15 +205,8 @@ impl Log for SegmentLog {
 fn run(name: &str, log: &mut dyn Log, a: &Args) {
     // Pseudo-random bytes: RocksDB's LZ4 would shrink a regular pattern to nothing in its files
     // (a node's entries, bincode of ids and offsets, compress a little).
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    let entry: Vec<u8> = (0..a.size)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let mut rng = fastrand::Rng::with_seed(0x9E37_79B9_7F4A_7C15);
+    let entry: Vec<u8> = (0..a.size).map(|_| rng.u8(..)).collect();
     let mut rounds = Histogram::<u64>::new_with_bounds(1, 60_000_000, 2).expect("histogram");
     let cpu0 = process_cpu_ns();
     let written0 = device_write_bytes();

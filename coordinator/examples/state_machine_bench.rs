@@ -170,16 +170,6 @@ fn report(name: &str, h: &Histogram<u64>) {
     );
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 fn main() {
     let a = args();
     let tmp = tempfile::tempdir().expect("temp dir");
@@ -208,7 +198,7 @@ fn main() {
     b.apply(create(topic, "wide", 1_000));
     b.apply(create(deep_topic, "deep", 1));
     b.apply(create(shallow_topic, "shallow", 1));
-    let mut rng = Rng(0x9e3779b97f4a7c15);
+    let mut rng = fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15);
 
     // 1. CommitFile of 64 batches over 1,000 partitions; with --idempotent, partition p's batches
     // come from producer p, in sequence.
@@ -222,7 +212,7 @@ fn main() {
             .map(|_| {
                 let batches = (0..a.batches)
                     .map(|_| {
-                        let p = (rng.next() % 1_000) as usize;
+                        let p = (rng.u64(..) % 1_000) as usize;
                         let mut bt = batch(TopicPartition { topic_id: topic, partition: p as i32 }, 0);
                         if a.idempotent {
                             bt.producer_id = p as i64;
@@ -286,12 +276,12 @@ fn main() {
     let deep = fill(&mut b, deep_topic, a.deep);
     b.db.flush().expect("flush");
 
-    let measure = |b: &Bench, tp: TopicPartition, depth: i64, rng: &mut Rng| {
+    let measure = |b: &Bench, tp: TopicPartition, depth: i64, rng: &mut fastrand::Rng| {
         let hwm = depth * 10;
         let mut find = Histogram::<u64>::new(3).unwrap();
         let mut lookup = Histogram::<u64>::new(3).unwrap();
         for _ in 0..20_000 {
-            let offset = (rng.next() % hwm as u64) as i64;
+            let offset = (rng.u64(..) % hwm as u64) as i64;
             let view = b.db.read();
             let t = Instant::now();
             let mut budget = FetchBudget::new(i32::MAX, 10);
@@ -299,7 +289,7 @@ fn main() {
             find.record(t.elapsed().as_nanos() as u64).unwrap();
             assert!(!r.batches.is_empty());
             let t = Instant::now();
-            let r = b.sm.list_offsets(&view, &tp, (rng.next() % 1_000) as i64).unwrap();
+            let r = b.sm.list_offsets(&view, &tp, (rng.u64(..) % 1_000) as i64).unwrap();
             lookup.record(t.elapsed().as_nanos() as u64).unwrap();
             assert!(r.is_ok());
         }

@@ -679,13 +679,8 @@ impl Real {
 /// Compares the read side of the real state machine with the model.
 fn compare_reads(real: &Real, model: &Model, seed: u64, full: bool) {
     let view = real.db.read();
-    let mut rng = seed | 1;
-    let mut next = move || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut next = move || rng.u64(..);
     let all: Vec<TopicPartition> =
         (0..=TOPICS).flat_map(|t| (-1..=MAX_PARTITIONS_USED).map(move |p| tp(t, p))).collect();
     let tps: Vec<TopicPartition> =

@@ -393,20 +393,6 @@ mod tests {
         assert_eq!(i64::from_be_bytes(out[..8].try_into().unwrap()), 10, "base offset injected");
     }
 
-    /// A small xorshift generator: damage that is random but the same on every run.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            let mut x = self.0;
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            self.0 = x;
-            x
-        }
-    }
-
     fn info(byte_offset: i64, byte_size: i64, base_offset: i64, last_offset: i64) -> BatchInfo {
         BatchInfo {
             batch_id: 1,
@@ -488,10 +474,10 @@ mod tests {
         for cut in 0..object.len() {
             names_object_and_byte(serve(&object[..cut], std::slice::from_ref(&b)).await, &format!("cut at {cut}"));
         }
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut rng = fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15); // random, the same every run
         for _ in 0..300 {
-            let at = 1 + (rng.next() % len as u64) as usize;
-            let mask = (rng.next() % 255) as u8 + 1;
+            let at = 1 + rng.usize(..len);
+            let mask = rng.u8(1..);
             let mut bad = object.clone();
             bad[at] ^= mask;
             let what = format!("byte {at} ^ {mask:#04x}");

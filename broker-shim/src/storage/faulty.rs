@@ -11,7 +11,6 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -54,17 +53,16 @@ pub struct StoreFaults {
     rules: Mutex<HashMap<Operation, Rule>>,
     /// Bumped at every change, so hung operations notice a heal.
     changed: tokio::sync::watch::Sender<u64>,
-    dice: AtomicU64,
+    /// Decides whether an operation under a partial fault fails.
+    dice: Mutex<fastrand::Rng>,
 }
 
 impl Default for StoreFaults {
     fn default() -> Self {
-        let seed =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64);
         StoreFaults {
             rules: Mutex::default(),
             changed: tokio::sync::watch::channel(0).0,
-            dice: AtomicU64::new(seed | 1),
+            dice: Mutex::new(fastrand::Rng::new()),
         }
     }
 }
@@ -98,13 +96,7 @@ impl StoreFaults {
     }
 
     fn roll(&self) -> u32 {
-        // xorshift64: a fault's share needs no better randomness.
-        let mut x = self.dice.load(Ordering::Relaxed);
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.dice.store(x, Ordering::Relaxed);
-        (x % 100) as u32
+        self.dice.lock().unwrap_or_else(|e| e.into_inner()).u32(..100)
     }
 
     /// Applies the fault in force for `op` before it runs: `Ok(true)` = run it and report an

@@ -191,16 +191,10 @@ mod tests {
     #[test]
     fn a_segment_with_any_byte_damaged_is_an_error_naming_the_batch_s_byte() {
         let (object, ends) = three_batches();
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rng = fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15); // random, the same every run
         for _ in 0..300 {
-            let at = (next() % object.len() as u64) as usize;
-            let mask = (next() % 255) as u8 + 1;
+            let at = rng.usize(..object.len());
+            let mask = rng.u8(1..);
             let mut bad = object.clone();
             bad[at] ^= mask;
             // The batch the byte is in, and where in it.

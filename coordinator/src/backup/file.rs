@@ -507,9 +507,9 @@ mod tests {
     fn a_backup_with_any_byte_damaged_is_an_error_naming_its_offset() {
         let dir = tempfile::tempdir().unwrap();
         let (path, bytes, _) = small_backup(dir.path());
-        let mut rng = crate::raft::snapshot::tests::Rng(0x9e37_79b9_7f4a_7c15);
+        let mut rng = crate::raft::snapshot::tests::damage(0x9e37_79b9_7f4a_7c15);
         for _ in 0..300 {
-            let (at, mask) = rng.flip(bytes.len());
+            let (at, mask) = crate::raft::snapshot::tests::flip(&mut rng, bytes.len());
             let mut bad = bytes.clone();
             bad[at] ^= mask;
             refused(&path, &bad, &format!("byte {at} ^ {mask:#04x}"));
@@ -575,9 +575,9 @@ mod tests {
         let body_offset = 16 + u32::from_be_bytes(bytes[12..16].try_into().unwrap()) as usize;
         let body = &bytes[body_offset..bytes.len() - 12];
         let json = &bytes[16..body_offset];
-        let mut rng = crate::raft::snapshot::tests::Rng(0x2545_f491_4f6c_dd1d);
+        let mut rng = crate::raft::snapshot::tests::damage(0x2545_f491_4f6c_dd1d);
         for _ in 0..100 {
-            let (at, mask) = rng.flip(body.len());
+            let (at, mask) = crate::raft::snapshot::tests::flip(&mut rng, body.len());
             let mut bad = body.to_vec();
             bad[at] ^= mask;
             let what = format!("section byte {at} ^ {mask:#04x}");

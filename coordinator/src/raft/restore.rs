@@ -161,7 +161,7 @@ mod tests {
 
     #[test]
     fn a_damaged_copy_is_an_error_naming_its_offset_and_restores_nothing() {
-        use crate::raft::snapshot::tests::{offset_named, Rng};
+        use crate::raft::snapshot::tests::{damage, flip, offset_named};
         let dir = tempfile::tempdir().unwrap();
         let source = Db::open(&dir.path().join("source")).unwrap();
         let sm = StateMachine::new(2, 4);
@@ -180,11 +180,11 @@ mod tests {
         let target_dir = dir.path().join("target");
         let target = Db::open(&target_dir.join("rocksdb")).unwrap();
         let members: BTreeMap<NodeId, Replica> = (1..=3).map(|n| (n, Replica::new(format!("h{n}:1"), n))).collect();
-        let mut rng = Rng(0x5851_f42d_4c95_7f2d);
+        let mut rng = damage(0x5851_f42d_4c95_7f2d);
         let cuts = (0..copy.len()).map(|cut| (copy[..cut].to_vec(), format!("cut at {cut}")));
         let flips: Vec<(Vec<u8>, String)> = (0..300)
             .map(|_| {
-                let (at, mask) = rng.flip(copy.len());
+                let (at, mask) = flip(&mut rng, copy.len());
                 let mut bad = copy.clone();
                 bad[at] ^= mask;
                 (bad, format!("byte {at} ^ {mask:#04x}"))

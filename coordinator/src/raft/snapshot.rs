@@ -365,23 +365,15 @@ pub(crate) mod tests {
     use super::*;
     use crate::storage::{Db, Txn};
 
-    /// A small xorshift generator: damage that is random but the same on every run.
-    pub(crate) struct Rng(pub(crate) u64);
+    /// Damage that is random but the same on every run: a generator seeded with `seed`, and
+    /// [`flip`] to pick a byte and a non-zero mask.
+    pub(crate) fn damage(seed: u64) -> fastrand::Rng {
+        fastrand::Rng::with_seed(seed)
+    }
 
-    impl Rng {
-        pub(crate) fn next(&mut self) -> u64 {
-            let mut x = self.0;
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            self.0 = x;
-            x
-        }
-
-        /// A position below `n` and a non-zero mask to flip there.
-        pub(crate) fn flip(&mut self, n: usize) -> (usize, u8) {
-            ((self.next() % n as u64) as usize, (self.next() % 255) as u8 + 1)
-        }
+    /// A position below `n` and a non-zero mask to flip there.
+    pub(crate) fn flip(rng: &mut fastrand::Rng, n: usize) -> (usize, u8) {
+        (rng.usize(..n), rng.u8(1..))
     }
 
     /// The offset an error names ("... at offset N ..."; the last one named).
@@ -446,9 +438,9 @@ pub(crate) mod tests {
     fn a_snapshot_with_any_byte_damaged_is_an_error_naming_its_offset() {
         let dir = tempfile::tempdir().unwrap();
         let good = small_snapshot();
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut rng = damage(0x9e37_79b9_7f4a_7c15);
         for _ in 0..300 {
-            let (at, mask) = rng.flip(good.len());
+            let (at, mask) = flip(&mut rng, good.len());
             let mut bad = good.clone();
             bad[at] ^= mask;
             refused(dir.path(), &bad, &format!("byte {at} ^ {mask:#04x}"));

@@ -299,52 +299,78 @@ async fn final_read(ctx: &Arc<Ctx>, t: &Topic, p: i32, deadline: Instant) {
     }
 }
 
-/// Every metadata partition's replicas reach the same applied index, then their digests must be
-/// equal.
+/// Every metadata partition's replicas reach the same applied index, where their digests must be
+/// equal. The replicas are asked together, and what each reported is kept across polls: under the
+/// brokers' registry heartbeats a partition's applied index keeps moving, so one poll rarely finds
+/// every replica at the same index, but every replica passes through the indexes the others
+/// reported. Every index two replicas reported is compared, not only the last.
 async fn digests(system: &System) -> Vec<Anomaly> {
     let deadline = Instant::now() + CONVERGENCE_BOUND;
+    // metadata partition → applied index → node → digest
+    let mut seen: BTreeMap<u32, BTreeMap<u64, BTreeMap<u64, String>>> = BTreeMap::new();
+    // metadata partition → its replicas (from the latest answers)
+    let mut replicas: BTreeMap<u32, BTreeSet<u64>> = BTreeMap::new();
     loop {
-        // metadata partition → node → (applied index, digest)
-        let mut per_partition: BTreeMap<u32, BTreeMap<u64, (u64, String)>> = BTreeMap::new();
+        let nodes = system.node_ids();
+        let answers =
+            futures_util::future::join_all(nodes.iter().map(|&n| system.status(n, true, Duration::from_secs(20))))
+                .await;
         let mut answered = true;
-        for n in system.node_ids() {
-            match system.status(n, true, Duration::from_secs(20)).await {
-                Some(s) => {
-                    for g in s.groups {
-                        // Only replicas that are members of the metadata partition.
-                        if g.voters.contains(&n) || g.learners.contains(&n) {
-                            per_partition
-                                .entry(g.metadata_partition)
-                                .or_default()
-                                .insert(n, (g.digest_applied_index, g.digest));
-                        }
-                    }
+        for (&n, answer) in nodes.iter().zip(answers) {
+            let Some(s) = answer else {
+                answered = false;
+                continue;
+            };
+            for g in s.groups {
+                // Only replicas that are members of the metadata partition.
+                if g.voters.contains(&n) || g.learners.contains(&n) {
+                    replicas.entry(g.metadata_partition).or_default().insert(n);
+                    seen.entry(g.metadata_partition)
+                        .or_default()
+                        .entry(g.digest_applied_index)
+                        .or_default()
+                        .insert(n, g.digest);
+                } else if let Some(r) = replicas.get_mut(&g.metadata_partition) {
+                    r.remove(&n);
                 }
-                None => answered = false,
             }
         }
-        let converged =
-            answered && per_partition.values().all(|m| m.values().map(|(i, _)| *i).collect::<BTreeSet<_>>().len() == 1);
-        if converged {
-            let mut out = vec![];
-            for (g, m) in &per_partition {
-                let distinct: BTreeSet<&String> = m.values().map(|(_, d)| d).collect();
-                if distinct.len() > 1 {
+        let mut out = vec![];
+        for (g, by_index) in &seen {
+            for (index, m) in by_index {
+                if m.values().collect::<BTreeSet<_>>().len() > 1 {
                     out.push(Anomaly::new(
                         "digest-mismatch",
-                        format!("metadata partition {g}: replicas at the same index differ: {m:?}"),
+                        format!("metadata partition {g}: replicas at index {index} differ: {m:?}"),
                     ));
                 }
             }
+        }
+        if !out.is_empty() {
             return out;
         }
+        // Converged: for every metadata partition, some index every replica reported.
+        let converged = answered
+            && replicas.iter().all(|(g, members)| {
+                seen.get(g).is_some_and(|by_index| by_index.values().any(|m| members.iter().all(|n| m.contains_key(n))))
+            });
+        if converged {
+            return vec![];
+        }
         if Instant::now() > deadline {
+            let last: BTreeMap<u32, Vec<(u64, usize)>> = seen
+                .iter()
+                .map(|(g, by_index)| (*g, by_index.iter().rev().take(8).map(|(i, m)| (*i, m.len())).collect()))
+                .collect();
             return vec![Anomaly::new(
                 "replicas-diverged",
-                format!("replicas did not reach equal applied indexes within {CONVERGENCE_BOUND:?}: {per_partition:?}"),
+                format!(
+                    "no applied index reported by every replica within {CONVERGENCE_BOUND:?}: replicas {replicas:?}, \
+                     latest indexes (index, replicas at it) {last:?}"
+                ),
             )];
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

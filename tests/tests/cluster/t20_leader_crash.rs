@@ -25,13 +25,8 @@ async fn producer(
     let (mut ok, mut failed) = (0u64, 0u64);
     let mut seq = 0u64;
     let mut target = me % addrs.len();
-    let mut rng = 0x2545_f491_4f6c_dd1du64 ^ (me as u64 + 1);
-    let mut next = move || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
+    let mut rng = fastrand::Rng::with_seed(0x2545_f491_4f6c_dd1d ^ (me as u64 + 1));
+    let mut next = move || rng.u64(..);
     while Instant::now() < stop {
         let (id, addr) = &addrs[target];
         if !c.lock().unwrap().contains(id) {

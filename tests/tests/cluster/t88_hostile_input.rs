@@ -224,17 +224,15 @@ fn default_body(api: ApiKey, version: i16) -> Option<BytesMut> {
     ok.map(|_| b)
 }
 
-struct Rng(u64);
+/// Random but the same on every run.
+struct Rng(fastrand::Rng);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        self.0.u64(..)
     }
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+        self.0.usize(..n.max(1))
     }
 }
 
@@ -318,7 +316,7 @@ async fn thousands_of_mutated_frames_for_every_api_and_version_leave_the_broker_
     let mut s = TcpStream::connect(&addr).await.unwrap();
     let versions: ApiVersionsResponse =
         kafka_request(&mut s, ApiKey::ApiVersions, 3, 1, &ApiVersionsRequest::default()).await;
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng(fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15));
     let mut hammer = Hammer { addr: addr.clone(), conn: None, unanswered: vec![] };
     let mut frames = 0usize;
     for k in &versions.api_keys {

@@ -6,6 +6,7 @@ use std::os::unix::fs::FileExt;
 use proptest::prelude::*;
 
 use super::*;
+use crate::raft::snapshot::tests::{damage, flip};
 
 const SEG: u64 = 1 << 20;
 
@@ -365,25 +366,6 @@ fn a_purge_during_a_copy_leaves_no_hole() {
     assert_eq!(b.purged(4), Some(1_500));
 }
 
-/// A small xorshift generator: damage that is random but the same on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-
-    /// A position below `n` and a non-zero mask to flip there.
-    fn flip(&mut self, n: usize) -> (usize, u8) {
-        ((self.next() % n as u64) as usize, (self.next() % 255) as u8 + 1)
-    }
-}
-
 /// Segment `seq` made by hand: its header, then `records` (metadata partition 0's entries at these
 /// indexes, or anything else) from `FIRST` on, then a seal when `sealed`, then `pad` zeros.
 fn handmade(seq: u64, records: &[(Kind, u32, u64)], sealed: bool, pad: usize) -> Vec<u8> {
@@ -448,9 +430,9 @@ fn a_sealed_segment_with_any_byte_damaged_or_cut_is_an_error_naming_its_file_and
         std::fs::write(&path, &one[..cut]).unwrap();
         refused_naming(&dir, 1, &format!("cut at {cut}"));
     }
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = damage(0x9e37_79b9_7f4a_7c15);
     for _ in 0..300 {
-        let (at, mask) = rng.flip(one.len());
+        let (at, mask) = flip(&mut rng, one.len());
         let mut bad = one.clone();
         bad[at] ^= mask;
         std::fs::write(&path, &bad).unwrap();
@@ -480,10 +462,10 @@ fn the_last_segment_damaged_anywhere_opens_to_a_prefix_of_its_entries_or_is_an_e
     let tmp = tempfile::tempdir().unwrap();
     let (dir, _, two) = two_segments(tmp.path());
     let path = segment::path(&dir, 2);
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut rng = damage(0x2545_f491_4f6c_dd1d);
     let cuts = (0..two.len()).map(|cut| (two[..cut].to_vec(), format!("cut at {cut}")));
     let flips = (0..300).map(|_| {
-        let (at, mask) = rng.flip(two.len());
+        let (at, mask) = flip(&mut rng, two.len());
         let mut bad = two.clone();
         bad[at] ^= mask;
         (bad, format!("byte {at} ^ {mask:#04x}"))
