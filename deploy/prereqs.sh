@@ -59,7 +59,8 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 if [ "$tests" = 1 ]; then
-  # moto: a real S3 server for the S3 variants; confluent-kafka and kafka-python: real clients.
+  # moto: a real S3 server for the S3 variants; confluent-kafka, kafka-python and aiokafka: three
+  # independent Kafka client implementations.
   pip_install() {
     # Debian's system Python refuses user installs without this flag (PEP 668).
     python3 -m pip install -q "$@" 2>/dev/null ||
@@ -73,9 +74,9 @@ if [ "$tests" = 1 ]; then
     export PATH="$HOME/.local/bin:$PATH"
   fi
   command -v moto_server >/dev/null 2>&1 || fail "moto_server is not on PATH after installing moto (add ~/.local/bin to PATH)"
-  if ! python3 -c 'import confluent_kafka, kafka' 2>/dev/null; then
-    echo "prereqs: installing confluent-kafka and kafka-python (pip)"
-    pip_install --only-binary :all: confluent-kafka kafka-python
+  if ! python3 -c 'import confluent_kafka, kafka, aiokafka' 2>/dev/null; then
+    echo "prereqs: installing confluent-kafka, kafka-python and aiokafka (pip)"
+    pip_install --only-binary :all: confluent-kafka kafka-python aiokafka
   fi
   # PyYAML: the metrics test checks deploy/prometheus/alerts.yml parses.
   python3 -c 'import yaml' 2>/dev/null || pip_install pyyaml

@@ -27,6 +27,7 @@ pub enum ErrorCode {
     UnsupportedVersion = 35,
     TopicAlreadyExists = 36,
     InvalidPartitions = 37,
+    InvalidReplicaAssignment = 39,
     InvalidConfig = 40,
     InvalidRequest = 42,
     OutOfOrderSequenceNumber = 45,
@@ -66,7 +67,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code above, for exhaustive tests and lookups.
-    pub const ALL: [ErrorCode; 46] = [
+    pub const ALL: [ErrorCode; 47] = [
         ErrorCode::None,
         ErrorCode::UnknownServerError,
         ErrorCode::OffsetOutOfRange,
@@ -83,6 +84,7 @@ impl ErrorCode {
         ErrorCode::UnsupportedVersion,
         ErrorCode::TopicAlreadyExists,
         ErrorCode::InvalidPartitions,
+        ErrorCode::InvalidReplicaAssignment,
         ErrorCode::InvalidConfig,
         ErrorCode::InvalidRequest,
         ErrorCode::OutOfOrderSequenceNumber,
@@ -155,6 +157,7 @@ impl ErrorCode {
             ErrorCode::UnsupportedVersion => "UNSUPPORTED_VERSION",
             ErrorCode::TopicAlreadyExists => "TOPIC_ALREADY_EXISTS",
             ErrorCode::InvalidPartitions => "INVALID_PARTITIONS",
+            ErrorCode::InvalidReplicaAssignment => "INVALID_REPLICA_ASSIGNMENT",
             ErrorCode::InvalidConfig => "INVALID_CONFIG",
             ErrorCode::InvalidRequest => "INVALID_REQUEST",
             ErrorCode::OutOfOrderSequenceNumber => "OUT_OF_ORDER_SEQUENCE_NUMBER",

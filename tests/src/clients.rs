@@ -7,10 +7,15 @@ use std::process::Command;
 /// be, elsewhere a test without them prints why it skips.
 pub fn kafka_clients_available() -> bool {
     let have = |tool: &str, probe: &[&str]| Command::new(tool).args(probe).output().is_ok_and(|o| o.status.success());
-    let ready = have("kcat", &["-V"]) && have("python3", &["-c", "import confluent_kafka, kafka"]);
+    let ready = have("kcat", &["-V"]) && have("python3", &["-c", "import confluent_kafka, kafka, aiokafka"]);
     if !ready {
-        assert!(std::env::var_os("DISKLESS_CI").is_none(), "kcat, confluent-kafka and kafka-python are required in CI");
-        eprintln!("SKIPPED: install kcat (apt) and confluent-kafka + kafka-python (pip) to run the client tests");
+        assert!(
+            std::env::var_os("DISKLESS_CI").is_none(),
+            "kcat, confluent-kafka, kafka-python and aiokafka are required in CI"
+        );
+        eprintln!(
+            "SKIPPED: install kcat (apt) and confluent-kafka, kafka-python, aiokafka (pip) to run the client tests"
+        );
     }
     ready
 }

@@ -10,6 +10,7 @@
 //! object storage are checked before any arithmetic or read with them, each failure naming the
 //! object key and the byte offset, never a panic.
 
+pub mod by_time;
 pub mod cache;
 pub mod config;
 

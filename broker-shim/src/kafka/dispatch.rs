@@ -38,8 +38,10 @@ pub(super) enum Start {
 pub(super) struct Api {
     pub key: ApiKey,
     pub versions: VersionRange,
-    /// Listed in ApiVersions (ConsumerGroupHeartbeat is accepted only to be refused).
-    pub advertised: bool,
+    /// What a client sees differ from a Kafka broker's answer ("" for nothing): the documentation's
+    /// API table (`docs/broker.md`) is generated from this column (by a test: nothing else reads it).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub differs: &'static str,
     pub start: Start,
 }
 
@@ -55,11 +57,11 @@ pub(super) fn decode<R: Decodable>(api: ApiKey, header: &RequestHeader, body: &m
 
 /// A row whose request `$req` is answered later by `$handle(&Listener, &RequestHeader, $req)`.
 macro_rules! later {
-    ($key:ident, $req:ty, $versions:expr, $handle:path) => {
+    ($key:ident, $req:ty, $versions:expr, $handle:path, $differs:expr) => {
         Api {
             key: ApiKey::$key,
             versions: $versions,
-            advertised: true,
+            differs: $differs,
             start: Start::Later(|l, header, mut body| {
                 let req = decode::<$req>(ApiKey::$key, &header, &mut body)?;
                 Ok(Box::pin(async move { $handle(&l, &header, req).await }))
@@ -70,18 +72,18 @@ macro_rules! later {
 
 /// Every API this broker answers. Produce and Fetch stop at 12, OffsetCommit and OffsetFetch at
 /// 9 (later versions name topics by id only), Metadata at 12, DescribeGroups at 5.
-pub(super) static APIS: [Api; 23] = [
+pub(super) static APIS: [Api; 24] = [
     Api {
         key: ApiKey::ApiVersions,
         versions: ApiVersionsRequest::VERSIONS,
-        advertised: true,
+        differs: "no finalized features (KIP-584) are listed",
         start: Start::Any(api_versions),
     },
-    later!(Metadata, MetadataRequest, cap(MetadataRequest::VERSIONS, 12), metadata::metadata),
+    later!(Metadata, MetadataRequest, cap(MetadataRequest::VERSIONS, 12), metadata::metadata, "v13+ not spoken; leader epochs are 0; every live broker leads a share of the partitions (any broker serves any partition); KIP-1163's v14 fields are not in kafka-protocol yet"),
     Api {
         key: ApiKey::Produce,
         versions: cap(ProduceRequest::VERSIONS, 12),
-        advertised: true,
+        differs: "answered once the batch's segment is uploaded and committed: `acks=1` waits as `all` does (no answer for `acks=0`); transactional batches refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)",
         start: Start::InOrder(|l, header, mut body| {
             Box::pin(async move {
                 let req = decode::<ProduceRequest>(ApiKey::Produce, &header, &mut body)?;
@@ -89,50 +91,58 @@ pub(super) static APIS: [Api; 23] = [
             })
         }),
     },
-    later!(Fetch, FetchRequest, cap(FetchRequest::VERSIONS, 12), fetch::fetch),
-    later!(ListOffsets, ListOffsetsRequest, ListOffsetsRequest::VERSIONS, offsets::list_offsets),
-    later!(CreateTopics, CreateTopicsRequest, CreateTopicsRequest::VERSIONS, topics::create_topics),
-    later!(DeleteTopics, DeleteTopicsRequest, DeleteTopicsRequest::VERSIONS, topics::delete_topics),
-    later!(DeleteRecords, DeleteRecordsRequest, DeleteRecordsRequest::VERSIONS, offsets::delete_records),
-    later!(InitProducerId, InitProducerIdRequest, InitProducerIdRequest::VERSIONS, producer_ids::init_producer_id),
+    later!(Fetch, FetchRequest, cap(FetchRequest::VERSIONS, 12), fetch::fetch, "v13+ (topic ids only) not spoken; a fetch that must wait polls the coordinator cluster every 25 ms (issue 26); no fetch sessions (KIP-227: every fetch is a full one)"),
+    later!(ListOffsets, ListOffsetsRequest, ListOffsetsRequest::VERSIONS, offsets::list_offsets, "leader epoch 0; `read_committed` answers the high watermark (no transactions)"),
+    later!(CreateTopics, CreateTopicsRequest, CreateTopicsRequest::VERSIONS, topics::create_topics, "diskless topics only (`diskless.enable=true`); configs honoured: `retention.ms`, `retention.bytes`"),
+    later!(
+        CreatePartitions,
+        CreatePartitionsRequest,
+        CreatePartitionsRequest::VERSIONS,
+        topics::create_partitions,
+        "manual assignments are checked for their count only: a diskless partition has no replicas to place"
+    ),
+    later!(DeleteTopics, DeleteTopicsRequest, DeleteTopicsRequest::VERSIONS, topics::delete_topics, ""),
+    later!(DeleteRecords, DeleteRecordsRequest, DeleteRecordsRequest::VERSIONS, offsets::delete_records, ""),
+    later!(InitProducerId, InitProducerIdRequest, InitProducerIdRequest::VERSIONS, producer_ids::init_producer_id, "idempotence only: a transactional id is refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)"),
     Api {
         key: ApiKey::FindCoordinator,
         versions: FindCoordinatorRequest::VERSIONS,
-        advertised: true,
+        differs: "consumer groups only: a transactional id is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients report at once (transactions: issue 27)",
         // Answered from the live brokers as they are when the request is read.
         start: Start::Later(|l, header, mut body| {
             let req = decode::<FindCoordinatorRequest>(ApiKey::FindCoordinator, &header, &mut body)?;
             Ok(ready(groups::find_coordinator(&l, &header, req)))
         }),
     },
-    later!(JoinGroup, JoinGroupRequest, JoinGroupRequest::VERSIONS, groups::join_group),
-    later!(SyncGroup, SyncGroupRequest, SyncGroupRequest::VERSIONS, groups::sync_group),
-    later!(Heartbeat, HeartbeatRequest, HeartbeatRequest::VERSIONS, groups::heartbeat),
-    later!(LeaveGroup, LeaveGroupRequest, LeaveGroupRequest::VERSIONS, groups::leave_group),
-    later!(OffsetCommit, OffsetCommitRequest, cap(OffsetCommitRequest::VERSIONS, 9), groups::offset_commit),
-    later!(OffsetFetch, OffsetFetchRequest, cap(OffsetFetchRequest::VERSIONS, 9), groups::offset_fetch),
-    later!(ListGroups, ListGroupsRequest, ListGroupsRequest::VERSIONS, groups::list_groups),
-    later!(DescribeGroups, DescribeGroupsRequest, cap(DescribeGroupsRequest::VERSIONS, 5), groups::describe_groups),
-    later!(DeleteGroups, DeleteGroupsRequest, DeleteGroupsRequest::VERSIONS, groups::delete_groups),
-    later!(OffsetDelete, OffsetDeleteRequest, OffsetDeleteRequest::VERSIONS, groups::offset_delete),
+    later!(JoinGroup, JoinGroupRequest, JoinGroupRequest::VERSIONS, groups::join_group, ""),
+    later!(SyncGroup, SyncGroupRequest, SyncGroupRequest::VERSIONS, groups::sync_group, ""),
+    later!(Heartbeat, HeartbeatRequest, HeartbeatRequest::VERSIONS, groups::heartbeat, ""),
+    later!(LeaveGroup, LeaveGroupRequest, LeaveGroupRequest::VERSIONS, groups::leave_group, ""),
+    later!(OffsetCommit, OffsetCommitRequest, cap(OffsetCommitRequest::VERSIONS, 9), groups::offset_commit, "v10+ (topic ids) not spoken"),
+    later!(OffsetFetch, OffsetFetchRequest, cap(OffsetFetchRequest::VERSIONS, 9), groups::offset_fetch, "v10+ (topic ids) not spoken"),
+    later!(ListGroups, ListGroupsRequest, ListGroupsRequest::VERSIONS, groups::list_groups, "classic groups only"),
+    later!(DescribeGroups, DescribeGroupsRequest, cap(DescribeGroupsRequest::VERSIONS, 5), groups::describe_groups, "v6 not spoken"),
+    later!(DeleteGroups, DeleteGroupsRequest, DeleteGroupsRequest::VERSIONS, groups::delete_groups, ""),
+    later!(OffsetDelete, OffsetDeleteRequest, OffsetDeleteRequest::VERSIONS, groups::offset_delete, ""),
     Api {
         key: ApiKey::SaslHandshake,
         versions: sasl::HANDSHAKE_VERSIONS,
-        advertised: true,
+        differs: "PLAIN and SCRAM-SHA-256/512",
         start: Start::Any(|header| sasl::illegal_state(ApiKey::SaslHandshake, header)),
     },
     Api {
         key: ApiKey::SaslAuthenticate,
         versions: sasl::AUTHENTICATE_VERSIONS,
-        advertised: true,
+        differs: "",
         start: Start::Any(|header| sasl::illegal_state(ApiKey::SaslAuthenticate, header)),
     },
-    // Accepted only to be refused (UNSUPPORTED_VERSION) and never advertised: KIP-848 clients
-    // fall back to the classic protocol.
+    // Advertised to be refused: a Kafka broker whose consumer protocol is off answers
+    // UNSUPPORTED_VERSION, which librdkafka reports at once as a fatal error; when the API is not
+    // advertised, a `group.protocol=consumer` client waits silently forever.
     Api {
         key: ApiKey::ConsumerGroupHeartbeat,
         versions: ConsumerGroupHeartbeatRequest::VERSIONS,
-        advertised: false,
+        differs: "refused: UNSUPPORTED_VERSION, \"use group.protocol=classic\" (KIP-848: issue 28)",
         start: Start::Later(|_, header, _| Ok(ready(groups::consumer_group_heartbeat(&header)))),
     },
 ];
@@ -186,7 +196,6 @@ pub fn decode_request(mut frame: Bytes) -> Result<(RequestHeader, RequestKind), 
 pub fn api_versions(header: &RequestHeader) -> Reply {
     let keys: Vec<api_versions_response::ApiVersion> = APIS
         .iter()
-        .filter(|api| api.advertised)
         .map(|api| {
             api_versions_response::ApiVersion::default()
                 .with_api_key(api.key as i16)
@@ -209,15 +218,50 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_table_lists_each_api_once_and_advertises_all_but_consumer_group_heartbeat() {
+    fn the_table_lists_each_api_once_with_a_version_range() {
         let mut keys: Vec<i16> = APIS.iter().map(|a| a.key as i16).collect();
         keys.sort();
         keys.dedup();
         assert_eq!(keys.len(), APIS.len());
-        let hidden: Vec<ApiKey> = APIS.iter().filter(|a| !a.advertised).map(|a| a.key).collect();
-        assert_eq!(hidden, [ApiKey::ConsumerGroupHeartbeat]);
         for a in &APIS {
             assert!(a.versions.min <= a.versions.max, "{:?}", a.key);
         }
+    }
+
+    const BEGIN: &str = "<!-- kafka-apis:begin -->";
+    const END: &str = "<!-- kafka-apis:end -->";
+
+    /// The documentation's API table, from [`APIS`].
+    fn table() -> String {
+        let mut rows: Vec<&Api> = APIS.iter().collect();
+        rows.sort_by_key(|a| a.key as i16);
+        let mut t =
+            String::from("| key | API | versions | what differs from a Kafka broker |\n| --- | --- | --- | --- |\n");
+        for a in rows {
+            let differs = if a.differs.is_empty() { "nothing" } else { a.differs };
+            t.push_str(&format!(
+                "| {} | {:?} | {}–{} | {} |\n",
+                a.key as i16, a.key, a.versions.min, a.versions.max, differs
+            ));
+        }
+        t
+    }
+
+    #[test]
+    fn the_documented_api_table_is_the_dispatch_table() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/broker.md");
+        let text = std::fs::read_to_string(&path).expect("docs/broker.md");
+        let (head, rest) = text.split_once(BEGIN).expect("the begin marker");
+        let (_, tail) = rest.split_once(END).expect("the end marker");
+        let want = format!("{head}{BEGIN}\n{}{END}{tail}", table());
+        if std::env::var_os("DISKLESS_BLESS").is_some() {
+            std::fs::write(&path, &want).expect("rewrite docs/broker.md");
+            return;
+        }
+        assert!(
+            text == want,
+            "docs/broker.md's API table differs from broker-shim/src/kafka/dispatch.rs: run \
+             DISKLESS_BLESS=1 cargo test -p diskless-broker-shim the_documented_api_table"
+        );
     }
 }

@@ -2,8 +2,11 @@
 //! Heartbeat, LeaveGroup) over the broker's `groups::GroupCoordinator`, OffsetCommit and
 //! OffsetFetch (the committed offsets are the coordinator cluster's: a commit is a Raft entry
 //! fenced there by generation), and the admin APIs (ListGroups, DescribeGroups, DeleteGroups,
-//! OffsetDelete). ConsumerGroupHeartbeat (KIP-848) is answered UNSUPPORTED_VERSION so clients fall
-//! back to the classic protocol. Topic names are mapped to ids here, through the catalog cache.
+//! OffsetDelete). What is not built is refused with the error a Kafka broker gives when the feature
+//! is off, so that clients report it at once rather than retry: FindCoordinator for a
+//! transactional id TRANSACTIONAL_ID_AUTHORIZATION_FAILED, ConsumerGroupHeartbeat (KIP-848)
+//! UNSUPPORTED_VERSION (Kafka's `KafkaApis.handleConsumerGroupHeartbeat` with the consumer protocol
+//! disabled). Topic names are mapped to ids here, through the catalog cache.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -53,7 +56,7 @@ pub(super) fn find_coordinator(l: &Listener, header: &RequestHeader, req: FindCo
             let (host, port) = l.advertised_of(&b);
             (ErrorCode::None, BrokerId(b.id), host, port, None)
         } else {
-            (ErrorCode::CoordinatorNotAvailable, BrokerId(-1), String::new(), -1, Some(s(why)))
+            (ErrorCode::TransactionalIdAuthorizationFailed, BrokerId(-1), String::new(), -1, Some(s(why)))
         }
     };
     let body = if v >= 4 {

@@ -1,11 +1,50 @@
-//! A partition's offsets: ListOffsets (by timestamp, earliest, latest: a strict read of the
-//! metadata partition's leader, through `cluster`) and DeleteRecords (the log start moved on, sent
-//! once). Names are resolved through the catalog; each partition is answered on its own.
+//! A partition's offsets: ListOffsets (a strict read of the metadata partition's leader, through
+//! `cluster`) and DeleteRecords (the log start moved on, sent once). Names are resolved through the
+//! catalog; each partition is answered on its own.
+//!
+//! ListOffsets follows Kafka's `UnifiedLog.fetchOffsetByTimestamp`: EARLIEST (−2) and
+//! EARLIEST_LOCAL (−4) the log start, LATEST (−1) the high watermark (also the last stable offset:
+//! no transactions yet), LATEST_TIERED (−5) −1 (nothing is tiered); a time t the earliest *record*
+//! whose timestamp is ≥ t, MAX_TIMESTAMP (−3) the first record with the largest timestamp — the
+//! coordinator finds the batch, `fetch::by_time` the record in it.
 
 use kafka_protocol::messages::*;
 
 use super::listener::Listener;
 use super::response::{encode, Reply};
+use crate::error::KafkaError;
+use crate::fetch::by_time::TimeTarget;
+
+/// How often a time lookup asks again when its batch went away between the two reads.
+const TIME_LOOKUP_ATTEMPTS: usize = 3;
+
+/// One partition's ListOffsets answer: `(timestamp, offset)`.
+async fn list_offset(
+    l: &Listener,
+    topic_id: [u8; 16],
+    partition: i32,
+    timestamp: i64,
+) -> Result<(i64, i64), KafkaError> {
+    let target = match timestamp {
+        t if t >= 0 => TimeTarget::AtOrAfter(t),
+        -3 => TimeTarget::Max,
+        _ => return l.shim.cluster.list_offset(topic_id, partition, timestamp).await,
+    };
+    let mut found = (-1, -1);
+    for _ in 0..TIME_LOOKUP_ATTEMPTS {
+        found = l.shim.cluster.list_offset(topic_id, partition, timestamp).await?;
+        let (batch_ts, batch_offset) = found;
+        if batch_offset < 0 {
+            return Ok(found);
+        }
+        match l.shim.fetcher.record_by_time(topic_id, partition, batch_offset, batch_ts, target).await? {
+            Some(record) => return Ok(record),
+            None => continue,
+        }
+    }
+    // The log kept moving under the lookup (retention at work): the batch's answer.
+    Ok(found)
+}
 
 pub(super) async fn list_offsets(l: &Listener, header: &RequestHeader, req: ListOffsetsRequest) -> Reply {
     let v = header.request_api_version;
@@ -17,7 +56,7 @@ pub(super) async fn list_offsets(l: &Listener, header: &RequestHeader, req: List
             let r = async {
                 let tm = topic.clone()?;
                 l.partition(&tm, p.partition_index)?;
-                l.shim.cluster.list_offset(tm.id, p.partition_index, p.timestamp).await
+                list_offset(l, tm.id, p.partition_index, p.timestamp).await
             }
             .await;
             let mut resp =

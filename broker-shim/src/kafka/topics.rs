@@ -1,7 +1,9 @@
-//! CreateTopics and DeleteTopics, sent once to the coordinator cluster (never repeated: a topic
-//! change's outcome may be unknown). Diskless topics only (`diskless.enable=true`); the settings
-//! kept are `retention.ms` and `retention.bytes`, others are ignored. The catalog cache forgets a
-//! deleted topic.
+//! CreateTopics, CreatePartitions and DeleteTopics, sent once to the coordinator cluster (never
+//! repeated: a topic change's outcome may be unknown). Diskless topics only
+//! (`diskless.enable=true`); the settings kept are `retention.ms` and `retention.bytes`, others are
+//! ignored. CreatePartitions is KIP-1164's DisklessCreatePartitions with the topic's own id, with
+//! Kafka's checks and messages (`ReplicationControlManager.createPartitions`); the catalog cache
+//! forgets a topic whose partitions changed or that was deleted.
 
 use diskless_proto::v1 as coord;
 use diskless_proto::ErrorCode;
@@ -137,4 +139,81 @@ pub(super) async fn delete_topics(l: &Listener, header: &RequestHeader, req: Del
         results.push(res);
     }
     encode(ApiKey::DeleteTopics, header, v, &DeleteTopicsResponse::default().with_responses(results))
+}
+
+pub(super) async fn create_partitions(l: &Listener, header: &RequestHeader, req: CreatePartitionsRequest) -> Reply {
+    let v = header.request_api_version;
+    let mut results = vec![];
+    let mut seen = std::collections::HashSet::new();
+    let duplicates: std::collections::HashSet<&str> =
+        req.topics.iter().map(|t| t.name.as_str()).filter(|n| !seen.insert(*n)).collect();
+    for t in &req.topics {
+        let name = t.name.as_str();
+        let r: Result<(), KafkaError> = async {
+            if duplicates.contains(name) {
+                return Err(KafkaError::new(ErrorCode::InvalidRequest, "Duplicate topic name."));
+            }
+            // The partition count as the cluster has it now, not as this broker cached it.
+            l.shim.cluster.forget_topic(name);
+            let tm = l.topic(name).await?;
+            if t.count == tm.partitions {
+                return Err(KafkaError::new(
+                    ErrorCode::InvalidPartitions,
+                    format!("Topic already has {} partition(s).", tm.partitions),
+                ));
+            }
+            if t.count < tm.partitions {
+                return Err(KafkaError::new(
+                    ErrorCode::InvalidPartitions,
+                    format!(
+                        "The topic {name} currently has {} partition(s); {} would not be an increase.",
+                        tm.partitions, t.count
+                    ),
+                ));
+            }
+            if let Some(assignments) = &t.assignments {
+                let additional = t.count - tm.partitions;
+                if assignments.len() as i64 != i64::from(additional) {
+                    return Err(KafkaError::new(
+                        ErrorCode::InvalidReplicaAssignment,
+                        format!(
+                            "Attempted to add {additional} additional partition(s), but only {} assignment(s) were specified.",
+                            assignments.len()
+                        ),
+                    ));
+                }
+                // A diskless partition has no replicas to place: every broker serves it.
+            }
+            if req.validate_only {
+                return Ok(());
+            }
+            let q = coord::CreatePartitionsRequest {
+                topics: vec![coord::create_partitions_request::CreatablePartitions {
+                    topic_id: tm.id.to_vec(),
+                    name: name.to_string(),
+                    num_partitions: t.count,
+                    configs: None,
+                }],
+                timeout_ms: req.timeout_ms.max(1000),
+            };
+            let resp = l
+                .shim
+                .cluster
+                .call_once(|mut c| async move { c.create_partitions(q).await })
+                .await
+                .map_err(|s| KafkaError::unavailable("create partitions", &s));
+            l.shim.cluster.forget_topic(name);
+            match resp?.topics.into_iter().next() {
+                Some(r) => KafkaError::from_wire(r.error_code, r.error_message).map_or(Ok(()), Err),
+                None => Err(KafkaError::new(ErrorCode::UnknownServerError, "no answer")),
+            }
+        }
+        .await;
+        let mut res = create_partitions_response::CreatePartitionsTopicResult::default().with_name(t.name.clone());
+        if let Err(e) = r {
+            res = res.with_error_code(e.code.code()).with_error_message(message(e.message));
+        }
+        results.push(res);
+    }
+    encode(ApiKey::CreatePartitions, header, v, &CreatePartitionsResponse::default().with_results(results))
 }

@@ -29,6 +29,7 @@ mod t70_kafka_clients;
 mod t71_consumer_groups;
 mod t72_producer_ids;
 mod t73_broker_registry;
+mod t74_kafka_semantics;
 mod t80_metrics;
 mod t81_health;
 mod t82_coordctl;

@@ -1,0 +1,270 @@
+#!/usr/bin/env python3
+"""Kafka's answers, checked with three client implementations (confluent-kafka / librdkafka,
+kafka-python, aiokafka) against a diskless broker:
+
+- ListOffsets by timestamp names the earliest *record* whose timestamp is >= t (not the first
+  offset of the batch holding it), in batches of many records with timestamps out of order,
+  compressed and not, and never below the log start after DeleteRecords cut a batch in two;
+  MAX_TIMESTAMP names the first record holding the largest timestamp.
+- What is not built fails at once with the error a client reports: a transactional producer's
+  init_transactions and a KIP-848 (group.protocol=consumer) consumer (FIGURE lines: seconds to
+  the error).
+
+- CreatePartitions over the Kafka protocol (confluent-kafka and kafka-python): validate_only
+  changes nothing, Kafka's refusals (the same count, fewer, a wrong number of assignments), and
+  new partitions produced to through one broker and read through the other at once.
+
+Usage: kafka_semantics.py BROKER BROKER_B   (host:port of two diskless brokers' Kafka listeners)
+Exits non-zero with a message on the first failed check.
+"""
+import asyncio
+import sys
+import time
+
+BROKER, BROKER_B = sys.argv[1], sys.argv[2]
+
+
+def check(cond, what):
+    if not cond:
+        print("FAILED:", what, flush=True)
+        sys.exit(1)
+    print("ok:", what, flush=True)
+
+
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import TopicPartition as TP
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+admin = AdminClient({"bootstrap.servers": BROKER})
+
+
+def create(name, partitions):
+    fs = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1, config={"diskless.enable": "true"})])
+    for f in fs.values():
+        f.result(timeout=30)
+
+
+# ------------------------------------------------------------------ ListOffsets by timestamp
+BASE = 1_700_000_000_000
+# Per partition, one batch of 40 records (librdkafka sends what one flush holds as one batch),
+# timestamps out of order: record i has BASE + STAMP(i).
+N = 40
+def stamp(i):
+    return ((i * 37) % N) * 100 + (i // 10) * 7
+
+
+CODECS = {0: "none", 1: "lz4", 2: "zstd", 3: "gzip"}
+create("by-time", len(CODECS))
+for p, codec in CODECS.items():
+    pr = Producer({"bootstrap.servers": BROKER, "linger.ms": 1000, "batch.num.messages": 1000, "compression.type": codec})
+    for i in range(N):
+        pr.produce("by-time", value=f"r{i}".encode(), partition=p, timestamp=BASE + stamp(i))
+    check(pr.flush(30) == 0, f"produced one {codec} batch of {N} records")
+
+
+def want_at_or_after(t, start=0):
+    hits = [i for i in range(start, N) if BASE + stamp(i) >= t]
+    return (hits[0], BASE + stamp(hits[0])) if hits else (-1, -1)
+
+
+def ask(p, spec):
+    r = list(admin.list_offsets({TP("by-time", p): spec}).values())[0].result(timeout=30)
+    return r.offset, r.timestamp
+
+
+targets = [BASE - 1, BASE, BASE + 1] + [BASE + stamp(i) + d for i in range(0, N, 3) for d in (-1, 0, 1)] + [BASE + 10_000]
+for p, codec in CODECS.items():
+    wrong = [(t - BASE, ask(p, OffsetSpec.for_timestamp(t)), want_at_or_after(t)) for t in targets]
+    wrong = [w for w in wrong if w[1] != w[2]]
+    check(not wrong, f"confluent-kafka: {len(targets)} lookups by timestamp in a {codec} batch name the earliest record >= t ({wrong[:3]})")
+    top = max(range(N), key=lambda i: (stamp(i), -i))
+    got = ask(p, OffsetSpec.max_timestamp())
+    check(got == (top, BASE + stamp(top)), f"confluent-kafka: MAX_TIMESTAMP in a {codec} batch is the record holding it ({got}, want {(top, BASE + stamp(top))})")
+
+# What the record lookup costs: a lookup by timestamp (coordinator, then one batch read back) beside
+# one of the latest offset (coordinator only), in the same run.
+def per_lookup_ms(spec, n=40):
+    t0 = time.time()
+    for _ in range(n):
+        ask(1, spec)
+    return (time.time() - t0) * 1000 / n
+
+
+by_time, latest = per_lookup_ms(OffsetSpec.for_timestamp(BASE + 1234)), per_lookup_ms(OffsetSpec.latest())
+print(f"FIGURE ListOffsets through confluent-kafka admin: by timestamp {by_time:.2f} ms, latest {latest:.2f} ms per lookup", flush=True)
+
+# kafka-python and aiokafka: offsets_for_times, the same answers.
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KTP
+
+kc = KafkaConsumer(bootstrap_servers=BROKER)
+for p, codec in list(CODECS.items())[:2]:
+    wrong = []
+    for t in targets:
+        r = kc.offsets_for_times({KTP("by-time", p): t})[KTP("by-time", p)]
+        got = (r.offset, r.timestamp) if r is not None else (-1, -1)
+        if got != want_at_or_after(t):
+            wrong.append((t - BASE, got, want_at_or_after(t)))
+    check(not wrong, f"kafka-python: offsets_for_times in a {codec} batch ({wrong[:3]})")
+kc.close()
+
+
+async def aio_lookups():
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.structs import TopicPartition as ATP
+
+    c = AIOKafkaConsumer(bootstrap_servers=BROKER)
+    await c.start()
+    try:
+        wrong = []
+        for t in targets:
+            r = (await c.offsets_for_times({ATP("by-time", 1): t}))[ATP("by-time", 1)]
+            got = (r.offset, r.timestamp) if r is not None else (-1, -1)
+            if got != want_at_or_after(t):
+                wrong.append((t - BASE, got, want_at_or_after(t)))
+        return wrong
+    finally:
+        await c.stop()
+
+
+wrong = asyncio.run(aio_lookups())
+check(not wrong, f"aiokafka: offsets_for_times in an lz4 batch ({wrong[:3]})")
+
+# DeleteRecords in the middle of the batch: no lookup answers below the new log start.
+CUT = 17
+low = list(admin.delete_records([TP("by-time", 0, CUT)]).values())[0].result(timeout=30).low_watermark
+check(low == CUT, f"DeleteRecords cut the batch at {CUT}")
+wrong = [(t - BASE, ask(0, OffsetSpec.for_timestamp(t)), want_at_or_after(t, CUT)) for t in targets]
+wrong = [w for w in wrong if w[1] != w[2]]
+check(not wrong, f"lookups by timestamp after DeleteRecords name records at or after the log start ({wrong[:3]})")
+
+# ------------------------------------------------------------------ CreatePartitions
+from confluent_kafka.admin import NewPartitions
+
+
+def partitions_of(a, name):
+    return len(a.list_topics(name, timeout=30).topics[name].partitions)
+
+
+def create_partitions(a, count, validate_only=False):
+    f = a.create_partitions([NewPartitions("grow", count)], validate_only=validate_only)["grow"]
+    try:
+        f.result(timeout=30)
+        return None
+    except KafkaException as e:
+        return e.args[0].name()
+
+
+create("grow", 2)
+admin_b = AdminClient({"bootstrap.servers": BROKER_B})
+check(create_partitions(admin, 5, validate_only=True) is None and partitions_of(admin, "grow") == 2, "CreatePartitions validate_only changes nothing")
+check(create_partitions(admin, 2) == "INVALID_PARTITIONS", "CreatePartitions to the same count is INVALID_PARTITIONS")
+check(create_partitions(admin, 1) == "INVALID_PARTITIONS", "CreatePartitions to fewer is INVALID_PARTITIONS")
+# Warm broker B's catalog with the old count, then grow the topic through A.
+check(partitions_of(admin_b, "grow") == 2, "broker B sees 2 partitions")
+check(create_partitions(admin, 5) is None, "CreatePartitions 2 -> 5")
+check(partitions_of(admin_b, "grow") == 5 and partitions_of(admin, "grow") == 5, "both brokers list 5 partitions at once")
+pr = Producer({"bootstrap.servers": BROKER_B, "linger.ms": 0})
+delivered = []
+pr.produce("grow", value=b"to-the-new-partition", partition=4, on_delivery=lambda e, m: delivered.append((e, m.offset() if m else None)))
+pr.flush(30)
+check(delivered and delivered[0][0] is None and delivered[0][1] == 0, f"a record produced through broker B to new partition 4 ({delivered})")
+c = Consumer({"bootstrap.servers": BROKER, "group.id": "unused", "enable.auto.commit": False})
+c.assign([TP("grow", 4, 0)])
+got, deadline = None, time.time() + 20
+while got is None and time.time() < deadline:
+    m = c.poll(0.5)
+    if m is not None and not m.error():
+        got = m.value()
+c.close()
+check(got == b"to-the-new-partition", f"... and read through broker A ({got})")
+from kafka.admin import KafkaAdminClient
+from kafka.admin import NewPartitions as KNewPartitions
+
+ka = KafkaAdminClient(bootstrap_servers=BROKER_B)
+# confluent-kafka checks the number of assignments itself; kafka-python sends what it is given.
+try:
+    ka.create_partitions({"grow": KNewPartitions(total_count=8, new_assignments=[[1]])})
+    refused = None
+except Exception as e:
+    refused = type(e).__name__
+check(refused == "InvalidReplicationAssignmentError", f"CreatePartitions with too few assignments is INVALID_REPLICA_ASSIGNMENT ({refused})")
+ka.create_partitions({"grow": KNewPartitions(total_count=7)})
+ka.close()
+check(partitions_of(admin, "grow") == 7, "kafka-python's create_partitions 5 -> 7")
+
+# ------------------------------------------------------------------ fail fast for what is not built
+# A client must report the refusal at once, not retry until its own timeout.
+FAST = 10.0
+
+
+def timed(what, f):
+    t0 = time.time()
+    err = f()
+    dt = time.time() - t0
+    print(f"FIGURE {what}: error after {dt:.2f} s: {err}", flush=True)
+    check(err is not None and dt < FAST, f"{what} fails at once ({dt:.2f} s: {err})")
+
+
+def ck_transactions():
+    p = Producer({"bootstrap.servers": BROKER, "transactional.id": "tx-confluent"})
+    try:
+        p.init_transactions(60)
+    except KafkaException as e:
+        return e.args[0].name()
+    return None
+
+
+def ck_kip848():
+    errors = []
+    c = Consumer({"bootstrap.servers": BROKER, "group.id": "kip848", "group.protocol": "consumer",
+                  "error_cb": lambda e: errors.append(f"{e.name()}: {e.str()}")})
+    c.subscribe(["by-time"])
+    deadline = time.time() + 60
+    try:
+        while time.time() < deadline and not errors:
+            m = c.poll(0.2)
+            if m is not None and m.error():
+                errors.append(f"{m.error().name()}: {m.error().str()}")
+            elif m is not None:
+                return "read a record"
+    except KafkaException as e:
+        errors.append(e.args[0].name())
+    finally:
+        c.close()
+    return errors[0] if errors else None
+
+
+def kp_transactions():
+    from kafka import KafkaProducer
+
+    try:
+        p = KafkaProducer(bootstrap_servers=BROKER, transactional_id="tx-kafka-python", max_block_ms=60000)
+        p.init_transactions()
+    except Exception as e:  # kafka-python raises its KafkaError subclasses
+        return type(e).__name__
+    return None
+
+
+def aio_transactions():
+    from aiokafka import AIOKafkaProducer
+
+    async def go():
+        p = AIOKafkaProducer(bootstrap_servers=BROKER, transactional_id="tx-aiokafka", request_timeout_ms=60000)
+        try:
+            await asyncio.wait_for(p.start(), 60)
+        except Exception as e:
+            return type(e).__name__
+        finally:
+            await p.stop()
+        return None
+
+    return asyncio.run(go())
+
+
+timed("confluent-kafka init_transactions", ck_transactions)
+timed("kafka-python init_transactions", kp_transactions)
+timed("aiokafka transactional start", aio_transactions)
+timed("confluent-kafka group.protocol=consumer", ck_kip848)
+
+print("ALL SEMANTICS CHECKS PASSED", flush=True)
