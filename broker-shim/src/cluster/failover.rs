@@ -29,9 +29,18 @@ pub(super) fn channel(addr: &str, tls: Option<Arc<diskless_tls::ClientTls>>) -> 
 }
 
 impl ClusterClient {
-    fn client(&self) -> (usize, Client) {
-        let i = self.current.load(Ordering::Relaxed) % self.channels.len();
-        (i, CoordinatorServiceClient::new(self.channels[i].1.clone()).max_decoding_message_size(256 << 20))
+    /// The current node's client, with the counter it was chosen by (`current` only grows; the
+    /// node is the counter modulo the node count) and that node's index.
+    fn client(&self) -> (usize, usize, Client) {
+        let turn = self.current.load(Ordering::Relaxed);
+        let i = turn % self.channels.len();
+        (turn, i, CoordinatorServiceClient::new(self.channels[i].1.clone()).max_decoding_message_size(256 << 20))
+    }
+
+    /// Moves on from the node chosen at `turn`, unless another caller already did (comparing the
+    /// counter itself, not the node index: once it has wrapped the index never equals it).
+    fn next_after(&self, turn: usize) {
+        let _ = self.current.compare_exchange(turn, turn.wrapping_add(1), Ordering::Relaxed, Ordering::Relaxed);
     }
 
     /// Sends a request that is safe to repeat, moving to the next node on transport failures.
@@ -42,12 +51,12 @@ impl ClusterClient {
     {
         let mut last = None;
         for _ in 0..self.channels.len() * 2 {
-            let (i, c) = self.client();
+            let (turn, i, c) = self.client();
             match f(c).await {
                 Ok(r) => return Ok(r.into_inner()),
                 Err(s) if retry_elsewhere(&s) => {
                     tracing::debug!(node = %self.channels[i].0, status = %s, "coordinator unreachable, trying the next");
-                    let _ = self.current.compare_exchange(i, i + 1, Ordering::Relaxed, Ordering::Relaxed);
+                    self.next_after(turn);
                     last = Some(s);
                 }
                 Err(s) => return Err(s),
@@ -59,8 +68,7 @@ impl ClusterClient {
     /// Moves the requests that go to "any node" on to the next node (the current one answered that
     /// it cannot serve, e.g. its replica is stale). Returns how many nodes there are.
     pub fn move_on(&self) -> usize {
-        let i = self.current.load(Ordering::Relaxed);
-        let _ = self.current.compare_exchange(i, i + 1, Ordering::Relaxed, Ordering::Relaxed);
+        self.next_after(self.current.load(Ordering::Relaxed));
         self.channels.len()
     }
 
@@ -75,11 +83,11 @@ impl ClusterClient {
         F: FnOnce(Client) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let (i, c) = self.client();
+        let (turn, _, c) = self.client();
         let r = f(c).await;
         if let Err(s) = &r {
             if retry_elsewhere(s) {
-                let _ = self.current.compare_exchange(i, i + 1, Ordering::Relaxed, Ordering::Relaxed);
+                self.next_after(turn);
             }
         }
         r.map(|r| r.into_inner())
@@ -100,5 +108,49 @@ impl ClusterClient {
         let ch = diskless_tls::client::channel(endpoint, self.tls.clone());
         map.insert(addr.to_string(), ch.clone());
         Some(ch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+
+    use diskless_proto::v1::ListTopicsRequest;
+
+    use super::super::{catalog, ClusterClient};
+
+    /// A client of `n` nodes that refuse every connection (ports bound, then closed).
+    fn unreachable(n: usize) -> ClusterClient {
+        let channels: Vec<_> = (0..n)
+            .map(|_| {
+                let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+                let a = format!("127.0.0.1:{port}");
+                let ch = super::channel(&a, None).unwrap();
+                (a, ch)
+            })
+            .collect();
+        ClusterClient {
+            by_addr: Mutex::new(channels.iter().cloned().collect()),
+            channels,
+            current: AtomicUsize::new(0),
+            topics: Mutex::new(catalog::Catalog::default()),
+            applied: Mutex::new(HashMap::new()),
+            num_metadata_partitions: 1,
+            leaders: Mutex::new(vec![None]),
+            address_map: HashMap::new(),
+            tls: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn failover_moves_on_after_the_counter_has_wrapped_past_the_node_count() {
+        let c = unreachable(3);
+        // Past one round (as after `move_on`s): the node is the counter modulo 3.
+        c.current.store(4, Ordering::Relaxed);
+        let r = c.call(|mut c| async move { c.list_topics(ListTopicsRequest::default()).await }).await;
+        assert!(r.is_err());
+        assert_eq!(c.current.load(Ordering::Relaxed), 4 + 6, "each of the 6 failed tries moved on to the next node");
     }
 }
