@@ -166,7 +166,7 @@ impl System {
                             topic_id: topic.as_bytes().to_vec(),
                             name: format!("bench-{}", topic.simple()),
                             num_partitions: partitions,
-                            configs: Some(TopicConfigs { retention_ms: Some(-1), retention_bytes: None }),
+                            configs: Some(TopicConfigs { retention_ms: Some(-1), ..Default::default() }),
                         }],
                         timeout_ms: 30_000,
                     })

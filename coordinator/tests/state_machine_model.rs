@@ -20,6 +20,7 @@ use diskless_coordinator::state_machine::*;
 use diskless_coordinator::storage::{Db, HotKeys, Txn};
 use model::Model;
 use proptest::prelude::*;
+use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestRunner};
 use uuid::Uuid;
 
@@ -78,12 +79,17 @@ struct TBatch {
 
 #[derive(Debug, Clone)]
 enum TOp {
+    CreateAcls(Vec<AclBinding>),
+    DeleteAcls(Vec<AclFilter>),
     Create {
         topic: u8,
         partitions: i32,
         name: u8,
         retention_ms: Option<i64>,
         retention_bytes: Option<i64>,
+        /// Proposed as `CreatePartitionsV2` with these settings; `None`: as the older
+        /// `CreatePartitions`.
+        settings: Option<TopicSettings>,
     },
     DeleteTopic {
         topic: u8,
@@ -104,6 +110,9 @@ enum TOp {
         topic: u8,
         ms: Option<i64>,
         bytes: Option<i64>,
+        /// Proposed as `AlterTopicConfigsV2` with these changes; `None`: as the older
+        /// `AlterTopicConfigs`.
+        changes: Option<Vec<SettingChange>>,
     },
     Retention {
         budget: u32,
@@ -230,10 +239,75 @@ fn retention_value() -> impl Strategy<Value = Option<i64>> {
     ]
 }
 
+/// A setting's value: mostly valid, sometimes out of Kafka's range, sometimes reset.
+fn setting_change() -> impl Strategy<Value = SettingChange> {
+    let size = prop_oneof![1 => Just(None), 4 => (0i32..2_000_000).prop_map(Some), 1 => Just(Some(-1))];
+    let kind = prop_oneof![1 => Just(None), 2 => (0i8..2).prop_map(Some), 1 => Just(Some(7))];
+    let ms = || prop_oneof![1 => Just(None), 4 => (0i64..100_000).prop_map(Some), 1 => Just(Some(-5))];
+    prop_oneof![
+        size.prop_map(SettingChange::MaxMessageBytes),
+        kind.prop_map(SettingChange::TimestampType),
+        ms().prop_map(SettingChange::TimestampBeforeMaxMs),
+        ms().prop_map(SettingChange::TimestampAfterMaxMs),
+    ]
+}
+
+fn settings() -> impl Strategy<Value = Option<TopicSettings>> {
+    prop::option::weighted(0.7, prop::collection::vec(setting_change(), 0..4))
+        .prop_map(|c| c.map(|c| TopicSettings::default().with(&c)))
+}
+
+/// Resource names that match one another in every way a filter can: literally, by prefix, by `*`.
+const ACL_NAMES: [&str; 5] = ["t1", "t", "*", "t1x", ""];
+const ACL_PRINCIPALS: [&str; 5] = ["User:a", "User:b", "User:a", "nocolon", ""];
+const ACL_HOSTS: [&str; 4] = ["*", "h1", "*", ""];
+
+fn acl_binding() -> impl Strategy<Value = AclBinding> {
+    (
+        prop_oneof![12 => Just(2i8), 6 => 3i8..8, 1 => 0i8..2, 1 => Just(9i8)],
+        0..ACL_NAMES.len(),
+        prop_oneof![12 => 3i8..5, 1 => 0i8..3],
+        0..ACL_PRINCIPALS.len(),
+        0..ACL_HOSTS.len(),
+        prop_oneof![8 => 2i8..15, 1 => 0i8..2, 1 => Just(15i8)],
+        prop_oneof![6 => 2i8..4, 1 => 0i8..2],
+    )
+        .prop_map(|(resource_type, name, pattern_type, principal, host, operation, permission)| AclBinding {
+            resource_type,
+            resource_name: ACL_NAMES[name].into(),
+            pattern_type,
+            principal: ACL_PRINCIPALS[principal].into(),
+            host: ACL_HOSTS[host].into(),
+            operation,
+            permission,
+        })
+}
+
+fn acl_filter() -> impl Strategy<Value = AclFilter> {
+    let name = prop::option::weighted(0.6, 0..ACL_NAMES.len()).prop_map(|n| n.map(|n| ACL_NAMES[n].to_string()));
+    let principal =
+        prop::option::weighted(0.4, 0..ACL_PRINCIPALS.len()).prop_map(|n| n.map(|n| ACL_PRINCIPALS[n].to_string()));
+    let host = prop::option::weighted(0.3, 0..ACL_HOSTS.len()).prop_map(|n| n.map(|n| ACL_HOSTS[n].to_string()));
+    (
+        prop_oneof![6 => 1i8..8, 1 => Just(0i8)],
+        name,
+        prop_oneof![8 => 1i8..5, 1 => Just(0i8)],
+        principal,
+        host,
+        prop_oneof![4 => Just(1i8), 4 => 2i8..15, 1 => Just(0i8)],
+        prop_oneof![4 => Just(1i8), 4 => 2i8..4, 1 => Just(0i8)],
+    )
+        .prop_map(|(resource_type, resource_name, pattern_type, principal, host, operation, permission)| {
+            AclFilter { resource_type, resource_name, pattern_type, principal, host, operation, permission }
+        })
+}
+
 fn top() -> impl Strategy<Value = TOp> {
     prop_oneof![
-        3 => (0..=TOPICS, -1i32..MAX_PARTITIONS_USED + 1, 0u8..10, retention_value(), retention_value()).prop_map(
-            |(topic, partitions, name, retention_ms, retention_bytes)| TOp::Create { topic, partitions, name, retention_ms, retention_bytes }
+        4 => prop::collection::vec(acl_binding(), 1..6).prop_map(TOp::CreateAcls),
+        1 => prop::collection::vec(acl_filter(), 1..3).prop_map(TOp::DeleteAcls),
+        3 => (0..=TOPICS, -1i32..MAX_PARTITIONS_USED + 1, 0u8..10, retention_value(), retention_value(), settings()).prop_map(
+            |(topic, partitions, name, retention_ms, retention_bytes, settings)| TOp::Create { topic, partitions, name, retention_ms, retention_bytes, settings }
         ),
         1 => (1..=TOPICS, 0u32..12).prop_map(|(topic, budget)| TOp::DeleteTopic { topic, budget }),
         20 => (prop::collection::vec(tbatch(), 0..8), -20i32..20, prop::option::weighted(0.08, any::<u8>()), any::<u8>())
@@ -247,7 +321,8 @@ fn top() -> impl Strategy<Value = TOp> {
         2 => (any::<u8>(), prop::bool::weighted(0.3)).prop_map(|(pick, new_deadline)| TOp::Repeat { pick, new_deadline }),
         3 => (prop::collection::vec((1..=TOPICS, -1i32..MAX_PARTITIONS_USED, any::<u8>()), 1..3), 0u32..12)
             .prop_map(|(parts, budget)| TOp::DeleteRecords { parts, budget }),
-        1 => (0..=TOPICS, retention_value(), retention_value()).prop_map(|(topic, ms, bytes)| TOp::Alter { topic, ms, bytes }),
+        2 => (0..=TOPICS, retention_value(), retention_value(), prop::option::weighted(0.7, prop::collection::vec(setting_change(), 0..4)))
+            .prop_map(|(topic, ms, bytes, changes)| TOp::Alter { topic, ms, bytes, changes }),
         3 => (
             0u32..15,
             prop_oneof![2 => Just(-1i64), 1 => Just(0i64), 2 => 0i64..20_000],
@@ -437,28 +512,36 @@ impl Driver {
                 self.now += ms;
                 return None;
             }
-            TOp::Create { topic, partitions, name, retention_ms, retention_bytes } => {
+            TOp::CreateAcls(b) => Op::CreateAcls(b.clone()),
+            TOp::DeleteAcls(f) => Op::DeleteAcls(f.clone()),
+            TOp::Create { topic, partitions, name, retention_ms, retention_bytes, settings } => {
                 let name = match name {
                     0 => "bad name".to_string(),
                     1 => format!("t{}", (topic + 1) % (TOPICS + 1)),
                     _ => format!("t{topic}"),
                 };
-                Op::CreatePartitions(vec![CreateTopic {
+                let create = CreateTopic {
                     topic_id: topic_id(*topic),
                     name,
                     num_partitions: *partitions,
                     retention_ms: *retention_ms,
                     retention_bytes: *retention_bytes,
-                }])
+                };
+                match settings {
+                    Some(s) => Op::CreatePartitionsV2(vec![CreateTopicV2 { topic: create, settings: s.clone() }]),
+                    None => Op::CreatePartitions(vec![create]),
+                }
             }
             TOp::DeleteTopic { topic, budget } => {
                 Op::DeleteTopics { topic_ids: vec![topic_id(*topic)], budget: *budget }
             }
-            TOp::Alter { topic, ms, bytes } => Op::AlterTopicConfigs(vec![AlterTopic {
-                topic_id: topic_id(*topic),
-                retention_ms: *ms,
-                retention_bytes: *bytes,
-            }]),
+            TOp::Alter { topic, ms, bytes, changes } => {
+                let alter = AlterTopic { topic_id: topic_id(*topic), retention_ms: *ms, retention_bytes: *bytes };
+                match changes {
+                    Some(c) => Op::AlterTopicConfigsV2(vec![AlterTopicV2 { topic: alter, settings: c.clone() }]),
+                    None => Op::AlterTopicConfigs(vec![alter]),
+                }
+            }
             TOp::Retention { budget, producer_expiration_ms, fenced_object_retention_ms } => Op::EnforceRetention {
                 budget: *budget,
                 producer_expiration_ms: *producer_expiration_ms,
@@ -635,6 +718,10 @@ fn blank(o: Outcome) -> Outcome {
         Outcome::Offsets(v) => Outcome::Offsets(v.into_iter().map(b).collect()),
         Outcome::Groups(v) => Outcome::Groups(v.into_iter().map(b).collect()),
         Outcome::Broker(r) => Outcome::Broker(r.map_err(|f| Failure::new(f.code, ""))),
+        Outcome::AclsCreated(v) => Outcome::AclsCreated(v.into_iter().map(b).collect()),
+        Outcome::AclsDeleted(v) => {
+            Outcome::AclsDeleted(v.into_iter().map(|r| r.map_err(|f| Failure::new(f.code, ""))).collect())
+        }
         other => other,
     }
 }
@@ -735,6 +822,26 @@ fn compare_reads(real: &Real, model: &Model, seed: u64, full: bool) {
     for t in brokers.iter().flat_map(|(_, b)| [b.lease_until_ms - 1, b.lease_until_ms]) {
         assert_eq!(real.sm.live_brokers(&view, t).unwrap(), model.registry.live(t), "live brokers at {t}");
     }
+    // ACL bindings: all of them, and through filters of every kind.
+    let mp = model.metadata_partition();
+    let blank_acls = |r: Result<Result<Vec<AclBinding>, Failure>, _>| r.unwrap().map_err(|f: Failure| f.code);
+    assert_eq!(
+        blank_acls(real.sm.describe_acls(&view, &AclFilter::any())),
+        model.acls.describe(mp == 0, &AclFilter::any()).map_err(|f| f.code),
+        "DescribeAcls (all)"
+    );
+    let mut runner = TestRunner::deterministic();
+    let filters: Vec<AclFilter> = (0..64).map(|_| acl_filter().new_tree(&mut runner).unwrap().current()).collect();
+    for _ in 0..if full { 64 } else { 4 } {
+        let f = &filters[(next() % 64) as usize];
+        assert_eq!(
+            blank_acls(real.sm.describe_acls(&view, f)),
+            model.acls.describe(mp == 0, f).map_err(|f| f.code),
+            "DescribeAcls {f:?}"
+        );
+    }
+    // The topic catalog, with retention and the broker-enforced settings.
+    assert_eq!(real.sm.topics(&view).unwrap(), model.topics(), "ListTopics");
     // Consumer groups.
     assert_eq!(real.sm.list_groups(&view).unwrap(), model.groups.list(), "ListGroups");
     for id in GROUP_IDS {
@@ -825,8 +932,19 @@ fn run_case(ops: &[(TOp, u64)], mp: u32, num_mps: u32) {
     let mut model = Model::new(mp, num_mps);
     let mut driver = Driver { now: 1_000_000, next_key: 0, epochs: [0; 3], mp, num_mps, sent: vec![] };
     // Every sequence starts with two topics, so most operations find something to act on.
-    let setup = (1..=2)
-        .map(|topic| (TOp::Create { topic, partitions: 3, name: 9, retention_ms: Some(-1), retention_bytes: None }, 0));
+    let setup = (1..=2).map(|topic| {
+        (
+            TOp::Create {
+                topic,
+                partitions: 3,
+                name: 9,
+                retention_ms: Some(-1),
+                retention_bytes: None,
+                settings: None,
+            },
+            0,
+        )
+    });
     let ops: Vec<(TOp, u64)> = setup.chain(ops.iter().cloned()).collect();
     for (i, (op, seed)) in ops.iter().enumerate() {
         let Some(cmd) = driver.command(op, &model) else { continue };

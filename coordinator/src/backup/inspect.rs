@@ -80,6 +80,8 @@ fn table_name(k: &[u8]) -> String {
     let name = match k.get(4).copied() {
         Some(sk::TOPIC) => "topics",
         Some(sk::TOPIC_NAME) => "topic_names",
+        Some(sk::TOPIC_SETTINGS) => "topic_settings",
+        Some(sk::ACL) => "acls",
         Some(sk::PARTITION) => "partitions",
         Some(sk::BATCH) => "batches",
         Some(sk::INDEX) => "time_index",
@@ -142,6 +144,11 @@ fn key_line(g: u32, k: &[u8], v: &[u8]) -> serde_json::Value {
         Some(sk::FILE) => (json!({ "object_key": text(5) }), decoded::<FileRecord>(k, v)),
         Some(sk::FENCED) => (json!({ "object_key": text(5) }), decoded::<FencedRecord>(k, v)),
         Some(sk::TOPIC_NAME) => (json!({ "name": text(5) }), decoded::<uuid::Uuid>(k, v)),
+        Some(sk::TOPIC_SETTINGS) => {
+            (json!({ "topic_id": uuid_at(k, 5) }), decoded::<crate::state_machine::TopicSettings>(k, v))
+        }
+        // The binding is the value whole; the key is its fields, packed.
+        Some(sk::ACL) => (json!(display_key(k)), decoded::<crate::state_machine::AclBinding>(k, v)),
         Some(sk::GROUP) => (json!({ "group_id": text(5) }), decoded::<crate::state_machine::GroupRecord>(k, v)),
         Some(sk::BROKER) => {
             (json!({ "broker_id": Keys::decode_broker(k) }), decoded::<crate::state_machine::BrokerRecord>(k, v))
@@ -187,5 +194,28 @@ mod tests {
         assert_eq!(line["table"], "committed_offsets");
         assert_eq!(line["key"]["partition"], 2);
         assert_eq!(line["value"]["offset"], 17);
+    }
+
+    #[test]
+    fn topic_settings_and_acl_keys_are_decoded() {
+        let keys = Keys::new(0);
+        let id = uuid::Uuid::from_bytes([2; 16]);
+        let s = crate::state_machine::TopicSettings { max_message_bytes: Some(2000), ..Default::default() };
+        let line = key_line(0, &keys.topic_settings(&id), &codec::encode(&s).unwrap());
+        assert_eq!(line["table"], "topic_settings");
+        assert_eq!(line["key"]["topic_id"], id.to_string());
+        assert_eq!(line["value"]["max_message_bytes"], 2000);
+        let b = crate::state_machine::AclBinding {
+            resource_type: 2,
+            resource_name: "orders".into(),
+            pattern_type: 3,
+            principal: "User:alice".into(),
+            host: "*".into(),
+            operation: 3,
+            permission: 3,
+        };
+        let line = key_line(0, &keys.acl(&b), &codec::encode(&b).unwrap());
+        assert_eq!(line["table"], "acls");
+        assert_eq!(line["value"]["principal"], "User:alice");
     }
 }

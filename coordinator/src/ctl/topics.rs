@@ -33,13 +33,17 @@ fn uuid_text(id: &[u8]) -> String {
 }
 
 fn topic_json(t: &list_topics_response::Topic) -> serde_json::Value {
-    let c = t.configs.unwrap_or_default();
+    let c = t.configs.clone().unwrap_or_default();
     json!({
         "name": t.name,
         "topic_id": uuid_text(&t.topic_id),
         "partitions": t.num_partitions,
         "retention_ms": c.retention_ms,
         "retention_bytes": c.retention_bytes,
+        "max_message_bytes": c.max_message_bytes,
+        "message_timestamp_type": c.message_timestamp_type,
+        "message_timestamp_before_max_ms": c.message_timestamp_before_max_ms,
+        "message_timestamp_after_max_ms": c.message_timestamp_after_max_ms,
     })
 }
 
@@ -53,7 +57,7 @@ pub async fn list(addr: &str) -> anyhow::Result<Report> {
     let mut text =
         format!("{:<32} {:<36} {:>10} {:>14} {:>16}\n", "topic", "id", "partitions", "retention.ms", "retention.bytes");
     for t in &topics {
-        let c = t.configs.unwrap_or_default();
+        let c = t.configs.clone().unwrap_or_default();
         let _ = writeln!(
             text,
             "{:<32} {:<36} {:>10} {:>14} {:>16}",
@@ -105,14 +109,26 @@ pub async fn describe(addr: &str, name: &str) -> anyhow::Result<Report> {
     }
     rows.sort_by_key(|r| r.partition);
     let ok = rows.iter().all(|r| r.error_code == 0);
-    let c = t.configs.unwrap_or_default();
+    let c = t.configs.clone().unwrap_or_default();
+    // The broker-enforced settings the topic has (the others are each broker's own).
+    let own: Vec<String> = [
+        c.max_message_bytes.map(|v| format!("max.message.bytes {v}")),
+        c.message_timestamp_type.as_ref().map(|v| format!("message.timestamp.type {v}")),
+        c.message_timestamp_before_max_ms.map(|v| format!("message.timestamp.before.max.ms {v}")),
+        c.message_timestamp_after_max_ms.map(|v| format!("message.timestamp.after.max.ms {v}")),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|s| format!(", {s}"))
+    .collect();
     let mut text = format!(
-        "topic {} ({}), {} partitions, retention.ms {}, retention.bytes {}\n\n{:>9} {:>8} {:>12} {:>14} {:>10} {:>14} {:>6}\n",
+        "topic {} ({}), {} partitions, retention.ms {}, retention.bytes {}{}\n\n{:>9} {:>8} {:>12} {:>14} {:>10} {:>14} {:>6}\n",
         t.name,
         uuid_text(&t.topic_id),
         t.num_partitions,
         setting(c.retention_ms),
         setting(c.retention_bytes),
+        own.concat(),
         "partition",
         "metadata",
         "log start",

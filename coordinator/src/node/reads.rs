@@ -162,6 +162,7 @@ impl Node {
                 let now_ms = self.now_ms();
                 Answer::LiveBrokers { brokers: sm.live_brokers(&view, now_ms).map_err(failed)?, now_ms }
             }
+            Read::Acls(filter) => Answer::Acls(sm.describe_acls(&view, &filter).map_err(failed)?),
         })
     }
 

@@ -25,8 +25,8 @@ use serde::{Deserialize, Serialize};
 use super::{Node, RouteError, CHANGE_TIMEOUT};
 use crate::raft::NodeId;
 use crate::state_machine::{
-    BrokerRecord, CommitFile, Failure, FileState, FileToDelete, GroupRecord, OffsetAndTimestamp, OffsetRecord, Op,
-    Outcome, TopicInfo, TopicPartition,
+    AclBinding, AclFilter, BrokerRecord, CommitFile, Failure, FileState, FileToDelete, GroupRecord, OffsetAndTimestamp,
+    OffsetRecord, Op, Outcome, TopicInfo, TopicPartition,
 };
 use crate::storage::codec;
 
@@ -84,6 +84,8 @@ pub enum Read {
     ListConsumerGroups,
     /// The brokers whose lease has not ended, judged by the leader's clock (`now_ms`).
     LiveBrokers,
+    /// DescribeAcls: the bindings matching the filter.
+    Acls(AclFilter),
 }
 
 /// A [`Read`]'s answer (the variant of the same name).
@@ -96,6 +98,7 @@ pub enum Answer {
     FetchOffsets { offsets: Vec<(TopicPartition, Option<OffsetRecord>)>, consumer_group: Option<GroupRecord> },
     ListConsumerGroups(Vec<(String, Option<GroupRecord>)>),
     LiveBrokers { brokers: Vec<(i32, BrokerRecord)>, now_ms: i64 },
+    Acls(Result<Vec<AclBinding>, Failure>),
 }
 
 /// A change of a metadata partition's membership or leadership, made by its leader

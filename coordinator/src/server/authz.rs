@@ -30,7 +30,7 @@ pub fn required_role(path: &str) -> Option<Role> {
     }
     Some(if let Some(m) = path.strip_prefix(COORDINATOR) {
         match m {
-            "ListTopics" | "DescribeFiles" => Role::Reader,
+            "ListTopics" | "DescribeFiles" | "DescribeAcls" => Role::Reader,
             _ => Role::Broker,
         }
     } else if let Some(m) = path.strip_prefix(ADMIN) {

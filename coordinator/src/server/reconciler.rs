@@ -29,7 +29,8 @@ use uuid::Uuid;
 
 use super::coordinator::CoordinatorApi;
 use crate::node::{Node, DELETE_BUDGET};
-use crate::state_machine::{AlterTopic, CreateTopic, Op, TopicInfo};
+use crate::state_machine::topic_settings::parse_timestamp_type;
+use crate::state_machine::{AlterTopic, AlterTopicV2, CreateTopic, CreateTopicV2, Op, TopicInfo, TopicSettings};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -71,18 +72,37 @@ async fn reconcile(node: &Arc<Node>, api: &CoordinatorApi, g: u32) -> anyhow::Re
         listed.insert(id);
         let configs = t.configs.unwrap_or_default();
         let (retention_ms, retention_bytes) = (configs.retention_ms, configs.retention_bytes);
+        // The catalog's own answer; a value it could not have stored is not copied.
+        let Ok(timestamp_type) = configs.message_timestamp_type.as_deref().map(parse_timestamp_type).transpose() else {
+            continue;
+        };
+        let settings = TopicSettings {
+            max_message_bytes: configs.max_message_bytes,
+            timestamp_type,
+            timestamp_before_max_ms: configs.message_timestamp_before_max_ms,
+            timestamp_after_max_ms: configs.message_timestamp_after_max_ms,
+        };
         match mine.get(&id) {
             Some(have) if have.num_partitions >= t.num_partitions => {
-                if Some(have.retention_ms) != retention_ms || Some(have.retention_bytes) != retention_bytes {
-                    alter.push(AlterTopic { topic_id: id, retention_ms, retention_bytes });
+                if Some(have.retention_ms) != retention_ms
+                    || Some(have.retention_bytes) != retention_bytes
+                    || have.settings != settings
+                {
+                    alter.push(AlterTopicV2 {
+                        topic: AlterTopic { topic_id: id, retention_ms, retention_bytes },
+                        settings: settings.as_changes(),
+                    });
                 }
             }
-            _ => create.push(CreateTopic {
-                topic_id: id,
-                name: t.name,
-                num_partitions: t.num_partitions,
-                retention_ms,
-                retention_bytes,
+            _ => create.push(CreateTopicV2 {
+                topic: CreateTopic {
+                    topic_id: id,
+                    name: t.name,
+                    num_partitions: t.num_partitions,
+                    retention_ms,
+                    retention_bytes,
+                },
+                settings,
             }),
         }
     }
@@ -93,8 +113,8 @@ async fn reconcile(node: &Arc<Node>, api: &CoordinatorApi, g: u32) -> anyhow::Re
             "deleted",
             (!delete.is_empty()).then(|| Op::DeleteTopics { topic_ids: delete.clone(), budget: DELETE_BUDGET }),
         ),
-        ("created", (!create.is_empty()).then(|| Op::CreatePartitions(create.clone()))),
-        ("altered", (!alter.is_empty()).then(|| Op::AlterTopicConfigs(alter.clone()))),
+        ("created", (!create.is_empty()).then(|| Op::CreatePartitionsV2(create.clone()))),
+        ("altered", (!alter.is_empty()).then(|| Op::AlterTopicConfigsV2(alter.clone()))),
     ] {
         let Some(op) = op else { continue };
         let (outcome, _) = node.propose(g, op, TIMEOUT).await?;

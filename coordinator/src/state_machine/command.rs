@@ -13,8 +13,10 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::acls::{AclBinding, AclFilter};
 use super::keys::TopicPartition;
 use super::records::GroupRecord;
+use super::topic_settings::{SettingChange, TopicSettings};
 pub use diskless_proto::ErrorCode;
 
 /// A command, stamped by the proposer.
@@ -82,6 +84,17 @@ pub enum Op {
     BrokerHeartbeat { broker_id: i32, incarnation: u64, lease_ms: i64 },
     /// A broker shutting down cleanly gives its id back.
     UnregisterBroker { broker_id: i32, incarnation: u64 },
+    /// DisklessCreatePartitions with the settings the brokers enforce (`topic_settings`), which a
+    /// new topic takes (an existing one keeps its own). Proposed instead of `CreatePartitions`,
+    /// which older log entries hold.
+    CreatePartitionsV2(Vec<CreateTopicV2>),
+    /// AlterTopicConfigs of retention and of the settings the brokers enforce. Proposed instead of
+    /// `AlterTopicConfigs`, which older log entries hold.
+    AlterTopicConfigsV2(Vec<AlterTopicV2>),
+    /// CreateAcls (metadata partition 0 only).
+    CreateAcls(Vec<AclBinding>),
+    /// DeleteAcls (metadata partition 0 only).
+    DeleteAcls(Vec<AclFilter>),
 }
 
 /// A broker's registration: who it is, where clients reach it, for how long.
@@ -143,6 +156,20 @@ pub struct AlterTopic {
     pub topic_id: Uuid,
     pub retention_ms: Option<i64>,
     pub retention_bytes: Option<i64>,
+}
+
+/// A topic to create (or grow) with the settings a new topic takes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CreateTopicV2 {
+    pub topic: CreateTopic,
+    pub settings: TopicSettings,
+}
+
+/// A topic's retention (the fields given change) and settings (the changes given, in order).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AlterTopicV2 {
+    pub topic: AlterTopic,
+    pub settings: Vec<SettingChange>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -244,6 +271,10 @@ pub enum Outcome {
     },
     /// RegisterBroker, BrokerHeartbeat: the lease's end; UnregisterBroker: 0.
     Broker(Result<i64, Failure>),
+    /// CreateAcls: per binding, in request order.
+    AclsCreated(Vec<Result<(), Failure>>),
+    /// DeleteAcls: per filter, in request order, the bindings it matched and removed.
+    AclsDeleted(Vec<Result<Vec<AclBinding>, Failure>>),
 }
 
 /// Producer ids `[first, first + len)`, for one broker to hand out.
@@ -298,7 +329,10 @@ impl std::fmt::Display for Command {
             Op::DeleteRecords { partitions, .. } => {
                 return write!(f, "DeleteRecords({} partitions) at {}", partitions.len(), self.now_ms)
             }
-            Op::AlterTopicConfigs(_) => "AlterTopicConfigs",
+            Op::AlterTopicConfigs(_) | Op::AlterTopicConfigsV2(_) => "AlterTopicConfigs",
+            Op::CreatePartitionsV2(t) => return write!(f, "CreatePartitions({} topics) at {}", t.len(), self.now_ms),
+            Op::CreateAcls(b) => return write!(f, "CreateAcls({}) at {}", b.len(), self.now_ms),
+            Op::DeleteAcls(d) => return write!(f, "DeleteAcls({} filters) at {}", d.len(), self.now_ms),
             Op::ConfirmFilesDeleted { .. } => "ConfirmFilesDeleted",
             Op::EnforceRetention { .. } => "EnforceRetention",
             Op::Noop => "Noop",

@@ -1,16 +1,16 @@
 //! DisklessCreatePartitions: a new topic, or more partitions for an existing one.
 //!
 //! Every metadata partition applies the command and keeps the topic's record (name, partition
-//! count, retention), but creates only the partitions it owns. Fewer partitions than the topic has
+//! count, retention, the settings its brokers enforce), but creates only the partitions it owns. Fewer partitions than the topic has
 //! is `INVALID_PARTITIONS`; the same count again is a successful no-op. The id of a deleted topic
 //! is never reused (`UNKNOWN_TOPIC_ID`).
 
 use uuid::Uuid;
 
-use super::command::{CreateTopic, ErrorCode, Failure, DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_MS};
+use super::command::{CreateTopic, CreateTopicV2, ErrorCode, Failure, DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_MS};
 use super::keys::TopicPartition;
 use super::records::{PartitionRecord, TopicRecord};
-use super::{tables, StateMachine};
+use super::{tables, topic_settings, StateMachine};
 use crate::storage::{StorageError, Txn};
 
 /// The most partitions one topic may have.
@@ -19,17 +19,18 @@ pub const MAX_PARTITIONS: i32 = 100_000;
 pub fn apply(
     sm: &StateMachine,
     txn: &mut Txn<'_>,
-    topics: &[CreateTopic],
+    topics: &[CreateTopicV2],
 ) -> Result<Vec<(Uuid, Result<(), Failure>)>, StorageError> {
     let mut out = Vec::with_capacity(topics.len());
     for t in topics {
-        out.push((t.topic_id, create(sm, txn, t)?));
+        out.push((t.topic.topic_id, create(sm, txn, t)?));
     }
     Ok(out)
 }
 
-fn create(sm: &StateMachine, txn: &mut Txn<'_>, t: &CreateTopic) -> Result<Result<(), Failure>, StorageError> {
-    if let Err(f) = validate(t) {
+fn create(sm: &StateMachine, txn: &mut Txn<'_>, v2: &CreateTopicV2) -> Result<Result<(), Failure>, StorageError> {
+    let t = &v2.topic;
+    if let Err(f) = validate(t).and_then(|()| v2.settings.validate()) {
         return Ok(Err(f));
     }
     let keys = &sm.keys;
@@ -70,6 +71,7 @@ fn create(sm: &StateMachine, txn: &mut Txn<'_>, t: &CreateTopic) -> Result<Resul
                 )));
             }
             tables::put(txn, keys.topic_name(&t.name), &t.topic_id)?;
+            topic_settings::put(txn, keys, &t.topic_id, &v2.settings)?;
             let record = TopicRecord {
                 name: t.name.clone(),
                 num_partitions: t.num_partitions,

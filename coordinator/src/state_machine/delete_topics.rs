@@ -1,6 +1,6 @@
 //! DisklessDeleteTopics: the topic disappears at once; its data goes through the purge queue.
 //!
-//! Its record and name are removed from this metadata partition, its partitions here are flagged
+//! Its record, name and settings are removed from this metadata partition, its partitions here are flagged
 //! deleted (they answer as unknown) and queued; batches, producer states and partition records are
 //! then removed by the purge, which releases the topic's files. Committed offsets of the topic
 //! (of the groups this metadata partition holds) go at once. The id is remembered for good
@@ -33,6 +33,7 @@ pub fn apply(
         };
         txn.delete(keys.topic(id));
         txn.delete(keys.topic_name(&topic.name));
+        txn.delete(keys.topic_settings(id));
         groups::drop_topic(sm, txn, id)?;
         for partition in 0..topic.num_partitions {
             let tp = TopicPartition { topic_id: *id, partition };

@@ -9,6 +9,7 @@
 //! | --- | --- | --- | --- |
 //! | `T` | topics | topic id | `TopicRecord` |
 //! | `N` | topic names | name bytes | topic id |
+//! | `L` | topic settings the brokers enforce (absent: none set) | topic id | `TopicSettings` |
 //! | `P` | partitions | topic id, partition | `PartitionRecord` |
 //! | `B` | batches | topic id, partition, **last** offset | `BatchRecord` |
 //! | `I` | timestamp index chunks | topic id, partition, level, last offset | `IndexChunk` |
@@ -24,6 +25,7 @@
 //! | `O` | committed offsets | group id (u16 length, bytes), topic id, partition | `OffsetRecord` |
 //! | `W` | committed offsets by topic | topic id, group id (u16 length, bytes) | empty |
 //! | `H` | the broker registry (metadata partition 0 only) | broker id | `BrokerRecord` |
+//! | `Z` | ACL bindings (metadata partition 0 only) | resource type, pattern type, then name, principal, host (each u16 length, bytes), operation, permission | `AclBinding` |
 //! | `M` | metadata-partition values | name | per name |
 //! | `A` | applied log id and membership (written by the Raft layer with each entry) | — | openraft's |
 //!
@@ -38,6 +40,7 @@ use uuid::Uuid;
 
 pub const TOPIC: u8 = b'T';
 pub const TOPIC_NAME: u8 = b'N';
+pub const TOPIC_SETTINGS: u8 = b'L';
 pub const PARTITION: u8 = b'P';
 pub const BATCH: u8 = b'B';
 pub const INDEX: u8 = b'I';
@@ -54,6 +57,7 @@ pub const GROUP: u8 = b'K';
 pub const OFFSET: u8 = b'O';
 pub const OFFSET_BY_TOPIC: u8 = b'W';
 pub const BROKER: u8 = b'H';
+pub const ACL: u8 = b'Z';
 pub const APPLIED: u8 = b'A';
 
 /// Names under the `M` table.
@@ -122,6 +126,26 @@ impl Keys {
     pub fn topic(&self, topic_id: &Uuid) -> Vec<u8> {
         let mut k = self.start(TOPIC, 16);
         k.extend_from_slice(topic_id.as_bytes());
+        k
+    }
+
+    pub fn topic_settings(&self, topic_id: &Uuid) -> Vec<u8> {
+        let mut k = self.start(TOPIC_SETTINGS, 16);
+        k.extend_from_slice(topic_id.as_bytes());
+        k
+    }
+
+    /// An ACL binding (its fields were checked to fit: `acls::MAX_ACL_FIELD`).
+    pub fn acl(&self, b: &super::acls::AclBinding) -> Vec<u8> {
+        let strings = [&b.resource_name, &b.principal, &b.host];
+        let mut k = self.start(ACL, 4 + strings.iter().map(|s| 2 + s.len()).sum::<usize>());
+        k.extend_from_slice(&[b.resource_type as u8, b.pattern_type as u8]);
+        for s in strings {
+            let len = u16::try_from(s.len()).unwrap_or(u16::MAX);
+            k.extend_from_slice(&len.to_be_bytes());
+            k.extend_from_slice(&s.as_bytes()[..usize::from(len)]);
+        }
+        k.extend_from_slice(&[b.operation as u8, b.permission as u8]);
         k
     }
 

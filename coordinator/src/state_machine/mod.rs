@@ -16,6 +16,7 @@ pub mod keys;
 pub mod queries;
 pub mod records;
 
+pub mod acls;
 mod alter_configs;
 mod commit_file;
 mod create_partitions;
@@ -30,7 +31,10 @@ mod registry;
 mod retention;
 mod tables;
 mod time_index;
+pub mod topic_settings;
 
+#[cfg(test)]
+mod acls_test;
 #[cfg(test)]
 mod commit_file_test;
 #[cfg(test)]
@@ -54,10 +58,11 @@ mod registry_test;
 #[cfg(test)]
 mod retention_test;
 
+pub use acls::{AclBinding, AclFilter, ACL_AUTHORITY, MAX_ACLS_PER_OP};
 pub use command::{
-    AlterTopic, Command, CommitBatch, CommitFile, CommitOffsets, CommittedBatch, CreateTopic, DeleteRecordsPartition,
-    ErrorCode, Failure, FenceAnswer, NamedListener, OffsetCommit, Op, Outcome, ProducerIdBlock, RegisterBroker,
-    RetentionReport,
+    AlterTopic, AlterTopicV2, Command, CommitBatch, CommitFile, CommitOffsets, CommittedBatch, CreateTopic,
+    CreateTopicV2, DeleteRecordsPartition, ErrorCode, Failure, FenceAnswer, NamedListener, OffsetCommit, Op, Outcome,
+    ProducerIdBlock, RegisterBroker, RetentionReport,
 };
 pub use create_partitions::{validate_topic_name, MAX_PARTITIONS};
 pub use files::{FileState, FileToDelete, MAX_FILES_TO_DELETE};
@@ -68,6 +73,7 @@ pub use records::BatchRecord;
 pub use records::{BrokerRecord, GroupRecord, MemberRecord, OffsetRecord};
 pub use registry::{MAX_BROKER_LEASE_MS, REGISTRY_AUTHORITY};
 pub use time_index::FANOUT as TIME_INDEX_FANOUT;
+pub use topic_settings::{SettingChange, TopicSettings};
 
 use sha2::{Digest, Sha256};
 
@@ -85,6 +91,8 @@ pub struct TopicInfo {
     pub num_partitions: i32,
     pub retention_ms: i64,
     pub retention_bytes: i64,
+    /// The settings the brokers enforce.
+    pub settings: TopicSettings,
 }
 
 /// One metadata partition's state machine. Holds no state of its own beyond which partition it
@@ -134,7 +142,14 @@ impl StateMachine {
     pub fn apply(&self, txn: &mut Txn<'_>, cmd: &Command) -> Result<Outcome, StorageError> {
         let now = cmd.now_ms;
         Ok(match &cmd.op {
-            Op::CreatePartitions(topics) => Outcome::Topics(create_partitions::apply(self, txn, topics)?),
+            Op::CreatePartitions(topics) => {
+                let v2: Vec<CreateTopicV2> = topics
+                    .iter()
+                    .map(|t| CreateTopicV2 { topic: t.clone(), settings: TopicSettings::default() })
+                    .collect();
+                Outcome::Topics(create_partitions::apply(self, txn, &v2)?)
+            }
+            Op::CreatePartitionsV2(topics) => Outcome::Topics(create_partitions::apply(self, txn, topics)?),
             Op::DeleteTopics { topic_ids, budget } => {
                 Outcome::Topics(delete_topics::apply(self, txn, now, topic_ids, *budget)?)
             }
@@ -149,7 +164,14 @@ impl StateMachine {
             Op::DeleteRecords { partitions, budget } => {
                 Outcome::DeleteRecords(delete_records::apply(self, txn, now, partitions, *budget)?)
             }
-            Op::AlterTopicConfigs(topics) => Outcome::Topics(alter_configs::apply(self, txn, topics)?),
+            Op::AlterTopicConfigs(topics) => {
+                let v2: Vec<AlterTopicV2> =
+                    topics.iter().map(|t| AlterTopicV2 { topic: t.clone(), settings: vec![] }).collect();
+                Outcome::Topics(alter_configs::apply(self, txn, &v2)?)
+            }
+            Op::AlterTopicConfigsV2(topics) => Outcome::Topics(alter_configs::apply(self, txn, topics)?),
+            Op::CreateAcls(bindings) => Outcome::AclsCreated(acls::create(self, txn, bindings)?),
+            Op::DeleteAcls(filters) => Outcome::AclsDeleted(acls::delete(self, txn, filters)?),
             Op::ConfirmFilesDeleted { object_keys } => {
                 Outcome::ConfirmFilesDeleted(files::confirm_deleted(self, txn, now, object_keys)?)
             }
@@ -281,10 +303,23 @@ impl StateMachine {
                 num_partitions: t.num_partitions,
                 retention_ms: t.retention_ms,
                 retention_bytes: t.retention_bytes,
+                settings: TopicSettings::default(),
             });
             Ok(true)
         })?;
+        for t in &mut out {
+            t.settings = topic_settings::get(view, &self.keys, &t.topic_id)?;
+        }
         Ok(out)
+    }
+
+    /// DescribeAcls: the bindings matching `filter` (metadata partition 0 only).
+    pub fn describe_acls(
+        &self,
+        view: &dyn KvRead,
+        filter: &AclFilter,
+    ) -> Result<Result<Vec<AclBinding>, Failure>, StorageError> {
+        acls::describe(self, view, filter)
     }
 
     /// A topic's name and partition count, if the topic exists.

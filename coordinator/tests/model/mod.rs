@@ -4,6 +4,7 @@
 //! it. Where the specification leaves a choice (which error code, the purge order and budget), the
 //! model follows the choice documented in the state machine's modules.
 
+mod acls;
 mod groups;
 mod registry;
 
@@ -21,6 +22,7 @@ struct Topic {
     partitions: i32,
     retention_ms: i64,
     retention_bytes: i64,
+    settings: TopicSettings,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -75,6 +77,8 @@ pub struct Model {
     pub groups: groups::Groups,
     /// The broker registry (metadata partition 0 only).
     pub registry: registry::Registry,
+    /// The ACL bindings (metadata partition 0 only).
+    pub acls: acls::Acls,
 }
 
 fn fail<T>(code: ErrorCode) -> Result<T, Failure> {
@@ -107,6 +111,7 @@ impl Model {
             deleted_ids: BTreeSet::new(),
             groups: groups::Groups::default(),
             registry: registry::Registry::default(),
+            acls: acls::Acls::default(),
         }
     }
 
@@ -119,6 +124,10 @@ impl Model {
             ) == self.metadata_partition
     }
 
+    pub fn metadata_partition(&self) -> u32 {
+        self.metadata_partition
+    }
+
     fn live(&self, tp: &TopicPartition) -> Option<&Partition> {
         self.parts.get(tp).filter(|p| !p.deleted)
     }
@@ -126,7 +135,12 @@ impl Model {
     pub fn apply(&mut self, cmd: &Command) -> Outcome {
         let now = cmd.now_ms;
         match &cmd.op {
-            Op::CreatePartitions(ts) => Outcome::Topics(ts.iter().map(|t| (t.topic_id, self.create(t))).collect()),
+            Op::CreatePartitions(ts) => {
+                Outcome::Topics(ts.iter().map(|t| (t.topic_id, self.create(t, &TopicSettings::default()))).collect())
+            }
+            Op::CreatePartitionsV2(ts) => {
+                Outcome::Topics(ts.iter().map(|t| (t.topic.topic_id, self.create(&t.topic, &t.settings))).collect())
+            }
             Op::DeleteTopics { topic_ids, budget } => {
                 let r = topic_ids.iter().map(|id| (*id, self.delete_topic(id))).collect();
                 self.purge(now, &mut budget.clone());
@@ -139,7 +153,10 @@ impl Model {
                 self.purge(now, &mut budget.clone());
                 Outcome::DeleteRecords(r)
             }
-            Op::AlterTopicConfigs(ts) => Outcome::Topics(ts.iter().map(|a| (a.topic_id, self.alter(a))).collect()),
+            Op::AlterTopicConfigs(ts) => Outcome::Topics(ts.iter().map(|a| (a.topic_id, self.alter(a, &[]))).collect()),
+            Op::AlterTopicConfigsV2(ts) => {
+                Outcome::Topics(ts.iter().map(|a| (a.topic.topic_id, self.alter(&a.topic, &a.settings))).collect())
+            }
             Op::ConfirmFilesDeleted { object_keys } => {
                 Outcome::ConfirmFilesDeleted(object_keys.iter().map(|k| (k.clone(), self.confirm(k, now))).collect())
             }
@@ -166,6 +183,8 @@ impl Model {
                 Outcome::Offsets(self.groups.delete_offsets(group_id, partitions))
             }
             Op::ExpireOffsets { retention_ms, budget } => self.groups.expire(now, *retention_ms, *budget),
+            Op::CreateAcls(b) => Outcome::AclsCreated(self.acls.create(self.metadata_partition == 0, b)),
+            Op::DeleteAcls(f) => Outcome::AclsDeleted(self.acls.delete(self.metadata_partition == 0, f)),
             Op::RegisterBroker(r) => Outcome::Broker(self.registry.register(self.metadata_partition == 0, now, r)),
             Op::BrokerHeartbeat { broker_id, incarnation, lease_ms } => Outcome::Broker(self.registry.heartbeat(
                 self.metadata_partition == 0,
@@ -190,7 +209,7 @@ impl Model {
         Ok(ProducerIdBlock { first, len: count })
     }
 
-    fn create(&mut self, t: &CreateTopic) -> Result<(), Failure> {
+    fn create(&mut self, t: &CreateTopic, settings: &TopicSettings) -> Result<(), Failure> {
         if t.topic_id.is_nil() {
             return fail(ErrorCode::InvalidRequest);
         }
@@ -206,7 +225,8 @@ impl Model {
         if t.num_partitions < 1 || t.num_partitions > MAX_PARTITIONS {
             return fail(ErrorCode::InvalidPartitions);
         }
-        if t.retention_ms.is_some_and(|v| v < -1) || t.retention_bytes.is_some_and(|v| v < -1) {
+        if t.retention_ms.is_some_and(|v| v < -1) || t.retention_bytes.is_some_and(|v| v < -1) || !settings_ok(settings)
+        {
             return fail(ErrorCode::InvalidConfig);
         }
         let old = match self.topics.get(&t.topic_id) {
@@ -233,6 +253,7 @@ impl Model {
                         partitions: 0,
                         retention_ms: t.retention_ms.unwrap_or(DEFAULT_RETENTION_MS),
                         retention_bytes: t.retention_bytes.unwrap_or(-1),
+                        settings: settings.clone(),
                     },
                 );
                 0
@@ -326,14 +347,42 @@ impl Model {
         Ok(part.lso)
     }
 
-    fn alter(&mut self, a: &AlterTopic) -> Result<(), Failure> {
+    fn alter(&mut self, a: &AlterTopic, changes: &[SettingChange]) -> Result<(), Failure> {
         let Some(t) = self.topics.get_mut(&a.topic_id) else { return fail(ErrorCode::UnknownTopicId) };
-        if a.retention_ms.is_some_and(|v| v < -1) || a.retention_bytes.is_some_and(|v| v < -1) {
+        let mut settings = t.settings.clone();
+        for c in changes {
+            match *c {
+                SettingChange::MaxMessageBytes(v) => settings.max_message_bytes = v,
+                SettingChange::TimestampType(v) => settings.timestamp_type = v,
+                SettingChange::TimestampBeforeMaxMs(v) => settings.timestamp_before_max_ms = v,
+                SettingChange::TimestampAfterMaxMs(v) => settings.timestamp_after_max_ms = v,
+            }
+        }
+        if a.retention_ms.is_some_and(|v| v < -1)
+            || a.retention_bytes.is_some_and(|v| v < -1)
+            || !settings_ok(&settings)
+        {
             return fail(ErrorCode::InvalidConfig);
         }
         t.retention_ms = a.retention_ms.unwrap_or(t.retention_ms);
         t.retention_bytes = a.retention_bytes.unwrap_or(t.retention_bytes);
+        t.settings = settings;
         Ok(())
+    }
+
+    /// ListTopics: every topic with its retention and settings, in id order.
+    pub fn topics(&self) -> Vec<TopicInfo> {
+        self.topics
+            .iter()
+            .map(|(id, t)| TopicInfo {
+                topic_id: *id,
+                name: t.name.clone(),
+                num_partitions: t.partitions,
+                retention_ms: t.retention_ms,
+                retention_bytes: t.retention_bytes,
+                settings: t.settings.clone(),
+            })
+            .collect()
     }
 
     fn confirm(&mut self, key: &str, now: i64) -> Result<(), Failure> {
@@ -747,4 +796,13 @@ impl Model {
     pub fn hwm(&self, tp: &TopicPartition) -> Option<(i64, i64)> {
         self.live(tp).map(|p| (p.lso, p.hwm))
     }
+}
+
+/// Kafka's ranges for the broker-enforced settings: sizes and durations at least 0, timestamp type
+/// 0 (CreateTime) or 1 (LogAppendTime).
+fn settings_ok(s: &TopicSettings) -> bool {
+    s.max_message_bytes.is_none_or(|v| v >= 0)
+        && s.timestamp_type.is_none_or(|v| v == 0 || v == 1)
+        && s.timestamp_before_max_ms.is_none_or(|v| v >= 0)
+        && s.timestamp_after_max_ms.is_none_or(|v| v >= 0)
 }

@@ -26,10 +26,12 @@
 //! | `producer_ids` | AllocateProducerIds |
 //! | `consumer_groups` | StoreGroup, CommitOffsets, FetchOffsets, ListGroups, DeleteGroups, DeleteOffsets |
 //! | `broker_registry` | RegisterBroker, BrokerHeartbeat, UnregisterBroker, ListBrokers |
+//! | `acls` | CreateAcls, DescribeAcls, DeleteAcls |
 //!
 //! This module must not decide where a part runs (that is `node::route`) nor apply rules of the
 //! domain (that is `state_machine`).
 
+mod acls;
 mod broker_registry;
 mod commit;
 mod consumer_groups;
@@ -190,5 +192,17 @@ impl CoordinatorService for CoordinatorApi {
 
     async fn list_topics(&self, r: Request<ListTopicsRequest>) -> Result<Response<ListTopicsResponse>, Status> {
         self.serve_list_topics(r).await
+    }
+
+    async fn create_acls(&self, r: Request<CreateAclsRequest>) -> Result<Response<CreateAclsResponse>, Status> {
+        self.serve_create_acls(r).await
+    }
+
+    async fn describe_acls(&self, r: Request<DescribeAclsRequest>) -> Result<Response<DescribeAclsResponse>, Status> {
+        self.serve_describe_acls(r).await
+    }
+
+    async fn delete_acls(&self, r: Request<DeleteAclsRequest>) -> Result<Response<DeleteAclsResponse>, Status> {
+        self.serve_delete_acls(r).await
     }
 }

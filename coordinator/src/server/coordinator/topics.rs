@@ -21,7 +21,59 @@ use super::request::timeout_of;
 use super::CoordinatorApi;
 use crate::node::{Answer, Hop, Read, RouteError, DELETE_BUDGET};
 use crate::server::convert::{self, part_failure, result_fields, route_status};
-use crate::state_machine::{AlterTopic, CreateTopic, Failure, Op, Outcome};
+use crate::state_machine::topic_settings::{parse_timestamp_type, timestamp_type_name};
+use crate::state_machine::{
+    AlterTopic, AlterTopicV2, CreateTopic, CreateTopicV2, ErrorCode, Failure, Op, Outcome, SettingChange, TopicInfo,
+    TopicSettings,
+};
+
+/// The broker-enforced settings a request's configs set.
+fn settings_of(c: &TopicConfigs) -> Result<TopicSettings, Failure> {
+    Ok(TopicSettings {
+        max_message_bytes: c.max_message_bytes,
+        timestamp_type: c.message_timestamp_type.as_deref().map(parse_timestamp_type).transpose()?,
+        timestamp_before_max_ms: c.message_timestamp_before_max_ms,
+        timestamp_after_max_ms: c.message_timestamp_after_max_ms,
+    })
+}
+
+/// The setting changes of an alteration: those its configs set, then those it resets.
+fn changes_of(c: &TopicConfigs, reset: &[String]) -> Result<Vec<SettingChange>, Failure> {
+    let set = settings_of(c)?;
+    let mut changes: Vec<SettingChange> = set
+        .as_changes()
+        .into_iter()
+        .zip([
+            set.max_message_bytes.is_some(),
+            set.timestamp_type.is_some(),
+            set.timestamp_before_max_ms.is_some(),
+            set.timestamp_after_max_ms.is_some(),
+        ])
+        .filter_map(|(c, given)| given.then_some(c))
+        .collect();
+    for name in reset {
+        let Some(r) = SettingChange::reset(name) else {
+            return Err(Failure::new(ErrorCode::InvalidConfig, format!("{name:?} is not a setting that can be reset")));
+        };
+        if changes.iter().any(|c| c.name() == r.name()) {
+            return Err(Failure::new(ErrorCode::InvalidConfig, format!("{name} is both set and reset")));
+        }
+        changes.push(r);
+    }
+    Ok(changes)
+}
+
+/// A topic's configs as ListTopics shows them.
+fn configs_of(t: &TopicInfo) -> TopicConfigs {
+    TopicConfigs {
+        retention_ms: Some(t.retention_ms),
+        retention_bytes: Some(t.retention_bytes),
+        max_message_bytes: t.settings.max_message_bytes,
+        message_timestamp_type: t.settings.timestamp_type.map(|t| timestamp_type_name(t).to_string()),
+        message_timestamp_before_max_ms: t.settings.timestamp_before_max_ms,
+        message_timestamp_after_max_ms: t.settings.timestamp_after_max_ms,
+    }
+}
 
 impl CoordinatorApi {
     /// Runs a topic-level operation: on metadata partition 0 (the catalog's authority) first, then
@@ -78,21 +130,24 @@ impl CoordinatorApi {
     ) -> Result<Response<CreatePartitionsResponse>, Status> {
         let req = request.into_inner();
         let timeout = timeout_of(req.timeout_ms);
-        let items: Vec<Result<CreateTopic, Failure>> = req
+        let items: Vec<Result<CreateTopicV2, Failure>> = req
             .topics
             .iter()
             .map(|t| {
-                let configs = t.configs.unwrap_or_default();
-                Ok(CreateTopic {
-                    topic_id: convert::topic_id(&t.topic_id)?,
-                    name: t.name.clone(),
-                    num_partitions: t.num_partitions,
-                    retention_ms: configs.retention_ms,
-                    retention_bytes: configs.retention_bytes,
+                let configs = t.configs.clone().unwrap_or_default();
+                Ok(CreateTopicV2 {
+                    topic: CreateTopic {
+                        topic_id: convert::topic_id(&t.topic_id)?,
+                        name: t.name.clone(),
+                        num_partitions: t.num_partitions,
+                        retention_ms: configs.retention_ms,
+                        retention_bytes: configs.retention_bytes,
+                    },
+                    settings: settings_of(&configs)?,
                 })
             })
             .collect();
-        let results = self.topic_op(items, timeout, Op::CreatePartitions).await;
+        let results = self.topic_op(items, timeout, Op::CreatePartitionsV2).await;
         let topics = req
             .topics
             .iter()
@@ -137,19 +192,22 @@ impl CoordinatorApi {
     ) -> Result<Response<AlterTopicConfigsResponse>, Status> {
         let req = request.into_inner();
         let timeout = timeout_of(req.timeout_ms);
-        let items: Vec<Result<AlterTopic, Failure>> = req
+        let items: Vec<Result<AlterTopicV2, Failure>> = req
             .topics
             .iter()
             .map(|t| {
-                let c = t.configs.unwrap_or_default();
-                Ok(AlterTopic {
-                    topic_id: convert::topic_id(&t.topic_id)?,
-                    retention_ms: c.retention_ms,
-                    retention_bytes: c.retention_bytes,
+                let c = t.configs.clone().unwrap_or_default();
+                Ok(AlterTopicV2 {
+                    topic: AlterTopic {
+                        topic_id: convert::topic_id(&t.topic_id)?,
+                        retention_ms: c.retention_ms,
+                        retention_bytes: c.retention_bytes,
+                    },
+                    settings: changes_of(&c, &t.reset_configs)?,
                 })
             })
             .collect();
-        let results = self.topic_op(items, timeout, Op::AlterTopicConfigs).await;
+        let results = self.topic_op(items, timeout, Op::AlterTopicConfigsV2).await;
         let topics = req
             .topics
             .iter()
@@ -184,12 +242,9 @@ impl CoordinatorApi {
             .filter(|t| names.is_empty() || names.contains(&t.name))
             .map(|t| list_topics_response::Topic {
                 topic_id: t.topic_id.as_bytes().to_vec(),
+                configs: Some(configs_of(&t)),
                 name: t.name,
                 num_partitions: t.num_partitions,
-                configs: Some(TopicConfigs {
-                    retention_ms: Some(t.retention_ms),
-                    retention_bytes: Some(t.retention_bytes),
-                }),
             })
             .collect();
         Ok(Response::new(ListTopicsResponse { topics }))
