@@ -8,7 +8,8 @@
 //! and the orphans it never knew. `groups` coordinates consumer groups (members in memory,
 //! generations and committed offsets in the cluster); `registry` is this broker in the cluster's
 //! broker registry; `producer_ids` hands out idempotent producers' ids. `kafka` is the Kafka
-//! protocol listener, `service` the broker's own gRPC API; `shim` wires the parts below the
+//! protocol listener (`authz` decides which of its requests a principal may make, from the ACLs the
+//! cluster keeps), `service` the broker's own gRPC API; `shim` wires the parts below the
 //! listeners together (the listeners start over it), `config` composes the modules' settings. `metrics` (Prometheus) is bumped along the way and served on
 //! `metrics_addr`.
 //!
@@ -16,6 +17,7 @@
 //! cluster (`cluster::ClusterClient`), a consumer group's coordinator (`groups::GroupCoordinator`),
 //! and, when transactions come, the transaction coordinator.
 
+pub mod authz;
 pub mod cleanup;
 pub mod cli;
 pub mod cluster;

@@ -53,7 +53,11 @@ impl BrokerService for BrokerApi {
                 topic_id: id.as_bytes().to_vec(),
                 name: r.name.clone(),
                 num_partitions: r.partitions,
-                configs: Some(c::TopicConfigs { retention_ms: r.retention_ms, retention_bytes: r.retention_bytes }),
+                configs: Some(c::TopicConfigs {
+                    retention_ms: r.retention_ms,
+                    retention_bytes: r.retention_bytes,
+                    ..Default::default()
+                }),
             }],
             timeout_ms: 30_000,
         };

@@ -9,7 +9,8 @@
 #   deploy/local/run.sh --tls      # mutual TLS: a CA and certificates in $DATA/certs (coordctl
 #                                  # certs), peer listeners on 127.0.0.1:7101-7103, roles; the
 #                                  # broker also gets a SASL_SSL Kafka listener on :9094 (SCRAM
-#                                  # user "demo", password $KAFKA_PASSWORD, default demo-secret)
+#                                  # user "demo", password $KAFKA_PASSWORD, default demo-secret),
+#                                  # and authorizes by ACLs, "demo" its super user
 #
 # Ctrl-C stops the nodes (SIGTERM: clean shutdown). Running it again restarts the same cluster
 # from its data (bootstrapping is idempotent). Logs: $DATA/node-N.log.
@@ -132,6 +133,11 @@ key = "$CERTS/kafka.key"
 
 [kafka.sasl]
 credentials = "$DATA/kafka-users.toml"
+
+# Authorization by ACLs (docs/security.md): the SCRAM user is the super user; others, and the
+# PLAINTEXT listener's User:ANONYMOUS, may do what ACLs grant them.
+[kafka.authorizer]
+super_users = ["User:demo"]
 TOML
 fi
 "$BIN/diskless-broker" --config "$DATA/broker.toml" >>"$DATA/broker.log" 2>&1 &
@@ -145,7 +151,9 @@ Broker shim running: Kafka protocol on 127.0.0.1:$KAFKA_PORT, its own gRPC API o
   metrics:   curl -s 127.0.0.1:$METRICS_PORT/metrics (nodes :$METRICS_PORT-$((METRICS_PORT + 2)), broker :$((METRICS_PORT + 8)))
   kcat:      kcat -b 127.0.0.1:$KAFKA_PORT -L
 $([ "$TLS" = 1 ] && echo "  SASL_SSL:  kcat -b 127.0.0.1:$KAFKA_SASL_PORT -X security.protocol=SASL_SSL -X sasl.mechanisms=SCRAM-SHA-256 \\
-               -X sasl.username=demo -X sasl.password=$KAFKA_PASSWORD -X ssl.ca.location=$CERTS/ca.pem -L")
+               -X sasl.username=demo -X sasl.password=$KAFKA_PASSWORD -X ssl.ca.location=$CERTS/ca.pem -L
+  ACLs:      demo is the super user; other users and the PLAINTEXT listener's User:ANONYMOUS get what
+             ACLs grant (docs/security.md#authorization-acls)")
   demo:      $BIN/diskless-demo create --topic demo --partitions 4
              $BIN/diskless-demo produce --topic demo --partitions 4 --messages 1000
              $BIN/diskless-demo consume --topic demo --partition 0

@@ -60,6 +60,11 @@ pub enum ErrorCode {
     UnsupportedSaslMechanism = 33,
     IllegalSaslState = 34,
     SaslAuthenticationFailed = 58,
+    // Authorization on the broker's Kafka listeners (issue 25).
+    TopicAuthorizationFailed = 29,
+    GroupAuthorizationFailed = 30,
+    ClusterAuthorizationFailed = 31,
+    SecurityDisabled = 54,
     // The broker registry (issue 15).
     StaleBrokerEpoch = 77,
     DuplicateBrokerRegistration = 101,
@@ -67,7 +72,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code above, for exhaustive tests and lookups.
-    pub const ALL: [ErrorCode; 47] = [
+    pub const ALL: [ErrorCode; 51] = [
         ErrorCode::None,
         ErrorCode::UnknownServerError,
         ErrorCode::OffsetOutOfRange,
@@ -113,6 +118,10 @@ impl ErrorCode {
         ErrorCode::UnsupportedSaslMechanism,
         ErrorCode::IllegalSaslState,
         ErrorCode::SaslAuthenticationFailed,
+        ErrorCode::TopicAuthorizationFailed,
+        ErrorCode::GroupAuthorizationFailed,
+        ErrorCode::ClusterAuthorizationFailed,
+        ErrorCode::SecurityDisabled,
         ErrorCode::StaleBrokerEpoch,
         ErrorCode::DuplicateBrokerRegistration,
     ];
@@ -186,6 +195,10 @@ impl ErrorCode {
             ErrorCode::UnsupportedSaslMechanism => "UNSUPPORTED_SASL_MECHANISM",
             ErrorCode::IllegalSaslState => "ILLEGAL_SASL_STATE",
             ErrorCode::SaslAuthenticationFailed => "SASL_AUTHENTICATION_FAILED",
+            ErrorCode::TopicAuthorizationFailed => "TOPIC_AUTHORIZATION_FAILED",
+            ErrorCode::GroupAuthorizationFailed => "GROUP_AUTHORIZATION_FAILED",
+            ErrorCode::ClusterAuthorizationFailed => "CLUSTER_AUTHORIZATION_FAILED",
+            ErrorCode::SecurityDisabled => "SECURITY_DISABLED",
             ErrorCode::StaleBrokerEpoch => "STALE_BROKER_EPOCH",
             ErrorCode::DuplicateBrokerRegistration => "DUPLICATE_BROKER_REGISTRATION",
         }

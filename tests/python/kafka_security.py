@@ -2,7 +2,8 @@
 """Kafka clients over the broker's secured listeners: confluent-kafka (librdkafka) and kafka-python
 each produce and consume over SSL, over SASL_SSL with SCRAM-SHA-256, SCRAM-SHA-512 and PLAIN, and
 kafka-python over SASL_PLAINTEXT with PLAIN; a wrong password and an unknown user are refused with
-SASL_AUTHENTICATION_FAILED (the broker's message, error code 58), and nothing is readable then.
+SASL_AUTHENTICATION_FAILED (the broker's message, error code 58), and nothing is readable then;
+without an authorizer the ACL APIs answer SECURITY_DISABLED.
 
 Usage: kafka_security.py SSL_ADDR SASL_SSL_ADDR SASL_PLAINTEXT_ADDR CA_PEM USER PASSWORD
 Exits non-zero with a message on the first failed check.
@@ -177,5 +178,18 @@ kp_round_trip("kp-scram256", kp_conf(SASL_SSL, "SASL_SSL", "SCRAM-SHA-256"))
 kp_round_trip("kp-scram512", kp_conf(SASL_SSL, "SASL_SSL", "SCRAM-SHA-512"))
 kp_round_trip("kp-plain", kp_conf(SASL_PLAIN, "SASL_PLAINTEXT", "PLAIN"))
 kp_refused("wrong SCRAM-SHA-256 password", kp_conf(SASL_SSL, "SASL_SSL", "SCRAM-SHA-256", password="not-" + PASSWORD))
+
+# Without [kafka.authorizer] the ACL APIs answer SECURITY_DISABLED, as a Kafka broker without an
+# authorizer does (kafka-python: librdkafka drops DescribeAcls' error code).
+from kafka.admin import ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType, ResourcePatternFilter
+from kafka.admin import ResourceType as KResourceType
+
+any_acl = ACLFilter(principal=None, host="*", operation=ACLOperation.ANY, permission_type=ACLPermissionType.ANY,
+                    resource_pattern=ResourcePatternFilter(KResourceType.ANY, None, ACLResourcePatternType.ANY))
+try:
+    KafkaAdminClient(request_timeout_ms=8000, **kp_conf(SASL_SSL, "SASL_SSL", "SCRAM-SHA-256")).describe_acls(any_acl)
+    check(False, "DescribeAcls without an authorizer is refused")
+except Errors.SecurityDisabledError as e:
+    check(True, f"DescribeAcls without an authorizer: SECURITY_DISABLED ({e})")
 
 print("ALL SECURITY CHECKS PASSED", flush=True)

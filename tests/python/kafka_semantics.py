@@ -10,6 +10,9 @@ kafka-python, aiokafka) against a diskless broker:
   init_transactions and a KIP-848 (group.protocol=consumer) consumer (FIGURE lines: seconds to
   the error).
 
+- Topic configs: DescribeConfigs (values, sources, synonyms, read-only), IncrementalAlterConfigs
+  (SET, DELETE, validate_only, Kafka's refusals), AlterConfigs (kafka-python: the whole set), the
+  broker's own configs.
 - CreatePartitions over the Kafka protocol (confluent-kafka and kafka-python): validate_only
   changes nothing, Kafka's refusals (the same count, fewer, a wrong number of assignments), and
   new partitions produced to through one broker and read through the other at once.
@@ -162,7 +165,8 @@ check(create_partitions(admin, 2) == "INVALID_PARTITIONS", "CreatePartitions to 
 check(create_partitions(admin, 1) == "INVALID_PARTITIONS", "CreatePartitions to fewer is INVALID_PARTITIONS")
 # Warm broker B's catalog with the old count, then grow the topic through A.
 check(partitions_of(admin_b, "grow") == 2, "broker B sees 2 partitions")
-check(create_partitions(admin, 5) is None, "CreatePartitions 2 -> 5")
+grown = create_partitions(admin, 5)
+check(grown is None, f"CreatePartitions 2 -> 5 ({grown})")
 check(partitions_of(admin_b, "grow") == 5 and partitions_of(admin, "grow") == 5, "both brokers list 5 partitions at once")
 pr = Producer({"bootstrap.servers": BROKER_B, "linger.ms": 0})
 delivered = []
@@ -192,6 +196,159 @@ check(refused == "InvalidReplicationAssignmentError", f"CreatePartitions with to
 ka.create_partitions({"grow": KNewPartitions(total_count=7)})
 ka.close()
 check(partitions_of(admin, "grow") == 7, "kafka-python's create_partitions 5 -> 7")
+
+# ------------------------------------------------------------------ topic configs
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType
+
+TOPIC = ConfigResource(ResourceType.TOPIC, "configured")
+fs = admin.create_topics([NewTopic("configured", num_partitions=1, replication_factor=1,
+                                   config={"diskless.enable": "true", "retention.ms": "3600000"})])
+list(fs.values())[0].result(timeout=30)
+
+
+def source(e):
+    return int(getattr(e.source, "value", e.source))
+
+
+def described(a=admin):
+    return list(a.describe_configs([ConfigResource(ResourceType.TOPIC, "configured")]).values())[0].result(timeout=30)
+
+
+def alter(entries, validate_only=False):
+    r = ConfigResource(ResourceType.TOPIC, "configured", incremental_configs=[
+        ConfigEntry(n, v, incremental_operation=op) for n, v, op in entries])
+    try:
+        list(admin.incremental_alter_configs([r], validate_only=validate_only).values())[0].result(timeout=30)
+        return None
+    except KafkaException as e:
+        return e.args[0].name()
+
+
+d = described()
+check(d["retention.ms"].value == "3600000" and source(d["retention.ms"]) == ConfigSource.DYNAMIC_TOPIC_CONFIG.value,
+      f"DescribeConfigs shows the retention.ms CreateTopics set, as a topic config ({d['retention.ms']})")
+check(d["retention.bytes"].value == "-1" and source(d["retention.bytes"]) == ConfigSource.DEFAULT_CONFIG.value, "retention.bytes is Kafka's default")
+check(d["cleanup.policy"].value == "delete" and d["diskless.enable"].value == "true" and d["diskless.enable"].is_read_only,
+      "cleanup.policy delete; diskless.enable true, read-only")
+check(d["max.message.bytes"].value == "1048588" and not d["max.message.bytes"].is_read_only
+      and source(d["max.message.bytes"]) == ConfigSource.DEFAULT_CONFIG.value, "max.message.bytes: the broker's default, alterable")
+syn = list(described()["retention.ms"].synonyms)
+check(syn == ["retention.ms", "log.retention.ms"], f"synonyms of retention.ms ({syn})")
+SET, DELETE = AlterConfigOpType.SET, AlterConfigOpType.DELETE
+check(alter([("retention.bytes", "1048576", SET)], validate_only=True) is None and described()["retention.bytes"].value == "-1",
+      "IncrementalAlterConfigs validate_only changes nothing")
+check(alter([("retention.bytes", "1048576", SET)]) is None and described()["retention.bytes"].value == "1048576",
+      "IncrementalAlterConfigs SET retention.bytes")
+for entries, what in [([("cleanup.policy", "compact", SET)], "cleanup.policy=compact"),
+                      ([("segment.bytes", "1000", SET)], "a Kafka config diskless topics do not honour"),
+                      ([("retention.ms", "-5", SET)], "retention.ms below -1"),
+                      ([("retention.ms", "soon", SET)], "retention.ms not a number"),
+                      ([("diskless.enable", "false", SET)], "diskless.enable"),
+                      ([("max.message.bytes", "-1", SET)], "max.message.bytes below 0"),
+                      ([("max.message.bytes", str(2**31 - 1), SET)], "max.message.bytes above what a WAL segment holds"),
+                      ([("message.timestamp.type", "logappendtime", SET)], "a timestamp type Kafka does not name"),
+                      ([("message.timestamp.before.max.ms", "-1", SET)], "message.timestamp.before.max.ms below 0"),
+                      ([("no.such.config", "1", SET)], "an unknown config")]:
+    check(alter(entries) == "INVALID_CONFIG", f"IncrementalAlterConfigs refuses {what} with INVALID_CONFIG")
+check(described()["retention.bytes"].value == "1048576", "a refused alteration changed nothing")
+check(alter([("retention.ms", None, DELETE)]) is None and described()["retention.ms"].value == "604800000"
+      and source(described()["retention.ms"]) == ConfigSource.DEFAULT_CONFIG.value, "DELETE retention.ms: back to the default")
+check(described(admin_b)["retention.bytes"].value == "1048576", "the other broker describes the same configs")
+
+from kafka.admin import ConfigResource as KConfigResource
+from kafka.admin import ConfigResourceType as KType
+
+ka = KafkaAdminClient(bootstrap_servers=BROKER)
+resp = ka.alter_configs([KConfigResource(KType.TOPIC, "configured", configs={"retention.ms": "7200000"})], incremental=False)
+d = described()
+check(d["retention.ms"].value == "7200000" and d["retention.bytes"].value == "1048576",
+      f"kafka-python AlterConfigs (the legacy whole-set form: the client sends the other dynamic configs back) "
+      f"({d['retention.ms'].value}, {d['retention.bytes'].value}; {resp})")
+r = ka.describe_configs([KConfigResource(KType.TOPIC, "configured")])
+check("7200000" in repr(r), "kafka-python describe_configs sees retention.ms")
+ka.close()
+md = admin.list_topics(timeout=30)
+for b in md.brokers.values():
+    bc = list(admin.describe_configs([ConfigResource(ResourceType.BROKER, str(b.id))]).values())[0].result(timeout=30)
+    check(bc["broker.id"].value == str(b.id) and bc["message.max.bytes"].value == "1048588", f"broker {b.id} describes itself")
+
+# ------------------------------------------------------------------ settings the brokers enforce
+# max.message.bytes and the timestamp settings are kept by the coordinator cluster and enforced by
+# every broker: the topics have PARTS partitions, led by both brokers.
+from confluent_kafka import KafkaError, TIMESTAMP_LOG_APPEND_TIME
+
+
+PARTS = 6
+
+
+def create_with(name, config):
+    fs = admin.create_topics([NewTopic(name, num_partitions=PARTS, replication_factor=1, config={"diskless.enable": "true", **config})])
+    list(fs.values())[0].result(timeout=30)
+
+
+def produce_errors(topic, size, timestamp=None):
+    """The delivery error codes (None: delivered) of one record of `size` bytes to each partition."""
+    out = []
+    pr = Producer({"bootstrap.servers": BROKER, "linger.ms": 0, "retries": 0, "message.timeout.ms": 20000})
+    for p in range(PARTS):
+        kw = {"timestamp": timestamp} if timestamp is not None else {}
+        pr.produce(topic, value=b"x" * size, partition=p, on_delivery=lambda e, m: out.append(e and e.code()), **kw)
+    pr.flush(30)
+    return sorted(out, key=str)
+
+
+def leaders(topic):
+    return {p.leader for p in admin.list_topics(topic, timeout=30).topics[topic].partitions.values()}
+
+
+create_with("limited", {"max.message.bytes": "2000"})
+check(len(leaders("limited")) == 2, f"the partitions of 'limited' are led by two brokers ({leaders('limited')})")
+d = list(admin.describe_configs([ConfigResource(ResourceType.TOPIC, "limited")]).values())[0].result(timeout=30)
+check(d["max.message.bytes"].value == "2000" and source(d["max.message.bytes"]) == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+      and list(d["max.message.bytes"].synonyms) == ["max.message.bytes", "message.max.bytes"],
+      f"CreateTopics keeps max.message.bytes as a topic config, message.max.bytes its synonym ({d['max.message.bytes']})")
+errs = produce_errors("limited", 5000)
+check(errs == [KafkaError.MSG_SIZE_TOO_LARGE] * PARTS, f"both brokers refuse a 5000-byte batch with MESSAGE_TOO_LARGE ({errs})")
+check(produce_errors("limited", 500) == [None] * PARTS, "a 500-byte record is stored")
+r = ConfigResource(ResourceType.TOPIC, "limited", incremental_configs=[
+    ConfigEntry("max.message.bytes", None, incremental_operation=DELETE)])
+list(admin.incremental_alter_configs([r]).values())[0].result(timeout=30)
+# Each broker reads the catalog again within 5 s (CATALOG_MAX_AGE).
+start = time.monotonic()
+while (errs := produce_errors("limited", 5000)) != [None] * PARTS and time.monotonic() - start < 20:
+    time.sleep(0.5)
+took = time.monotonic() - start
+print(f"FIGURE max.message.bytes deleted: both brokers take the larger batch {took:.1f} s after the change", flush=True)
+check(errs == [None] * PARTS, f"after DELETE max.message.bytes both brokers take 5000 bytes again, "
+      f"{time.monotonic() - start:.1f} s after the change ({errs})")
+
+create_with("stamped", {"message.timestamp.type": "LogAppendTime"})
+before = int(time.time() * 1000)
+check(produce_errors("stamped", 10, timestamp=1000) == [None] * PARTS, "a LogAppendTime topic takes a record with an old CreateTime")
+c = Consumer({"bootstrap.servers": BROKER, "group.id": "stamped-reader", "enable.auto.commit": False})
+c.assign([TP("stamped", p, 0) for p in range(PARTS)])
+got = []
+deadline = time.monotonic() + 30
+while len(got) < PARTS and time.monotonic() < deadline:
+    m = c.poll(1.0)
+    if m is not None and m.error() is None:
+        got.append(m.timestamp())
+c.close()
+check(len(got) == PARTS and all(kind == TIMESTAMP_LOG_APPEND_TIME and ts >= before for kind, ts in got),
+      f"records of a LogAppendTime topic carry the brokers' append time, not the producer's ({got})")
+
+create_with("bounded", {"message.timestamp.before.max.ms": "60000", "message.timestamp.after.max.ms": "60000"})
+now = int(time.time() * 1000)
+for ts, what in [(now - 3_600_000, "an hour old"), (now + 3_600_000, "an hour ahead")]:
+    errs = produce_errors("bounded", 10, timestamp=ts)
+    check(errs == [KafkaError.INVALID_TIMESTAMP] * PARTS, f"both brokers refuse a CreateTime {what} with INVALID_TIMESTAMP ({errs})")
+check(produce_errors("bounded", 10, timestamp=now) == [None] * PARTS, "a CreateTime of now is stored")
+
+ka = KafkaAdminClient(bootstrap_servers=BROKER_B)
+r = ka.describe_configs([KConfigResource(KType.TOPIC, "bounded")])
+check("60000" in repr(r) and "message.timestamp.before.max.ms" in repr(r),
+      "kafka-python describe_configs through the other broker sees the timestamp bounds")
+ka.close()
 
 # ------------------------------------------------------------------ fail fast for what is not built
 # A client must report the refusal at once, not retry until its own timeout.

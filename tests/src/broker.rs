@@ -93,6 +93,11 @@ impl Default for BrokerOptions {
 pub const AUTO_BROKER_ID: i32 = -1;
 static NEXT_BROKER_ID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(1);
 
+/// The broker binary (`broker-node`, beside the node binary cargo built).
+pub fn broker_binary() -> PathBuf {
+    node_binary().with_file_name("broker-node")
+}
+
 /// A broker shim process.
 pub struct BrokerProc {
     pub addr: String,
@@ -169,8 +174,7 @@ impl BrokerProc {
     pub fn spawn(&mut self) {
         self.kill();
         let out = File::options().create(true).append(true).open(&self.log).expect("open broker log");
-        let exe = node_binary().with_file_name("broker-node");
-        let child = Command::new(exe)
+        let child = Command::new(broker_binary())
             .arg("--config")
             .arg(&self.config)
             .env("RUST_LOG", std::env::var("DISKLESS_BROKER_LOG").unwrap_or_else(|_| "info".into()))

@@ -12,10 +12,12 @@
 //!   pass on so the broker reads its own writes from any replica.
 //! - `offsets`: a partition's ListOffsets (a strict read of its leader) and DeleteRecords.
 //! - `fencing`: FenceObjects, what the cluster knows of an object before it is deleted.
+//! - `acls`: the ACL bindings the cluster keeps (create, describe, delete).
 //!
 //! It decides nothing about Kafka semantics (the callers turn answers into Kafka errors) and keeps
 //! no state that must survive the broker.
 
+mod acls;
 mod applied;
 mod catalog;
 mod commit;
@@ -34,7 +36,8 @@ use diskless_proto::admin::StatusRequest;
 use diskless_proto::v1::coordinator_service_client::CoordinatorServiceClient;
 use tonic::transport::Channel;
 
-pub use catalog::TopicMeta;
+pub use acls::match_any;
+pub use catalog::{TopicMeta, CATALOG_MAX_AGE, DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_MS};
 pub use commit::MIN_COMMIT_WINDOW;
 pub use fencing::Fence;
 
@@ -48,7 +51,7 @@ pub struct ClusterClient {
     /// The node requests to "any node" go to (`failover`).
     current: AtomicUsize,
     /// The topic catalog cache (`catalog`).
-    topics: Mutex<HashMap<String, TopicMeta>>,
+    topics: Mutex<catalog::Catalog>,
     /// Per metadata partition, the highest index this broker's commits were applied at (`applied`).
     applied: Mutex<HashMap<u32, u64>>,
     num_metadata_partitions: u32,
@@ -111,7 +114,7 @@ impl ClusterClient {
         let c = ClusterClient {
             channels,
             current: AtomicUsize::new(0),
-            topics: Mutex::new(HashMap::new()),
+            topics: Mutex::new(catalog::Catalog::default()),
             applied: Mutex::new(HashMap::new()),
             num_metadata_partitions,
             leaders: Mutex::new(vec![None; num_metadata_partitions as usize]),

@@ -1,11 +1,13 @@
 //! `[kafka]`: the Kafka listeners' settings, as Kafka brokers have them: the `listen` listener and
 //! more in `[[kafka.listeners]]`, each with its own address, advertised address and security
 //! protocol, plus the limits of a connection. Parsing and validation only; the security settings
-//! (`[kafka.tls]`, `[kafka.sasl]`) are `security::config`'s.
+//! (`[kafka.tls]`, `[kafka.sasl]`) are `security::config`'s, the authorizer's (`[kafka.authorizer]`)
+//! `crate::authz::config`'s.
 
 use serde::{Deserialize, Serialize};
 
 use super::security::config::{self as security, KafkaTlsConfig, SaslConfig, SecurityProtocol};
+use crate::authz::AuthorizerConfig;
 
 /// The Kafka listener: what clients connect to, and how this broker describes itself.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -41,6 +43,9 @@ pub struct KafkaConfig {
     /// SASL mechanisms and credentials of the SASL_PLAINTEXT and SASL_SSL listeners (`[kafka.sasl]`).
     #[serde(default)]
     pub sasl: Option<SaslConfig>,
+    /// Authorization by ACLs (`[kafka.authorizer]`); without it every client may do everything.
+    #[serde(default)]
+    pub authorizer: Option<AuthorizerConfig>,
 }
 
 /// One more Kafka listener (`[[kafka.listeners]]`): its own address, advertised address (what
@@ -90,6 +95,9 @@ impl KafkaConfig {
         for l in &self.all_listeners() {
             anyhow::ensure!(seen.insert(l.listen.clone()), "two Kafka listeners on {}", l.listen);
             security::check_listener(&l.listen, l.security_protocol, self.tls.as_ref(), self.sasl.as_ref())?;
+        }
+        if let Some(a) = &self.authorizer {
+            a.validate()?;
         }
         security::check_settings(self.tls.as_ref(), self.sasl.as_ref())
     }

@@ -18,6 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use super::listener::Listener;
 use super::response::Reply;
+use super::session::Session;
 use super::{dispatch, frame};
 
 impl Listener {
@@ -54,10 +55,18 @@ impl Listener {
     /// ApiVersions from the same table as the listener), then requests.
     async fn accept(self: Arc<Self>, stream: TcpStream) -> anyhow::Result<()> {
         stream.set_nodelay(true)?;
+        let peer = stream.peer_addr()?.ip();
         let security = self.security.clone();
-        security.secure(stream, dispatch::api_versions, |stream, _principal| self.connection(stream)).await
+        security
+            .secure(stream, dispatch::api_versions, |stream, principal| {
+                let session = Arc::new(Session::new(self, &principal, peer));
+                session.connection(stream)
+            })
+            .await
     }
+}
 
+impl Session {
     async fn connection<S: AsyncRead + AsyncWrite + Send + 'static>(self: Arc<Self>, stream: S) -> anyhow::Result<()> {
         let (mut rd, mut wr) = tokio::io::split(stream);
         let limit = self.config.max_in_flight_per_connection.max(1);

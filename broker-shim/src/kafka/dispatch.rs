@@ -15,10 +15,10 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Message, VersionRange};
 
 use super::frame::{Malformed, Reason};
-use super::listener::Listener;
 use super::response::{encode, ready, Pending, Reply};
 use super::security::sasl;
-use super::{fetch, groups, metadata, offsets, produce, producer_ids, topics};
+use super::session::Session;
+use super::{acls, configs, fetch, groups, metadata, offsets, produce, producer_ids, topics};
 
 /// How a request is started.
 #[derive(Clone, Copy)]
@@ -28,10 +28,10 @@ pub(super) enum Start {
     /// over or on a listener without SASL (`security::sasl` answers them before).
     Any(fn(&RequestHeader) -> Reply),
     /// Decoded now; answered by the future.
-    Later(fn(Arc<Listener>, RequestHeader, Bytes) -> anyhow::Result<Pending>),
+    Later(fn(Arc<Session>, RequestHeader, Bytes) -> anyhow::Result<Pending>),
     /// Started in request order before the next request is read: Produce enqueues its batches,
     /// so a pipelining producer keeps its order.
-    InOrder(fn(Arc<Listener>, RequestHeader, Bytes) -> BoxFuture<'static, anyhow::Result<Pending>>),
+    InOrder(fn(Arc<Session>, RequestHeader, Bytes) -> BoxFuture<'static, anyhow::Result<Pending>>),
 }
 
 /// One API of the table.
@@ -55,7 +55,7 @@ pub(super) fn decode<R: Decodable>(api: ApiKey, header: &RequestHeader, body: &m
     R::decode(body, v).map_err(|e| Malformed::body(api, v, e).into())
 }
 
-/// A row whose request `$req` is answered later by `$handle(&Listener, &RequestHeader, $req)`.
+/// A row whose request `$req` is answered later by `$handle(&Session, &RequestHeader, $req)`.
 macro_rules! later {
     ($key:ident, $req:ty, $versions:expr, $handle:path, $differs:expr) => {
         Api {
@@ -72,7 +72,7 @@ macro_rules! later {
 
 /// Every API this broker answers. Produce and Fetch stop at 12, OffsetCommit and OffsetFetch at
 /// 9 (later versions name topics by id only), Metadata at 12, DescribeGroups at 5.
-pub(super) static APIS: [Api; 24] = [
+pub(super) static APIS: [Api; 30] = [
     Api {
         key: ApiKey::ApiVersions,
         versions: ApiVersionsRequest::VERSIONS,
@@ -93,7 +93,7 @@ pub(super) static APIS: [Api; 24] = [
     },
     later!(Fetch, FetchRequest, cap(FetchRequest::VERSIONS, 12), fetch::fetch, "v13+ (topic ids only) not spoken; a fetch that must wait polls the coordinator cluster every 25 ms (issue 26); no fetch sessions (KIP-227: every fetch is a full one)"),
     later!(ListOffsets, ListOffsetsRequest, ListOffsetsRequest::VERSIONS, offsets::list_offsets, "leader epoch 0; `read_committed` answers the high watermark (no transactions)"),
-    later!(CreateTopics, CreateTopicsRequest, CreateTopicsRequest::VERSIONS, topics::create_topics, "diskless topics only (`diskless.enable=true`); configs honoured: `retention.ms`, `retention.bytes`"),
+    later!(CreateTopics, CreateTopicsRequest, CreateTopicsRequest::VERSIONS, topics::create_topics, "diskless topics only (`diskless.enable=true`); configs kept: `retention.ms`, `retention.bytes`, `max.message.bytes`, `message.timestamp.type`, `message.timestamp.before.max.ms`, `message.timestamp.after.max.ms`; `cleanup.policy=compact` refused; Kafka's other configs ignored"),
     later!(
         CreatePartitions,
         CreatePartitionsRequest,
@@ -102,16 +102,36 @@ pub(super) static APIS: [Api; 24] = [
         "manual assignments are checked for their count only: a diskless partition has no replicas to place"
     ),
     later!(DeleteTopics, DeleteTopicsRequest, DeleteTopicsRequest::VERSIONS, topics::delete_topics, ""),
+    later!(
+        DescribeConfigs,
+        DescribeConfigsRequest,
+        DescribeConfigsRequest::VERSIONS,
+        configs::describe_configs,
+        "topics: the configs diskless topics honour (retention, `max.message.bytes` and the timestamp settings, alterable; `cleanup.policy` delete; `diskless.enable`, read-only); brokers: this broker's id and `message.max.bytes`"
+    ),
+    later!(
+        AlterConfigs,
+        AlterConfigsRequest,
+        AlterConfigsRequest::VERSIONS,
+        configs::alter_configs,
+        "topics only; retention, `max.message.bytes` and the timestamp settings (others refused with INVALID_CONFIG naming them); a setting a broker enforces reaches every broker within 5 s"
+    ),
+    later!(
+        IncrementalAlterConfigs,
+        IncrementalAlterConfigsRequest,
+        IncrementalAlterConfigsRequest::VERSIONS,
+        configs::incremental_alter_configs,
+        "topics only; SET and DELETE of retention, `max.message.bytes` and the timestamp settings (others refused with INVALID_CONFIG naming them); a setting a broker enforces reaches every broker within 5 s"
+    ),
     later!(DeleteRecords, DeleteRecordsRequest, DeleteRecordsRequest::VERSIONS, offsets::delete_records, ""),
     later!(InitProducerId, InitProducerIdRequest, InitProducerIdRequest::VERSIONS, producer_ids::init_producer_id, "idempotence only: a transactional id is refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)"),
     Api {
         key: ApiKey::FindCoordinator,
         versions: FindCoordinatorRequest::VERSIONS,
         differs: "consumer groups only: a transactional id is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients report at once (transactions: issue 27)",
-        // Answered from the live brokers as they are when the request is read.
         start: Start::Later(|l, header, mut body| {
             let req = decode::<FindCoordinatorRequest>(ApiKey::FindCoordinator, &header, &mut body)?;
-            Ok(ready(groups::find_coordinator(&l, &header, req)))
+            Ok(Box::pin(async move { groups::find_coordinator(&l, &header, req).await }))
         }),
     },
     later!(JoinGroup, JoinGroupRequest, JoinGroupRequest::VERSIONS, groups::join_group, ""),
@@ -124,6 +144,9 @@ pub(super) static APIS: [Api; 24] = [
     later!(DescribeGroups, DescribeGroupsRequest, cap(DescribeGroupsRequest::VERSIONS, 5), groups::describe_groups, "v6 not spoken"),
     later!(DeleteGroups, DeleteGroupsRequest, DeleteGroupsRequest::VERSIONS, groups::delete_groups, ""),
     later!(OffsetDelete, OffsetDeleteRequest, OffsetDeleteRequest::VERSIONS, groups::offset_delete, ""),
+    later!(DescribeAcls, DescribeAclsRequest, DescribeAclsRequest::VERSIONS, acls::describe_acls, "SECURITY_DISABLED unless `[kafka.authorizer]` is set; the bindings are the coordinator cluster's"),
+    later!(CreateAcls, CreateAclsRequest, CreateAclsRequest::VERSIONS, acls::create_acls, "SECURITY_DISABLED unless `[kafka.authorizer]` is set; enforced by this broker at once, by the others within a second"),
+    later!(DeleteAcls, DeleteAclsRequest, DeleteAclsRequest::VERSIONS, acls::delete_acls, "SECURITY_DISABLED unless `[kafka.authorizer]` is set; enforced by this broker at once, by the others within a second"),
     Api {
         key: ApiKey::SaslHandshake,
         versions: sasl::HANDSHAKE_VERSIONS,
@@ -152,12 +175,7 @@ fn api(key: ApiKey) -> Option<&'static Api> {
 }
 
 /// Starts a request: checks its API and version against the table, then runs the API's start.
-pub(super) async fn start(
-    l: Arc<Listener>,
-    key: ApiKey,
-    header: RequestHeader,
-    body: Bytes,
-) -> anyhow::Result<Pending> {
+pub(super) async fn start(l: Arc<Session>, key: ApiKey, header: RequestHeader, body: Bytes) -> anyhow::Result<Pending> {
     let version = header.request_api_version;
     let unsupported = |why: String| Malformed::new(Reason::UnsupportedVersion, why);
     let api = api(key).ok_or_else(|| unsupported(format!("API {key:?} is not served")))?;

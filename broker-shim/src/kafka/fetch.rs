@@ -1,4 +1,4 @@
-//! Fetch: names resolved through the catalog, clients of another rack pointed at a broker of
+//! Fetch: each topic authorized (READ) and its name resolved through the catalog, clients of another rack pointed at a broker of
 //! theirs (KIP-392's preferred read replica), the rest read by the fetcher (`crate::fetch`), polled
 //! until `min_bytes` arrive or `max_wait_ms` passes (at most 30 s). Every partition asked for gets
 //! one answer: an error when the fetcher gave it none. It must not read object storage or the
@@ -10,15 +10,16 @@ use bytes::Bytes;
 use diskless_proto::ErrorCode;
 use kafka_protocol::messages::*;
 
-use super::listener::Listener;
 use super::response::{encode, Reply};
+use super::session::Session;
+use crate::authz::Operation;
 use crate::error::KafkaError;
 use crate::fetch::FetchPartition;
 
 /// The longest a fetch waits for data.
 const MAX_FETCH_WAIT: Duration = Duration::from_secs(30);
 
-pub(super) async fn fetch(l: &Listener, header: &RequestHeader, req: FetchRequest) -> Reply {
+pub(super) async fn fetch(l: &Session, header: &RequestHeader, req: FetchRequest) -> Reply {
     let v = header.request_api_version;
     // Resolve names once; remember unknown ones.
     struct Want {
@@ -27,8 +28,9 @@ pub(super) async fn fetch(l: &Listener, header: &RequestHeader, req: FetchReques
         resolved: Result<FetchPartition, KafkaError>,
     }
     let mut wants = vec![];
+    let access = l.access().await;
     for t in &req.topics {
-        let topic = l.topic(t.topic.as_str()).await;
+        let topic = l.topic(&access, Operation::Read, t.topic.as_str()).await;
         for p in &t.partitions {
             let resolved = topic.clone().and_then(|tm| {
                 l.partition(&tm, p.partition)?;

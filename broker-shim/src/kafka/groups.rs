@@ -6,7 +6,12 @@
 //! is off, so that clients report it at once rather than retry: FindCoordinator for a
 //! transactional id TRANSACTIONAL_ID_AUTHORIZATION_FAILED, ConsumerGroupHeartbeat (KIP-848)
 //! UNSUPPORTED_VERSION (Kafka's `KafkaApis.handleConsumerGroupHeartbeat` with the consumer protocol
-//! disabled). Topic names are mapped to ids here, through the catalog cache.
+//! disabled). Topic names are mapped to ids here, through the catalog cache. Authorized as Kafka's
+//! `KafkaApis`: the classic protocol and OffsetCommit READ on the group, OffsetFetch,
+//! FindCoordinator and DescribeGroups DESCRIBE, DeleteGroups and OffsetDelete DELETE
+//! (GROUP_AUTHORIZATION_FAILED); a topic's offsets READ (commit, delete) or DESCRIBE (fetch) on it
+//! (TOPIC_AUTHORIZATION_FAILED); ListGroups lists every group with DESCRIBE on the cluster, else
+//! the groups the client may DESCRIBE.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -17,6 +22,8 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::listener::Listener;
 use super::response::{encode, text as s, topic_name, Reply};
+use super::session::Session;
+use crate::authz::{Access, Operation, Resource};
 use crate::groups::JoinRequest;
 
 const TIMEOUT_MS: i32 = 15_000;
@@ -29,6 +36,15 @@ fn cluster_code(code: i32) -> ErrorCode {
             ErrorCode::CoordinatorNotAvailable
         }
         c => c,
+    }
+}
+
+/// GROUP_AUTHORIZATION_FAILED unless `access` allows `op` on the group.
+fn may(access: &Access, op: Operation, group_id: &str) -> Result<(), ErrorCode> {
+    if access.allowed(op, Resource::Group, group_id) {
+        Ok(())
+    } else {
+        Err(ErrorCode::GroupAuthorizationFailed)
     }
 }
 
@@ -46,12 +62,16 @@ fn owned(l: &Listener, group_id: &str) -> Result<(), ErrorCode> {
 
 /// Groups: the live broker with the highest rendezvous score for the group id (the same answer
 /// from every broker that sees the same live brokers; `registry`). Transactions are not supported:
-/// COORDINATOR_NOT_AVAILABLE with a message.
-pub(super) fn find_coordinator(l: &Listener, header: &RequestHeader, req: FindCoordinatorRequest) -> Reply {
+/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED with a message. A group the client may not DESCRIBE is
+/// GROUP_AUTHORIZATION_FAILED.
+pub(super) async fn find_coordinator(l: &Session, header: &RequestHeader, req: FindCoordinatorRequest) -> Reply {
     let v = header.request_api_version;
     let why = "transactions are not supported by diskless brokers yet";
+    let access = l.access().await;
     let answer = |key_type: i8, key: &str| -> (ErrorCode, BrokerId, String, i32, Option<StrBytes>) {
-        if key_type == 0 {
+        if key_type == 0 && may(&access, Operation::Describe, key).is_err() {
+            (ErrorCode::GroupAuthorizationFailed, BrokerId(-1), String::new(), -1, Some(s("not authorized")))
+        } else if key_type == 0 {
             let b = l.shim.registry.group_coordinator(key);
             let (host, port) = l.advertised_of(&b);
             (ErrorCode::None, BrokerId(b.id), host, port, None)
@@ -92,8 +112,9 @@ pub(super) fn find_coordinator(l: &Listener, header: &RequestHeader, req: FindCo
 
 // ---------------------------------------------------------------- the classic protocol
 
-pub(super) async fn join_group(l: &Listener, header: &RequestHeader, req: JoinGroupRequest) -> Reply {
+pub(super) async fn join_group(l: &Session, header: &RequestHeader, req: JoinGroupRequest) -> Reply {
     let v = header.request_api_version;
+    let access = l.access().await;
     let join = JoinRequest {
         group_id: req.group_id.0.to_string(),
         member_id: req.member_id.to_string(),
@@ -107,7 +128,7 @@ pub(super) async fn join_group(l: &Listener, header: &RequestHeader, req: JoinGr
         protocols: req.protocols.iter().map(|p| (p.name.to_string(), p.metadata.clone())).collect(),
         require_known_member_id: v >= 4,
     };
-    let out = match owned(l, &join.group_id) {
+    let out = match may(&access, Operation::Read, &join.group_id).and_then(|()| owned(l, &join.group_id)) {
         Ok(()) => l.shim.groups.join(join).await,
         Err(error) => crate::groups::JoinOutcome { error, member_id: join.member_id, ..Default::default() },
     };
@@ -134,10 +155,11 @@ pub(super) async fn join_group(l: &Listener, header: &RequestHeader, req: JoinGr
     encode(ApiKey::JoinGroup, header, v, &body)
 }
 
-pub(super) async fn sync_group(l: &Listener, header: &RequestHeader, req: SyncGroupRequest) -> Reply {
+pub(super) async fn sync_group(l: &Session, header: &RequestHeader, req: SyncGroupRequest) -> Reply {
     let v = header.request_api_version;
+    let access = l.access().await;
     let assignments = req.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.clone())).collect();
-    let out = match owned(l, &req.group_id.0) {
+    let out = match may(&access, Operation::Read, &req.group_id.0).and_then(|()| owned(l, &req.group_id.0)) {
         Ok(()) => l.shim.groups.sync(&req.group_id.0, req.generation_id, &req.member_id, assignments).await,
         Err(error) => crate::groups::SyncOutcome { error, ..Default::default() },
     };
@@ -149,17 +171,19 @@ pub(super) async fn sync_group(l: &Listener, header: &RequestHeader, req: SyncGr
     encode(ApiKey::SyncGroup, header, v, &body)
 }
 
-pub(super) async fn heartbeat(l: &Listener, header: &RequestHeader, req: HeartbeatRequest) -> Reply {
+pub(super) async fn heartbeat(l: &Session, header: &RequestHeader, req: HeartbeatRequest) -> Reply {
     let v = header.request_api_version;
-    let code = match owned(l, &req.group_id.0) {
+    let access = l.access().await;
+    let code = match may(&access, Operation::Read, &req.group_id.0).and_then(|()| owned(l, &req.group_id.0)) {
         Ok(()) => l.shim.groups.heartbeat(&req.group_id.0, req.generation_id, &req.member_id).await,
         Err(code) => code,
     };
     encode(ApiKey::Heartbeat, header, v, &HeartbeatResponse::default().with_error_code(code.code()))
 }
 
-pub(super) async fn leave_group(l: &Listener, header: &RequestHeader, req: LeaveGroupRequest) -> Reply {
+pub(super) async fn leave_group(l: &Session, header: &RequestHeader, req: LeaveGroupRequest) -> Reply {
     let v = header.request_api_version;
+    let access = l.access().await;
     let who: Vec<(String, Option<String>)> = if v >= 3 {
         req.members
             .iter()
@@ -168,7 +192,7 @@ pub(super) async fn leave_group(l: &Listener, header: &RequestHeader, req: Leave
     } else {
         vec![(req.member_id.to_string(), None)]
     };
-    let left = match owned(l, &req.group_id.0) {
+    let left = match may(&access, Operation::Read, &req.group_id.0).and_then(|()| owned(l, &req.group_id.0)) {
         Ok(()) => l.shim.groups.leave(&req.group_id.0, &who).await,
         Err(code) => Err(code),
     };
@@ -205,8 +229,9 @@ pub(super) fn consumer_group_heartbeat(header: &RequestHeader) -> Reply {
 
 // ---------------------------------------------------------------- committed offsets
 
-pub(super) async fn offset_commit(l: &Listener, header: &RequestHeader, req: OffsetCommitRequest) -> Reply {
+pub(super) async fn offset_commit(l: &Session, header: &RequestHeader, req: OffsetCommitRequest) -> Reply {
     let v = header.request_api_version;
+    let access = l.access().await;
     let group_id = req.group_id.0.to_string();
     let generation = req.generation_id_or_member_epoch;
     let member_id = req.member_id.to_string();
@@ -214,17 +239,18 @@ pub(super) async fn offset_commit(l: &Listener, header: &RequestHeader, req: Off
     let mut answers: Vec<(String, Vec<(i32, ErrorCode)>)> = vec![];
     let mut sent: Vec<(usize, usize)> = vec![];
     let mut offsets = vec![];
-    let check = match owned(l, &group_id) {
+    let check = match may(&access, Operation::Read, &group_id).and_then(|()| owned(l, &group_id)) {
         Ok(()) => l.shim.groups.check_commit(&group_id, generation, &member_id).await,
         Err(code) => Err(code),
     };
     for (ti, t) in req.topics.iter().enumerate() {
         let name = t.name.0.to_string();
-        let meta = l.topic(&name).await;
+        let meta = l.topic(&access, Operation::Read, &name).await;
         let mut parts = vec![];
         for (pi, p) in t.partitions.iter().enumerate() {
             let code = match (&check, &meta) {
                 (Err(code), _) => *code,
+                (_, Err(e)) if e.code == ErrorCode::TopicAuthorizationFailed => e.code,
                 (_, Err(_)) => ErrorCode::UnknownTopicOrPartition,
                 (Ok(()), Ok(m)) if p.partition_index < 0 || p.partition_index >= m.partitions => {
                     ErrorCode::UnknownTopicOrPartition
@@ -299,16 +325,30 @@ pub(super) async fn offset_commit(l: &Listener, header: &RequestHeader, req: Off
 /// topic and partition order; or a group-level error.
 type Fetched = Result<Vec<(String, i32, i64, i32, Option<String>, ErrorCode)>, ErrorCode>;
 
-async fn fetch_group(l: &Listener, group_id: &str, wanted: Option<Vec<(String, Vec<i32>)>>) -> Fetched {
+/// Topics the client may not DESCRIBE are TOPIC_AUTHORIZATION_FAILED when asked for by name and
+/// left out of an all-topics answer (Kafka's `KafkaApis.handleOffsetFetchRequest`).
+async fn fetch_group(
+    l: &Listener,
+    access: &Access,
+    group_id: &str,
+    wanted: Option<Vec<(String, Vec<i32>)>>,
+) -> Fetched {
+    may(access, Operation::Describe, group_id)?;
     owned(l, group_id)?;
+    let may_describe = |name: &str| access.allowed(Operation::Describe, Resource::Topic, name);
     let catalog = l.shim.cluster.refresh_topics().await.map_err(|_| ErrorCode::CoordinatorLoadInProgress)?;
     let by_name: HashMap<&str, &crate::cluster::TopicMeta> = catalog.iter().map(|t| (t.name.as_str(), t)).collect();
     let by_id: HashMap<[u8; 16], &str> = catalog.iter().map(|t| (t.id, t.name.as_str())).collect();
     let mut partitions = vec![];
     let mut unknown = vec![];
+    let mut refused = vec![];
     if let Some(w) = &wanted {
         for (name, ps) in w {
             for &p in ps {
+                if !may_describe(name) {
+                    refused.push((name.clone(), p));
+                    continue;
+                }
                 match by_name.get(name.as_str()) {
                     Some(t) => partitions.push(coord::GroupOffset {
                         topic_id: t.id.to_vec(),
@@ -319,12 +359,14 @@ async fn fetch_group(l: &Listener, group_id: &str, wanted: Option<Vec<(String, V
                 }
             }
         }
-        if partitions.is_empty() {
-            return Ok(unknown
-                .into_iter()
-                .map(|(n, p)| (n, p, -1, -1, Some(String::new()), ErrorCode::None))
-                .collect());
-        }
+    }
+    let refused_rows =
+        refused.into_iter().map(|(n, p)| (n, p, -1, -1, Some(String::new()), ErrorCode::TopicAuthorizationFailed));
+    let unknown_rows = unknown.into_iter().map(|(n, p)| (n, p, -1, -1, Some(String::new()), ErrorCode::None));
+    if wanted.is_some() && partitions.is_empty() {
+        let mut out: Vec<_> = unknown_rows.chain(refused_rows).collect();
+        out.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        return Ok(out);
     }
     let request = coord::FetchOffsetsRequest { group_id: group_id.to_string(), partitions, timeout_ms: TIMEOUT_MS };
     let resp = l
@@ -357,15 +399,16 @@ async fn fetch_group(l: &Listener, group_id: &str, wanted: Option<Vec<(String, V
                 ErrorCode::None,
             ))
         })
-        .filter(|r| wanted.is_some() || r.2 >= 0)
+        .filter(|r| wanted.is_some() || (r.2 >= 0 && may_describe(&r.0)))
         .collect();
-    out.extend(unknown.into_iter().map(|(n, p)| (n, p, -1, -1, Some(String::new()), ErrorCode::None)));
+    out.extend(unknown_rows.chain(refused_rows));
     out.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
     Ok(out)
 }
 
-pub(super) async fn offset_fetch(l: &Listener, header: &RequestHeader, req: OffsetFetchRequest) -> Reply {
+pub(super) async fn offset_fetch(l: &Session, header: &RequestHeader, req: OffsetFetchRequest) -> Reply {
     let v = header.request_api_version;
+    let access = l.access().await;
     if v >= 8 {
         let mut groups = vec![];
         for g in &req.groups {
@@ -373,7 +416,7 @@ pub(super) async fn offset_fetch(l: &Listener, header: &RequestHeader, req: Offs
                 .topics
                 .as_ref()
                 .map(|ts| ts.iter().map(|t| (t.name.0.to_string(), t.partition_indexes.clone())).collect::<Vec<_>>());
-            let group = match fetch_group(l, &g.group_id.0, wanted).await {
+            let group = match fetch_group(l, &access, &g.group_id.0, wanted).await {
                 Err(code) => offset_fetch_response::OffsetFetchResponseGroup::default().with_error_code(code.code()),
                 Ok(rows) => {
                     let mut topics: BTreeMap<String, Vec<offset_fetch_response::OffsetFetchResponsePartitions>> =
@@ -408,7 +451,7 @@ pub(super) async fn offset_fetch(l: &Listener, header: &RequestHeader, req: Offs
         .topics
         .as_ref()
         .map(|ts| ts.iter().map(|t| (t.name.0.to_string(), t.partition_indexes.clone())).collect::<Vec<_>>());
-    let body = match fetch_group(l, &req.group_id.0, wanted).await {
+    let body = match fetch_group(l, &access, &req.group_id.0, wanted).await {
         Err(code) if v >= 2 => OffsetFetchResponse::default().with_error_code(code.code()),
         Err(code) => {
             // v1 has no group-level error: every partition asked for carries it.
@@ -466,8 +509,11 @@ pub(super) async fn offset_fetch(l: &Listener, header: &RequestHeader, req: Offs
 
 // ---------------------------------------------------------------- admin
 
-pub(super) async fn list_groups(l: &Listener, header: &RequestHeader, req: ListGroupsRequest) -> Reply {
+pub(super) async fn list_groups(l: &Session, header: &RequestHeader, req: ListGroupsRequest) -> Reply {
     let v = header.request_api_version;
+    let access = l.access().await;
+    // DESCRIBE on the cluster lists every group; else those the client may DESCRIBE (Kafka's rule).
+    let every = access.on_cluster(Operation::Describe);
     let listed = l
         .shim
         .cluster
@@ -493,6 +539,7 @@ pub(super) async fn list_groups(l: &Listener, header: &RequestHeader, req: ListG
     all.extend(live.into_iter().filter(|(_, (t, _))| !t.is_empty()));
     // As Kafka: each broker lists the groups it coordinates (admin clients ask every broker).
     all.retain(|id, _| l.shim.registry.owns_group(id));
+    all.retain(|id, _| every || access.allowed(Operation::Describe, Resource::Group, id));
     let filter: Vec<String> = req.states_filter.iter().map(|s| s.to_lowercase()).collect();
     let groups = all
         .into_iter()
@@ -518,18 +565,22 @@ pub(super) async fn list_groups(l: &Listener, header: &RequestHeader, req: ListG
     )
 }
 
-pub(super) async fn describe_groups(l: &Listener, header: &RequestHeader, req: DescribeGroupsRequest) -> Reply {
+pub(super) async fn describe_groups(l: &Session, header: &RequestHeader, req: DescribeGroupsRequest) -> Reply {
     let v = header.request_api_version;
+    let access = l.access().await;
     let mut groups = vec![];
     for id in &req.groups {
         let mut g = describe_groups_response::DescribedGroup::default().with_group_id(id.clone());
-        let described = match owned(l, &id.0) {
+        let described = match may(&access, Operation::Describe, &id.0).and_then(|()| owned(l, &id.0)) {
             Ok(()) => l.shim.groups.describe(&id.0).await,
             Err(code) => Err(code),
         };
         match described {
             Err(code) => g = g.with_error_code(code.code()),
             Ok(d) => {
+                if v >= 3 && req.include_authorized_operations {
+                    g = g.with_authorized_operations(access.operations(Resource::Group, &id.0));
+                }
                 let dead = d.protocol_type.is_empty() && d.members.is_empty();
                 g = g
                     .with_group_state(s(if dead { "Dead" } else { d.state }))
@@ -556,13 +607,14 @@ pub(super) async fn describe_groups(l: &Listener, header: &RequestHeader, req: D
     encode(ApiKey::DescribeGroups, header, v, &DescribeGroupsResponse::default().with_groups(groups))
 }
 
-pub(super) async fn delete_groups(l: &Listener, header: &RequestHeader, req: DeleteGroupsRequest) -> Reply {
+pub(super) async fn delete_groups(l: &Session, header: &RequestHeader, req: DeleteGroupsRequest) -> Reply {
     let v = header.request_api_version;
+    let access = l.access().await;
     let mut results: BTreeMap<String, ErrorCode> = BTreeMap::new();
     let mut ask = vec![];
     for id in &req.groups_names {
         let id = id.0.to_string();
-        if let Err(code) = owned(l, &id) {
+        if let Err(code) = may(&access, Operation::Delete, &id).and_then(|()| owned(l, &id)) {
             results.insert(id, code);
         } else if l.shim.groups.has_members(&id) {
             results.insert(id, ErrorCode::NonEmptyGroup);
@@ -607,10 +659,11 @@ pub(super) async fn delete_groups(l: &Listener, header: &RequestHeader, req: Del
     encode(ApiKey::DeleteGroups, header, v, &DeleteGroupsResponse::default().with_results(results))
 }
 
-pub(super) async fn offset_delete(l: &Listener, header: &RequestHeader, req: OffsetDeleteRequest) -> Reply {
+pub(super) async fn offset_delete(l: &Session, header: &RequestHeader, req: OffsetDeleteRequest) -> Reply {
     let v = header.request_api_version;
     let group_id = req.group_id.0.to_string();
-    if let Err(code) = owned(l, &group_id) {
+    let access = l.access().await;
+    if let Err(code) = may(&access, Operation::Delete, &group_id).and_then(|()| owned(l, &group_id)) {
         return encode(ApiKey::OffsetDelete, header, v, &OffsetDeleteResponse::default().with_error_code(code.code()));
     }
     let busy = l.shim.groups.has_members(&group_id);
@@ -618,10 +671,11 @@ pub(super) async fn offset_delete(l: &Listener, header: &RequestHeader, req: Off
     let mut sent = vec![];
     let mut partitions = vec![];
     for (ti, t) in req.topics.iter().enumerate() {
-        let meta = l.topic(&t.name.0).await;
+        let meta = l.topic(&access, Operation::Read, &t.name.0).await;
         let mut parts = vec![];
         for (pi, p) in t.partitions.iter().enumerate() {
             let code = match &meta {
+                Err(e) if e.code == ErrorCode::TopicAuthorizationFailed => e.code,
                 _ if busy => ErrorCode::GroupSubscribedToTopic,
                 Err(_) => ErrorCode::UnknownTopicOrPartition,
                 Ok(m) => {

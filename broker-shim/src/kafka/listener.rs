@@ -1,5 +1,5 @@
 //! One Kafka listener as its handlers see it: the shim it serves, its settings, the address it
-//! advertises, the security of its connections, and the lookups every handler shares (a topic by
+//! advertises, the security of its connections, its authorizer, and the lookups every handler shares (a topic by
 //! name through the catalog cache, a partition's range). Owns no connection and answers no
 //! request: `connection` reads and writes the bytes, `dispatch` starts the handlers.
 
@@ -9,6 +9,7 @@ use diskless_proto::ErrorCode;
 
 use super::config::KafkaConfig;
 use super::security::ListenerSecurity;
+use crate::authz::Authorizer;
 use crate::cluster::TopicMeta;
 use crate::error::KafkaError;
 use crate::shim::Shim;
@@ -25,6 +26,8 @@ pub struct Listener {
     pub broker_id: i32,
     /// TLS and SASL of this listener's connections (see `security`).
     pub security: ListenerSecurity,
+    /// Who may do what (`[kafka.authorizer]`; `None`: everyone everything), shared by the listeners.
+    pub authorizer: Option<Arc<Authorizer>>,
 }
 
 impl Listener {
@@ -33,7 +36,7 @@ impl Listener {
         let port = i32::from(config.advertised_port.unwrap_or(bound.port()));
         let broker_id = shim.broker_id;
         super::frame::Malformed::register_metrics();
-        Listener { shim, config, name, host, port, broker_id, security: ListenerSecurity::default() }
+        Listener { shim, config, name, host, port, broker_id, security: ListenerSecurity::default(), authorizer: None }
     }
 
     /// Where a client of this listener reaches broker `b`: this listener's own address for this
@@ -46,8 +49,9 @@ impl Listener {
         b.address_on(&self.name)
     }
 
-    /// The topic named `name`, from the catalog cache (read again on a miss).
-    pub(super) async fn topic(&self, name: &str) -> Result<TopicMeta, KafkaError> {
+    /// The topic named `name`, from the catalog cache (read again on a miss). Not authorized:
+    /// handlers look topics up through `Session::topic`, which is.
+    pub(super) async fn find_topic(&self, name: &str) -> Result<TopicMeta, KafkaError> {
         match self.shim.cluster.topic(name).await {
             Ok(Some(t)) => Ok(t),
             Ok(None) => Err(KafkaError::new(ErrorCode::UnknownTopicOrPartition, format!("no topic named {name:?}"))),

@@ -1,18 +1,24 @@
 //! Metadata: the topics of the catalog (all, or those asked for), every live broker of the registry
 //! at the address of the listener asked, and each partition led by its rendezvous owner among them
-//! (any broker serves any partition: this only spreads clients over the brokers). Reads only; it
-//! must not create topics (auto-creation is off).
+//! (any broker serves any partition: this only spreads clients over the brokers). A topic the
+//! client may not DESCRIBE is left out of an all-topics answer and answered
+//! TOPIC_AUTHORIZATION_FAILED when named; the KIP-430 authorized operations are filled when asked
+//! (Kafka's `KafkaApis.handleTopicMetadataRequest`). Reads only; it must not create topics
+//! (auto-creation is off).
 
 use diskless_proto::ErrorCode;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
-use super::listener::Listener;
 use super::response::{encode, topic_name, Reply};
+use super::session::{refused, Session};
+use crate::authz::{Operation, Resource};
 use crate::cluster::TopicMeta;
 
-pub(super) async fn metadata(l: &Listener, header: &RequestHeader, req: MetadataRequest) -> Reply {
+pub(super) async fn metadata(l: &Session, header: &RequestHeader, req: MetadataRequest) -> Reply {
     let v = header.request_api_version;
+    let access = l.access().await;
+    let may_describe = |name: &str| access.allowed(Operation::Describe, Resource::Topic, name);
     let all = match l.shim.cluster.refresh_topics().await {
         Ok(t) => t,
         Err(s) => {
@@ -51,13 +57,20 @@ pub(super) async fn metadata(l: &Listener, header: &RequestHeader, req: Metadata
         if v >= 10 {
             topic = topic.with_topic_id(uuid::Uuid::from_bytes(t.id));
         }
+        if v >= 8 && req.include_topic_authorized_operations {
+            topic = topic.with_topic_authorized_operations(access.operations(Resource::Topic, &t.name));
+        }
         topic
     };
     let topics: Vec<_> = match wanted {
-        None => all.iter().map(describe).collect(),
+        // All topics: those the client may describe (Kafka leaves the others out).
+        None => all.iter().filter(|t| may_describe(&t.name)).map(describe).collect(),
         Some(names) => names
             .iter()
             .map(|n| match all.iter().find(|t| &t.name == n) {
+                _ if !may_describe(n) => metadata_response::MetadataResponseTopic::default()
+                    .with_name(Some(topic_name(n)))
+                    .with_error_code(refused(Resource::Topic, Operation::Describe, n).code.code()),
                 Some(t) => describe(t),
                 None => metadata_response::MetadataResponseTopic::default()
                     .with_name(Some(topic_name(n)))
@@ -85,6 +98,16 @@ pub(super) async fn metadata(l: &Listener, header: &RequestHeader, req: Metadata
     }
     if v >= 2 {
         body = body.with_cluster_id(Some(StrBytes::from_string(l.config.cluster_id.clone())));
+    }
+    // KIP-430: the cluster's operations this client may do, if it asked (v8 to v10), 0 when it may
+    // not describe the cluster, as Kafka answers.
+    if (8..=10).contains(&v) && req.include_cluster_authorized_operations {
+        let ops = if access.on_cluster(Operation::Describe) {
+            access.operations(Resource::Cluster, crate::authz::CLUSTER_NAME)
+        } else {
+            0
+        };
+        body = body.with_cluster_authorized_operations(ops);
     }
     encode(ApiKey::Metadata, header, v, &body)
 }

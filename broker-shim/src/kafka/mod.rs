@@ -7,17 +7,22 @@
 //! - `dispatch`: the one table of APIs (versions and handler; ApiVersions answers from it).
 //! - one file per API family, each over the shim's producer, fetcher and coordinator cluster
 //!   client: `produce`, `fetch`, `metadata`, `offsets` (ListOffsets, DeleteRecords), `topics`
-//!   (CreateTopics, DeleteTopics), `producer_ids` (InitProducerId), `groups` (FindCoordinator, the
-//!   classic group protocol, committed offsets, the group admin APIs).
+//!   (CreateTopics, CreatePartitions, DeleteTopics), `configs` (DescribeConfigs,
+//!   IncrementalAlterConfigs, AlterConfigs), `producer_ids` (InitProducerId), `groups`
+//!   (FindCoordinator, the classic group protocol, committed offsets, the group admin APIs).
 //! - `listener`: what the handlers share (the shim, the listener's settings and address, topic
-//!   lookups); `config`: `[kafka]`.
+//!   lookups, the authorizer); `session`: one connection's listener and principal, which handlers
+//!   ask what the client may do (`crate::authz`) before they act; `acls` (CreateAcls,
+//!   DescribeAcls, DeleteAcls); `config`: `[kafka]`.
 //!
 //! Metadata lists the live brokers of the registry (`crate::registry`) and names each partition's
 //! rendezvous owner among them its leader; any broker can serve any partition (the coordinator
 //! cluster orders everything), so this only spreads clients over the brokers. This module must not
 //! keep state of its own beyond a connection's requests in flight.
 
+mod acls;
 pub mod config;
+mod configs;
 mod connection;
 mod dispatch;
 mod fetch;
@@ -30,6 +35,7 @@ mod produce;
 mod producer_ids;
 pub mod response;
 pub mod security;
+mod session;
 mod topics;
 
 pub use config::KafkaConfig;
@@ -47,6 +53,11 @@ pub async fn start_listeners(shim: &Arc<Shim>, k: &KafkaConfig) -> anyhow::Resul
     k.validate()?;
     let protocols: Vec<_> = k.all_listeners().iter().map(|l| l.security_protocol).collect();
     let shared = security::Shared::new(&protocols, k.tls.as_ref(), k.sasl.as_ref())?;
+    let authorizer = k.authorizer.as_ref().map(|a| {
+        let authorizer = crate::authz::Authorizer::new(a, shim.cluster.clone());
+        tokio::spawn(authorizer.clone().run(shim.stopping()));
+        authorizer
+    });
     let mut started = vec![];
     for l in k.all_listeners() {
         let listener = tokio::net::TcpListener::bind(&l.listen)
@@ -63,6 +74,7 @@ pub async fn start_listeners(shim: &Arc<Shim>, k: &KafkaConfig) -> anyhow::Resul
         let name = l.name.clone().unwrap_or_else(|| l.security_protocol.name().to_string());
         let mut listener_state = Listener::new(shim.clone(), name.clone(), config, addr);
         listener_state.security = shared.for_protocol(l.security_protocol);
+        listener_state.authorizer = authorizer.clone();
         // Every listener is registered by name; the first is also the broker's address for
         // clients of a listener another broker lacks.
         shim.registry.add_listener(&name, &listener_state.host, listener_state.port);

@@ -1,6 +1,7 @@
 //! A partition's offsets: ListOffsets (a strict read of the metadata partition's leader, through
 //! `cluster`) and DeleteRecords (the log start moved on, sent once). Names are resolved through the
-//! catalog; each partition is answered on its own.
+//! catalog, each topic authorized first (ListOffsets DESCRIBE, DeleteRecords DELETE); each
+//! partition is answered on its own.
 //!
 //! ListOffsets follows Kafka's `UnifiedLog.fetchOffsetByTimestamp`: EARLIEST (−2) and
 //! EARLIEST_LOCAL (−4) the log start, LATEST (−1) the high watermark (also the last stable offset:
@@ -12,6 +13,8 @@ use kafka_protocol::messages::*;
 
 use super::listener::Listener;
 use super::response::{encode, Reply};
+use super::session::Session;
+use crate::authz::Operation;
 use crate::error::KafkaError;
 use crate::fetch::by_time::TimeTarget;
 
@@ -46,11 +49,12 @@ async fn list_offset(
     Ok(found)
 }
 
-pub(super) async fn list_offsets(l: &Listener, header: &RequestHeader, req: ListOffsetsRequest) -> Reply {
+pub(super) async fn list_offsets(l: &Session, header: &RequestHeader, req: ListOffsetsRequest) -> Reply {
     let v = header.request_api_version;
     let mut topics = vec![];
+    let access = l.access().await;
     for t in req.topics {
-        let topic = l.topic(t.name.as_str()).await;
+        let topic = l.topic(&access, Operation::Describe, t.name.as_str()).await;
         let mut parts = vec![];
         for p in t.partitions {
             let r = async {
@@ -76,11 +80,12 @@ pub(super) async fn list_offsets(l: &Listener, header: &RequestHeader, req: List
     encode(ApiKey::ListOffsets, header, v, &ListOffsetsResponse::default().with_topics(topics))
 }
 
-pub(super) async fn delete_records(l: &Listener, header: &RequestHeader, req: DeleteRecordsRequest) -> Reply {
+pub(super) async fn delete_records(l: &Session, header: &RequestHeader, req: DeleteRecordsRequest) -> Reply {
     let v = header.request_api_version;
     let mut topics = vec![];
+    let access = l.access().await;
     for t in req.topics {
-        let topic = l.topic(t.name.as_str()).await;
+        let topic = l.topic(&access, Operation::Delete, t.name.as_str()).await;
         let mut parts = vec![];
         for p in t.partitions {
             let r = async {

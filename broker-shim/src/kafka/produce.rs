@@ -1,4 +1,4 @@
-//! Produce: acks checked, transactional producers refused, each partition's records checked to be
+//! Produce: acks checked, transactional producers refused, each topic authorized (WRITE), each partition's records checked to be
 //! exactly one valid batch (`crate::validate`) and enqueued on the producer *before the next
 //! request is read* (so a pipelining producer keeps its order); the answer waits for the commits.
 //! acks=0 sends no answer, and a failure closes the connection. It must not commit anything
@@ -10,14 +10,15 @@ use diskless_proto::ErrorCode;
 use futures_util::future::join_all;
 use kafka_protocol::messages::*;
 
-use super::listener::Listener;
 use super::response::{encode, message};
 use super::response::{ready, Pending};
+use super::session::Session;
+use crate::authz::Operation;
 use crate::cluster::TopicMeta;
 use crate::error::KafkaError;
 use crate::produce::{Producer, Waiting};
 
-pub(super) async fn produce(l: Arc<Listener>, header: RequestHeader, req: ProduceRequest) -> Pending {
+pub(super) async fn produce(l: Arc<Session>, header: RequestHeader, req: ProduceRequest) -> Pending {
     let v = header.request_api_version;
     let acks = req.acks;
     let refuse_all = |code: ErrorCode, why: &str| {
@@ -60,8 +61,9 @@ pub(super) async fn produce(l: Arc<Listener>, header: RequestHeader, req: Produc
     // Enqueue every batch now, in request order; wait for the commits in the future.
     type Waits = Result<Vec<Waiting>, KafkaError>;
     let mut plan: Vec<(TopicName, Vec<(i32, Waits, bool)>)> = vec![];
+    let access = l.access().await;
     for t in req.topic_data {
-        let topic = l.topic(t.name.as_str()).await;
+        let topic = l.topic(&access, Operation::Write, t.name.as_str()).await;
         let mut parts = vec![];
         for p in t.partition_data {
             let mut log_append_time = false;
@@ -161,7 +163,7 @@ async fn submit_partition(
 ) -> Result<(Vec<Waiting>, bool), KafkaError> {
     let name = format!("{}-{partition}", topic.name);
     let batch = crate::validate::one_batch(version, records, &name)?;
-    let validated = producer.validate(vec![batch], producer.limits(), name).await?;
+    let validated = producer.validate(vec![batch], producer.limits_for(&topic.overrides), name).await?;
     let log_append_time = validated.iter().any(|b| b.header.timestamp_type == 1);
     Ok((producer.submit_all(topic.id, partition, validated).await?, log_append_time))
 }
@@ -181,7 +183,14 @@ mod tests {
     async fn a_partition_gets_exactly_one_whole_batch_or_nothing_of_it_is_committed() {
         let config = ProduceConfig { commit_interval_ms: 1, ..ProduceConfig::default() };
         let (p, tasks, fake, storage) = producer(config, true, Duration::from_secs(600));
-        let topic = TopicMeta { id: [1; 16], name: "t".into(), partitions: 1 };
+        let topic = TopicMeta {
+            id: [1; 16],
+            name: "t".into(),
+            partitions: 1,
+            retention_ms: -1,
+            retention_bytes: -1,
+            overrides: Default::default(),
+        };
         let mut damaged = fake_batch(2, -1, -1);
         damaged[30] ^= 1; // breaks the CRC
         let two = [fake_batch(3, -1, -1), fake_batch(2, -1, -1)].concat();

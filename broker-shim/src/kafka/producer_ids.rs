@@ -1,14 +1,17 @@
 //! InitProducerId for idempotent producers: a fresh producer id (from the blocks of
 //! `crate::producer_ids`) and epoch 0 every time. Transactional ids are refused
-//! (TRANSACTIONAL_ID_AUTHORIZATION_FAILED) until there is a transaction coordinator.
+//! (TRANSACTIONAL_ID_AUTHORIZATION_FAILED) until there is a transaction coordinator. An idempotent
+//! producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic, else
+//! CLUSTER_AUTHORIZATION_FAILED (Kafka's `KafkaApis.handleInitProducerIdRequest`).
 
 use diskless_proto::ErrorCode;
 use kafka_protocol::messages::*;
 
-use super::listener::Listener;
 use super::response::{encode, Reply};
+use super::session::Session;
+use crate::authz::{Operation, Resource};
 
-pub(super) async fn init_producer_id(l: &Listener, header: &RequestHeader, req: InitProducerIdRequest) -> Reply {
+pub(super) async fn init_producer_id(l: &Session, header: &RequestHeader, req: InitProducerIdRequest) -> Reply {
     let v = header.request_api_version;
     let refused = |code: ErrorCode| {
         InitProducerIdResponse::default()
@@ -16,8 +19,14 @@ pub(super) async fn init_producer_id(l: &Listener, header: &RequestHeader, req: 
             .with_producer_id(kafka_protocol::messages::ProducerId(-1))
             .with_producer_epoch(-1)
     };
+    let access = l.access().await;
     let body = if req.transactional_id.is_some() {
         refused(ErrorCode::TransactionalIdAuthorizationFailed)
+    } else if !access.on_cluster(Operation::IdempotentWrite)
+        && !access.allowed_somewhere(Operation::Write, Resource::Topic)
+    {
+        // Kafka's rule: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic.
+        refused(ErrorCode::ClusterAuthorizationFailed)
     } else {
         // Idempotence only: a fresh id, epoch 0, every time (a restarted producer is a new one).
         match l.shim.producer_ids.next().await {

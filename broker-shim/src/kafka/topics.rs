@@ -1,20 +1,30 @@
 //! CreateTopics, CreatePartitions and DeleteTopics, sent once to the coordinator cluster (never
 //! repeated: a topic change's outcome may be unknown). Diskless topics only
-//! (`diskless.enable=true`); the settings kept are `retention.ms` and `retention.bytes`, others are
-//! ignored. CreatePartitions is KIP-1164's DisklessCreatePartitions with the topic's own id, with
+//! (`diskless.enable=true`); the settings kept are those AlterConfigs keeps (retention,
+//! `max.message.bytes`, the timestamp settings: `configs.rs`, checked the same way),
+//! `cleanup.policy` other than delete is refused, Kafka's other configs are ignored. CreatePartitions is KIP-1164's DisklessCreatePartitions with the topic's own id, with
 //! Kafka's checks and messages (`ReplicationControlManager.createPartitions`); the catalog cache
-//! forgets a topic whose partitions changed or that was deleted.
+//! forgets a topic whose partitions changed or that was deleted. Authorized as Kafka's `KafkaApis`
+//! does: CreateTopics CREATE on the cluster or the topic, CreatePartitions ALTER, DeleteTopics
+//! DELETE, each TOPIC_AUTHORIZATION_FAILED when refused.
 
 use diskless_proto::v1 as coord;
 use diskless_proto::ErrorCode;
 use kafka_protocol::messages::*;
 
-use super::listener::Listener;
 use super::response::{encode, message, topic_name, Reply};
+use super::session::{refused, Session};
+use crate::authz::{Operation, Resource};
 use crate::error::KafkaError;
 
+/// The least time a topic change is given in the coordinator cluster. Kafka clients send 0 or a
+/// few seconds ("do not wait", librdkafka's default `operation_timeout`); a change is sent once
+/// and a cut-short one answers REQUEST_TIMED_OUT though it may still apply, so it is given time
+/// to finish even on a loaded cluster (the client may stop waiting sooner).
+const MIN_TOPIC_CHANGE_MS: i32 = 15_000;
+
 /// Topic settings a CreateTopics request may carry; `diskless.enable=true` is required.
-fn topic_configs(t: &create_topics_request::CreatableTopic) -> Result<coord::TopicConfigs, KafkaError> {
+fn topic_configs(t: &create_topics_request::CreatableTopic, ceiling: usize) -> Result<coord::TopicConfigs, KafkaError> {
     let bad = |m: String| KafkaError::new(ErrorCode::InvalidConfig, m);
     let mut diskless = false;
     let mut out = coord::TopicConfigs::default();
@@ -22,13 +32,11 @@ fn topic_configs(t: &create_topics_request::CreatableTopic) -> Result<coord::Top
         let value = c.value.as_ref().map(|v| v.as_str().to_string()).unwrap_or_default();
         match c.name.as_str() {
             "diskless.enable" => diskless = value.eq_ignore_ascii_case("true"),
-            "retention.ms" => {
-                out.retention_ms =
-                    Some(value.parse().map_err(|_| bad(format!("retention.ms {value:?} is not a number")))?)
-            }
-            "retention.bytes" => {
-                out.retention_bytes =
-                    Some(value.parse().map_err(|_| bad(format!("retention.bytes {value:?} is not a number")))?)
+            n if super::configs::set_config(&mut out, n, &value, ceiling)? => {}
+            "cleanup.policy" if value.trim() != "delete" => {
+                return Err(bad(format!(
+                    "Invalid value {value} for configuration cleanup.policy: diskless topics support only delete (no compaction)"
+                )))
             }
             other => tracing::debug!(config = other, "topic config ignored by diskless topics"),
         }
@@ -41,14 +49,20 @@ fn topic_configs(t: &create_topics_request::CreatableTopic) -> Result<coord::Top
     Ok(out)
 }
 
-pub(super) async fn create_topics(l: &Listener, header: &RequestHeader, req: CreateTopicsRequest) -> Reply {
+pub(super) async fn create_topics(l: &Session, header: &RequestHeader, req: CreateTopicsRequest) -> Reply {
     let v = header.request_api_version;
     let mut results = vec![];
+    let access = l.access().await;
+    // CREATE on the cluster allows every topic; else CREATE on each topic (Kafka's rule).
+    let on_cluster = access.on_cluster(Operation::Create);
     for t in &req.topics {
         let partitions = if t.num_partitions == -1 { 1 } else { t.num_partitions };
         let id = uuid::Uuid::new_v4();
         let r: Result<(), KafkaError> = async {
-            let configs = topic_configs(t)?;
+            if !on_cluster && !access.allowed(Operation::Create, Resource::Topic, t.name.as_str()) {
+                return Err(refused(Resource::Topic, Operation::Create, t.name.as_str()));
+            }
+            let configs = topic_configs(t, l.shim.producer.max_batch_ceiling())?;
             if t.replication_factor != -1 && t.replication_factor < 1 {
                 return Err(KafkaError::new(ErrorCode::InvalidRequest, "replication factor must be positive"));
             }
@@ -62,7 +76,7 @@ pub(super) async fn create_topics(l: &Listener, header: &RequestHeader, req: Cre
                     num_partitions: partitions,
                     configs: Some(configs),
                 }],
-                timeout_ms: req.timeout_ms.max(1000),
+                timeout_ms: req.timeout_ms.max(MIN_TOPIC_CHANGE_MS),
             };
             let resp = l
                 .shim
@@ -101,7 +115,7 @@ pub(super) async fn create_topics(l: &Listener, header: &RequestHeader, req: Cre
     encode(ApiKey::CreateTopics, header, v, &CreateTopicsResponse::default().with_topics(results))
 }
 
-pub(super) async fn delete_topics(l: &Listener, header: &RequestHeader, req: DeleteTopicsRequest) -> Reply {
+pub(super) async fn delete_topics(l: &Session, header: &RequestHeader, req: DeleteTopicsRequest) -> Reply {
     let v = header.request_api_version;
     let names: Vec<String> = if v >= 6 {
         req.topics.iter().filter_map(|t| t.name.as_ref().map(|n| n.as_str().to_string())).collect()
@@ -109,12 +123,13 @@ pub(super) async fn delete_topics(l: &Listener, header: &RequestHeader, req: Del
         req.topic_names.iter().map(|n| n.as_str().to_string()).collect()
     };
     let mut results = vec![];
+    let access = l.access().await;
     for n in names {
         let r: Result<(), KafkaError> = async {
-            let tm = l.topic(&n).await?;
+            let tm = l.topic(&access, Operation::Delete, &n).await?;
             let q = coord::DeleteTopicsRequest {
                 topics: vec![coord::delete_topics_request::DeletableTopicState { topic_id: tm.id.to_vec() }],
-                timeout_ms: req.timeout_ms.max(1000),
+                timeout_ms: req.timeout_ms.max(MIN_TOPIC_CHANGE_MS),
             };
             l.shim.cluster.forget_topic(&n);
             let resp = l
@@ -141,9 +156,10 @@ pub(super) async fn delete_topics(l: &Listener, header: &RequestHeader, req: Del
     encode(ApiKey::DeleteTopics, header, v, &DeleteTopicsResponse::default().with_responses(results))
 }
 
-pub(super) async fn create_partitions(l: &Listener, header: &RequestHeader, req: CreatePartitionsRequest) -> Reply {
+pub(super) async fn create_partitions(l: &Session, header: &RequestHeader, req: CreatePartitionsRequest) -> Reply {
     let v = header.request_api_version;
     let mut results = vec![];
+    let access = l.access().await;
     let mut seen = std::collections::HashSet::new();
     let duplicates: std::collections::HashSet<&str> =
         req.topics.iter().map(|t| t.name.as_str()).filter(|n| !seen.insert(*n)).collect();
@@ -155,7 +171,7 @@ pub(super) async fn create_partitions(l: &Listener, header: &RequestHeader, req:
             }
             // The partition count as the cluster has it now, not as this broker cached it.
             l.shim.cluster.forget_topic(name);
-            let tm = l.topic(name).await?;
+            let tm = l.topic(&access, Operation::Alter, name).await?;
             if t.count == tm.partitions {
                 return Err(KafkaError::new(
                     ErrorCode::InvalidPartitions,
@@ -194,7 +210,7 @@ pub(super) async fn create_partitions(l: &Listener, header: &RequestHeader, req:
                     num_partitions: t.count,
                     configs: None,
                 }],
-                timeout_ms: req.timeout_ms.max(1000),
+                timeout_ms: req.timeout_ms.max(MIN_TOPIC_CHANGE_MS),
             };
             let resp = l
                 .shim

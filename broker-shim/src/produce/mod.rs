@@ -201,9 +201,20 @@ impl Producer {
         (Producer { tx, max_submission_bytes, limits, validator, stats }, ProducerTasks { buffer, committer })
     }
 
-    /// The broker's limits on a producer's batch (a topic's own settings narrow them).
+    /// The broker's limits on a producer's batch (a topic's own settings change them: see
+    /// [`Producer::limits_for`]).
     pub fn limits(&self) -> Limits {
         self.limits
+    }
+
+    /// The limits on a batch of a topic with these settings.
+    pub fn limits_for(&self, overrides: &crate::validate::Overrides) -> Limits {
+        self.limits.with_overrides(overrides, self.max_submission_bytes)
+    }
+
+    /// The largest batch one WAL segment takes (`produce.buffer_max_bytes - 1`).
+    pub fn max_batch_ceiling(&self) -> usize {
+        self.max_submission_bytes
     }
 
     /// Validates one call's batches for a partition (named in errors), in order (`crate::validate`).

@@ -86,6 +86,37 @@ impl Default for Limits {
     }
 }
 
+/// A topic's own settings over the broker's limits (Kafka's topic configs `max.message.bytes`,
+/// `message.timestamp.type`, `message.timestamp.before.max.ms`, `message.timestamp.after.max.ms`),
+/// kept by the coordinator cluster; `None`: the broker's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Overrides {
+    pub max_message_bytes: Option<i32>,
+    pub log_append_time: Option<bool>,
+    pub timestamp_before_max_ms: Option<i64>,
+    pub timestamp_after_max_ms: Option<i64>,
+}
+
+impl Limits {
+    /// These limits with a topic's settings over them. A topic's `max.message.bytes` is held to
+    /// `ceiling` (the largest batch this broker's WAL segment takes: the broker refuses a larger
+    /// value when it is set, but another broker may take larger ones), and the bound on the bytes a
+    /// batch decompresses to never falls below the batch size allowed.
+    pub fn with_overrides(self, o: &Overrides, ceiling: usize) -> Limits {
+        let max_message_bytes = match o.max_message_bytes {
+            Some(v) => usize::try_from(v).unwrap_or(0).min(ceiling),
+            None => self.max_message_bytes,
+        };
+        Limits {
+            max_message_bytes,
+            max_uncompressed_bytes: self.max_uncompressed_bytes.max(max_message_bytes),
+            timestamp_before_max_ms: o.timestamp_before_max_ms.or(self.timestamp_before_max_ms),
+            timestamp_after_max_ms: o.timestamp_after_max_ms.or(self.timestamp_after_max_ms),
+            log_append_time: o.log_append_time.unwrap_or(self.log_append_time),
+        }
+    }
+}
+
 /// A batch that passed: its bytes as they are to be stored, and its header.
 #[derive(Debug, Clone)]
 pub struct Validated {

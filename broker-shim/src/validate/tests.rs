@@ -232,3 +232,29 @@ async fn the_validator_runs_compressed_batches_off_the_async_threads_in_order() 
     bad.push(Bytes::from_static(b"nonsense"));
     assert!(v.validate_all(bad, Limits::default(), "t-0".into()).await.is_err());
 }
+
+#[test]
+fn a_topics_settings_override_the_brokers_and_a_batch_size_is_held_to_one_segment() {
+    let broker = Limits::default();
+    assert_eq!(broker.with_overrides(&Overrides::default(), 8 << 20), broker);
+    let o = Overrides {
+        max_message_bytes: Some(2000),
+        log_append_time: Some(true),
+        timestamp_before_max_ms: Some(10),
+        timestamp_after_max_ms: None,
+    };
+    let l = broker.with_overrides(&o, 8 << 20);
+    assert_eq!(l.max_message_bytes, 2000);
+    assert!(l.log_append_time);
+    assert_eq!((l.timestamp_before_max_ms, l.timestamp_after_max_ms), (Some(10), None));
+    // Larger than this broker's segment: held to it; the decompression bound never below it.
+    let big = Overrides { max_message_bytes: Some(i32::MAX), ..Overrides::default() };
+    let l = broker.with_overrides(&big, 64 << 20);
+    assert_eq!(l.max_message_bytes, 64 << 20);
+    assert_eq!(l.max_uncompressed_bytes, 64 << 20);
+    // A 2000-byte limit refuses a larger batch with MESSAGE_TOO_LARGE.
+    let b = Bytes::from(batch(&Spec::new(Codec::None, 3, NOW), &records(3, 900)));
+    assert!(b.len() > 2000);
+    let err = validate(b, &broker.with_overrides(&o, 8 << 20), NOW, "t-0").unwrap_err();
+    assert_eq!(err.code, ErrorCode::MessageTooLarge);
+}

@@ -21,7 +21,7 @@ async fn create_with_retention(c: &Cluster, topic: &[u8], name: &str, retention_
                     topic_id: topic.to_vec(),
                     name: name.into(),
                     num_partitions: 1,
-                    configs: Some(TopicConfigs { retention_ms: Some(retention_ms), retention_bytes: None }),
+                    configs: Some(TopicConfigs { retention_ms: Some(retention_ms), ..Default::default() }),
                 }],
                 timeout_ms: 10_000,
             })

@@ -12,23 +12,12 @@
 //!   closes the connection.
 
 use std::io::{Read, Write};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use diskless_cluster_tests::*;
 
 const PASSWORD: &str = "alice-secret-pw";
-
-/// The broker binary cargo built next to this test's executable.
-fn broker_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap();
-    [dir.join("broker-node"), dir.parent().unwrap().join("broker-node")]
-        .into_iter()
-        .find(|p| p.exists())
-        .expect("broker-node next to the test executable")
-}
 
 /// A request frame: size, api key, version, correlation id, null client id, body.
 fn request(api_key: i16, version: i16, correlation: i32, body: &[u8]) -> Vec<u8> {
