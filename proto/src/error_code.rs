@@ -65,6 +65,9 @@ pub enum ErrorCode {
     GroupAuthorizationFailed = 30,
     ClusterAuthorizationFailed = 31,
     SecurityDisabled = 54,
+    // Leader epochs (KIP-320, issue 25).
+    FencedLeaderEpoch = 74,
+    UnknownLeaderEpoch = 75,
     // The broker registry (issue 15).
     StaleBrokerEpoch = 77,
     DuplicateBrokerRegistration = 101,
@@ -72,7 +75,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code above, for exhaustive tests and lookups.
-    pub const ALL: [ErrorCode; 51] = [
+    pub const ALL: [ErrorCode; 53] = [
         ErrorCode::None,
         ErrorCode::UnknownServerError,
         ErrorCode::OffsetOutOfRange,
@@ -122,6 +125,8 @@ impl ErrorCode {
         ErrorCode::GroupAuthorizationFailed,
         ErrorCode::ClusterAuthorizationFailed,
         ErrorCode::SecurityDisabled,
+        ErrorCode::FencedLeaderEpoch,
+        ErrorCode::UnknownLeaderEpoch,
         ErrorCode::StaleBrokerEpoch,
         ErrorCode::DuplicateBrokerRegistration,
     ];
@@ -199,6 +204,8 @@ impl ErrorCode {
             ErrorCode::GroupAuthorizationFailed => "GROUP_AUTHORIZATION_FAILED",
             ErrorCode::ClusterAuthorizationFailed => "CLUSTER_AUTHORIZATION_FAILED",
             ErrorCode::SecurityDisabled => "SECURITY_DISABLED",
+            ErrorCode::FencedLeaderEpoch => "FENCED_LEADER_EPOCH",
+            ErrorCode::UnknownLeaderEpoch => "UNKNOWN_LEADER_EPOCH",
             ErrorCode::StaleBrokerEpoch => "STALE_BROKER_EPOCH",
             ErrorCode::DuplicateBrokerRegistration => "DUPLICATE_BROKER_REGISTRATION",
         }
@@ -218,6 +225,8 @@ impl ErrorCode {
                 | ErrorCode::CoordinatorLoadInProgress
                 | ErrorCode::CoordinatorNotAvailable
                 | ErrorCode::NotCoordinator
+                | ErrorCode::FencedLeaderEpoch
+                | ErrorCode::UnknownLeaderEpoch
         )
     }
 }

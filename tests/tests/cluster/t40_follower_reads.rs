@@ -18,7 +18,12 @@ async fn a_follower_read_with_a_minimum_index_sees_the_callers_own_commit() {
             .await
             .unwrap();
     }
-    assert_eq!(c.leaders(1).await[0], 1);
+    // The transfer answers once it is asked for; node 1 leads a moment later.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while c.leaders(1).await[0] != 1 {
+        assert!(std::time::Instant::now() < deadline, "node 1 does not take over metadata partition 0");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     let mut leader = c.client(1).await;
     create_topic(&mut leader, &topic, "t", 1).await;
 
