@@ -117,6 +117,10 @@ pub struct Registry {
     me: Mutex<LiveBroker>,
     /// The live brokers of the last ListBrokers, by id.
     live: Mutex<Vec<LiveBroker>>,
+    /// The registry's generation that list was read at (it only grows; an older answer is not
+    /// taken): every partition's leader epoch, as Metadata, ListOffsets, Fetch and
+    /// OffsetForLeaderEpoch give it.
+    generation: Mutex<u64>,
     /// When the registration was last granted or renewed (sent at), if ever.
     renewed: Mutex<Option<Instant>>,
 }
@@ -134,6 +138,7 @@ impl Registry {
             incarnation: uuid::Uuid::new_v4().as_u64_pair().0,
             me: Mutex::new(me),
             live: Mutex::new(vec![]),
+            generation: Mutex::new(0),
             renewed: Mutex::new(None),
         })
     }
@@ -179,6 +184,14 @@ impl Registry {
         all
     }
 
+    /// Every partition's leader epoch (KIP-320): the registry's generation, which grows whenever
+    /// the live brokers change, and so whenever a partition's rendezvous leader moves. The same on
+    /// every broker that read the same registry.
+    pub fn leader_epoch(&self) -> i32 {
+        let g = *self.generation.lock().unwrap_or_else(|e| e.into_inner());
+        i32::try_from(g).unwrap_or(i32::MAX)
+    }
+
     /// The leader clients are told for a partition.
     pub fn partition_leader(&self, topic_id: &[u8; 16], partition: i32) -> LiveBroker {
         let all = self.brokers();
@@ -217,7 +230,11 @@ impl Registry {
                         listeners: b.listeners,
                     })
                     .collect();
-                *self.live.lock().unwrap_or_else(|e| e.into_inner()) = live;
+                let mut generation = self.generation.lock().unwrap_or_else(|e| e.into_inner());
+                if resp.generation >= *generation {
+                    *generation = resp.generation;
+                    *self.live.lock().unwrap_or_else(|e| e.into_inner()) = live;
+                }
                 true
             }
             Ok(resp) => {

@@ -821,6 +821,7 @@ fn compare_reads(real: &Real, model: &Model, seed: u64, full: bool) {
     assert_eq!(brokers, model.registry.brokers.clone().into_iter().collect::<Vec<_>>(), "brokers");
     for t in brokers.iter().flat_map(|(_, b)| [b.lease_until_ms - 1, b.lease_until_ms]) {
         assert_eq!(real.sm.live_brokers(&view, t).unwrap(), model.registry.live(t), "live brokers at {t}");
+        assert_eq!(real.sm.registry_generation(&view).unwrap(), model.registry.generation, "registry generation");
     }
     // ACL bindings: all of them, and through filters of every kind.
     let mp = model.metadata_partition();

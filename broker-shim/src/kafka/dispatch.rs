@@ -18,7 +18,7 @@ use super::frame::{Malformed, Reason};
 use super::response::{encode, ready, Pending, Reply};
 use super::security::sasl;
 use super::session::Session;
-use super::{acls, configs, fetch, groups, metadata, offsets, produce, producer_ids, topics};
+use super::{acls, configs, epochs, fetch, groups, metadata, offsets, produce, producer_ids, topics};
 
 /// How a request is started.
 #[derive(Clone, Copy)]
@@ -72,14 +72,14 @@ macro_rules! later {
 
 /// Every API this broker answers. Produce and Fetch stop at 12, OffsetCommit and OffsetFetch at
 /// 9 (later versions name topics by id only), Metadata at 12, DescribeGroups at 5.
-pub(super) static APIS: [Api; 30] = [
+pub(super) static APIS: [Api; 31] = [
     Api {
         key: ApiKey::ApiVersions,
         versions: ApiVersionsRequest::VERSIONS,
         differs: "no finalized features (KIP-584) are listed",
         start: Start::Any(api_versions),
     },
-    later!(Metadata, MetadataRequest, cap(MetadataRequest::VERSIONS, 12), metadata::metadata, "v13+ not spoken; leader epochs are 0; every live broker leads a share of the partitions (any broker serves any partition); KIP-1163's v14 fields are not in kafka-protocol yet"),
+    later!(Metadata, MetadataRequest, cap(MetadataRequest::VERSIONS, 12), metadata::metadata, "v13+ not spoken; the leader epoch is the broker registry's generation (it grows whenever the live brokers change); every live broker leads a share of the partitions (any broker serves any partition); KIP-1163's v14 fields are not in kafka-protocol yet"),
     Api {
         key: ApiKey::Produce,
         versions: cap(ProduceRequest::VERSIONS, 12),
@@ -92,7 +92,7 @@ pub(super) static APIS: [Api; 30] = [
         }),
     },
     later!(Fetch, FetchRequest, cap(FetchRequest::VERSIONS, 12), fetch::fetch, "v13+ (topic ids only) not spoken; a fetch that must wait polls the coordinator cluster every 25 ms (issue 26); no fetch sessions (KIP-227: every fetch is a full one)"),
-    later!(ListOffsets, ListOffsetsRequest, ListOffsetsRequest::VERSIONS, offsets::list_offsets, "leader epoch 0; `read_committed` answers the high watermark (no transactions)"),
+    later!(ListOffsets, ListOffsetsRequest, ListOffsetsRequest::VERSIONS, offsets::list_offsets, "`read_committed` answers the high watermark (no transactions)"),
     later!(CreateTopics, CreateTopicsRequest, CreateTopicsRequest::VERSIONS, topics::create_topics, "diskless topics only (`diskless.enable=true`); configs kept: `retention.ms`, `retention.bytes`, `max.message.bytes`, `message.timestamp.type`, `message.timestamp.before.max.ms`, `message.timestamp.after.max.ms`; `cleanup.policy=compact` refused; Kafka's other configs ignored"),
     later!(
         CreatePartitions,
@@ -122,6 +122,13 @@ pub(super) static APIS: [Api; 30] = [
         IncrementalAlterConfigsRequest::VERSIONS,
         configs::incremental_alter_configs,
         "topics only; SET and DELETE of retention, `max.message.bytes` and the timestamp settings (others refused with INVALID_CONFIG naming them); a setting a broker enforces reaches every broker within 5 s"
+    ),
+    later!(
+        OffsetForLeaderEpoch,
+        OffsetForLeaderEpochRequest,
+        OffsetForLeaderEpochRequest::VERSIONS,
+        epochs::offset_for_leader_epoch,
+        "consumers only; every epoch up to the current one ends at the high watermark (a diskless log is never truncated)"
     ),
     later!(DeleteRecords, DeleteRecordsRequest, DeleteRecordsRequest::VERSIONS, offsets::delete_records, ""),
     later!(InitProducerId, InitProducerIdRequest, InitProducerIdRequest::VERSIONS, producer_ids::init_producer_id, "idempotence only: a transactional id is refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)"),

@@ -34,6 +34,7 @@ pub(super) async fn fetch(l: &Session, header: &RequestHeader, req: FetchRequest
         for p in &t.partitions {
             let resolved = topic.clone().and_then(|tm| {
                 l.partition(&tm, p.partition)?;
+                l.leader_epoch(if v >= 9 { p.current_leader_epoch } else { -1 })?;
                 Ok(FetchPartition {
                     topic_id: tm.id,
                     partition: p.partition,

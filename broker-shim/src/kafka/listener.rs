@@ -59,6 +59,25 @@ impl Listener {
         }
     }
 
+    /// Every partition's leader epoch as this broker knows it, if the client's `current` (−1: not
+    /// given) is that epoch: an older one is FENCED_LEADER_EPOCH (the client refreshes its
+    /// metadata), a newer one UNKNOWN_LEADER_EPOCH (this broker is behind; the client retries), as
+    /// Kafka's `Partition.checkCurrentLeaderEpoch`.
+    pub(super) fn leader_epoch(&self, current: i32) -> Result<i32, KafkaError> {
+        let ours = self.shim.registry.leader_epoch();
+        match current {
+            c if c < 0 || c == ours => Ok(ours),
+            c if c < ours => Err(KafkaError::new(
+                ErrorCode::FencedLeaderEpoch,
+                format!("leader epoch {c} is older than the current {ours}"),
+            )),
+            c => Err(KafkaError::new(
+                ErrorCode::UnknownLeaderEpoch,
+                format!("leader epoch {c} is newer than this broker's {ours}"),
+            )),
+        }
+    }
+
     /// UNKNOWN_TOPIC_OR_PARTITION unless `t` has partition `p`.
     pub(super) fn partition(&self, t: &TopicMeta, p: i32) -> Result<(), KafkaError> {
         if p < 0 || p >= t.partitions {

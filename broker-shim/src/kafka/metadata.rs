@@ -1,6 +1,7 @@
 //! Metadata: the topics of the catalog (all, or those asked for), every live broker of the registry
 //! at the address of the listener asked, and each partition led by its rendezvous owner among them
-//! (any broker serves any partition: this only spreads clients over the brokers). A topic the
+//! (any broker serves any partition: this only spreads clients over the brokers), at the leader
+//! epoch of the registry's generation (`Registry::leader_epoch`). A topic the
 //! client may not DESCRIBE is left out of an all-topics answer and answered
 //! TOPIC_AUTHORIZATION_FAILED when named; the KIP-430 authorized operations are filled when asked
 //! (Kafka's `KafkaApis.handleTopicMetadataRequest`). Reads only; it must not create topics
@@ -35,6 +36,7 @@ pub(super) async fn metadata(l: &Session, header: &RequestHeader, req: MetadataR
     // the others listed as replicas so clients know them (a preferred read replica is one).
     let me = kafka_protocol::messages::BrokerId(l.broker_id);
     let live = l.shim.registry.brokers();
+    let epoch = l.shim.registry.leader_epoch();
     let describe = |t: &TopicMeta| {
         let partitions = (0..t.partitions)
             .map(|p| {
@@ -46,7 +48,7 @@ pub(super) async fn metadata(l: &Session, header: &RequestHeader, req: MetadataR
                 metadata_response::MetadataResponsePartition::default()
                     .with_partition_index(p)
                     .with_leader_id(kafka_protocol::messages::BrokerId(leader))
-                    .with_leader_epoch(0)
+                    .with_leader_epoch(epoch)
                     .with_replica_nodes(replicas.clone())
                     .with_isr_nodes(replicas)
             })

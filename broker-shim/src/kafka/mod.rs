@@ -6,7 +6,7 @@
 //!   them), requests started in order, answers written in order (`response`: encoding).
 //! - `dispatch`: the one table of APIs (versions and handler; ApiVersions answers from it).
 //! - one file per API family, each over the shim's producer, fetcher and coordinator cluster
-//!   client: `produce`, `fetch`, `metadata`, `offsets` (ListOffsets, DeleteRecords), `topics`
+//!   client: `produce`, `fetch`, `metadata`, `offsets` (ListOffsets, DeleteRecords), `epochs` (OffsetForLeaderEpoch), `topics`
 //!   (CreateTopics, CreatePartitions, DeleteTopics), `configs` (DescribeConfigs,
 //!   IncrementalAlterConfigs, AlterConfigs), `producer_ids` (InitProducerId), `groups`
 //!   (FindCoordinator, the classic group protocol, committed offsets, the group admin APIs).
@@ -16,7 +16,7 @@
 //!   DescribeAcls, DeleteAcls); `config`: `[kafka]`.
 //!
 //! Metadata lists the live brokers of the registry (`crate::registry`) and names each partition's
-//! rendezvous owner among them its leader; any broker can serve any partition (the coordinator
+//! rendezvous owner among them its leader, at the registry's generation as leader epoch; any broker can serve any partition (the coordinator
 //! cluster orders everything), so this only spreads clients over the brokers. This module must not
 //! keep state of its own beyond a connection's requests in flight.
 
@@ -25,6 +25,7 @@ pub mod config;
 mod configs;
 mod connection;
 mod dispatch;
+mod epochs;
 mod fetch;
 pub mod frame;
 mod groups;

@@ -57,9 +57,11 @@ pub(super) async fn list_offsets(l: &Session, header: &RequestHeader, req: ListO
         let topic = l.topic(&access, Operation::Describe, t.name.as_str()).await;
         let mut parts = vec![];
         for p in t.partitions {
+            let mut epoch = l.shim.registry.leader_epoch();
             let r = async {
                 let tm = topic.clone()?;
                 l.partition(&tm, p.partition_index)?;
+                epoch = l.leader_epoch(if v >= 4 { p.current_leader_epoch } else { -1 })?;
                 list_offset(l, tm.id, p.partition_index, p.timestamp).await
             }
             .await;
@@ -70,7 +72,7 @@ pub(super) async fn list_offsets(l: &Session, header: &RequestHeader, req: ListO
                 Err(e) => resp.with_error_code(e.code.code()).with_timestamp(-1).with_offset(-1),
             };
             if v >= 4 {
-                resp = resp.with_leader_epoch(0);
+                resp = resp.with_leader_epoch(epoch);
             }
             parts.push(resp);
         }

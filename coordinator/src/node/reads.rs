@@ -160,7 +160,8 @@ impl Node {
             Read::ListConsumerGroups => Answer::ListConsumerGroups(sm.list_groups(&view).map_err(failed)?),
             Read::LiveBrokers => {
                 let now_ms = self.now_ms();
-                Answer::LiveBrokers { brokers: sm.live_brokers(&view, now_ms).map_err(failed)?, now_ms }
+                let brokers = sm.live_brokers(&view, now_ms).map_err(failed)?;
+                Answer::LiveBrokers { brokers, now_ms, generation: sm.registry_generation(&view).map_err(failed)? }
             }
             Read::Acls(filter) => Answer::Acls(sm.describe_acls(&view, &filter).map_err(failed)?),
         })

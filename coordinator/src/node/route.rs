@@ -97,7 +97,7 @@ pub enum Answer {
     Topics(Vec<TopicInfo>),
     FetchOffsets { offsets: Vec<(TopicPartition, Option<OffsetRecord>)>, consumer_group: Option<GroupRecord> },
     ListConsumerGroups(Vec<(String, Option<GroupRecord>)>),
-    LiveBrokers { brokers: Vec<(i32, BrokerRecord)>, now_ms: i64 },
+    LiveBrokers { brokers: Vec<(i32, BrokerRecord)>, now_ms: i64, generation: u64 },
     Acls(Result<Vec<AclBinding>, Failure>),
 }
 

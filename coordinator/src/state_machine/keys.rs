@@ -68,6 +68,8 @@ pub const META_PRODUCER_CURSOR: &[u8] = b"producer_cursor";
 pub const META_NEXT_PRODUCER_ID: &[u8] = b"next_producer_id";
 /// Where the expiry of committed offsets resumes (an `O` key, or absent: from the start).
 pub const META_OFFSETS_CURSOR: &[u8] = b"offsets_cursor";
+/// The broker registry's generation: how many times its live set changed (metadata partition 0).
+pub const META_REGISTRY_GENERATION: &[u8] = b"registry_generation";
 
 /// The longest group id a key can hold (its length is stored in 16 bits).
 pub const MAX_GROUP_ID_BYTES: usize = u16::MAX as usize;

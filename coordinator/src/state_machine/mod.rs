@@ -278,6 +278,11 @@ impl StateMachine {
         Ok(registry::all(view, &self.keys)?.into_iter().filter(|(_, b)| b.lease_until_ms > now_ms).collect())
     }
 
+    /// The broker registry's generation: how many times its live set changed (see `registry`).
+    pub fn registry_generation(&self, view: &dyn KvRead) -> Result<u64, StorageError> {
+        registry::generation(view, &self.keys)
+    }
+
     /// DisklessDescribeFiles for one object key.
     pub fn describe_file(&self, view: &dyn KvRead, object_key: &str) -> Result<FileState, StorageError> {
         files::describe(view, &self.keys, object_key)

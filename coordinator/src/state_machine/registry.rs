@@ -10,6 +10,14 @@
 //! restart of the same broker — two live processes cannot listen on one address — and takes the
 //! id over at once). Lapsed records are swept by every registry operation, so the table holds
 //! about the live brokers only.
+//!
+//! The registry's *generation* counts the changes of its live set: +1 for a registration that adds
+//! a broker (no record, a lapsed one, or another incarnation), +1 for an unregistration, +1 for each
+//! lapsed record swept. It only grows, and replicas that apply the same log agree on it; brokers
+//! give it to clients as every partition's leader epoch (KIP-320), since partition leadership is a
+//! function of the live set. A lease that lapsed shows in a reader's live set (judged by the
+//! reader's clock) before the sweep that counts it, at the latest at the next heartbeat of any
+//! broker.
 
 use super::command::{ErrorCode, Failure, RegisterBroker};
 use super::keys::{self, Keys};
@@ -96,14 +104,30 @@ pub fn all(view: &dyn KvRead, keys: &Keys) -> Result<Vec<(i32, BrokerRecord)>, S
     Ok(out)
 }
 
-/// Forgets every record whose lease lapsed at `now`, but `keep`'s.
+/// The registry's generation (0 before any change).
+pub fn generation(view: &dyn KvRead, keys: &Keys) -> Result<u64, StorageError> {
+    Ok(tables::get(view, &keys.meta(keys::META_REGISTRY_GENERATION))?.unwrap_or(0))
+}
+
+/// Counts `changes` more changes of the live set.
+fn bump(sm: &StateMachine, txn: &mut Txn<'_>, changes: u64) -> Result<(), StorageError> {
+    if changes > 0 {
+        let g = generation(txn, &sm.keys)?.saturating_add(changes);
+        tables::put(txn, sm.keys.meta(keys::META_REGISTRY_GENERATION), &g)?;
+    }
+    Ok(())
+}
+
+/// Forgets every record whose lease lapsed at `now`, but `keep`'s; each is a change.
 fn sweep(sm: &StateMachine, txn: &mut Txn<'_>, now: i64, keep: i32) -> Result<(), StorageError> {
+    let mut swept = 0;
     for (id, b) in all(txn, &sm.keys)? {
         if id != keep && b.lease_until_ms <= now {
             txn.delete(sm.keys.broker(id));
+            swept += 1;
         }
     }
-    Ok(())
+    bump(sm, txn, swept)
 }
 
 pub fn register(
@@ -124,6 +148,8 @@ pub fn register(
     let key = sm.keys.broker(r.broker_id);
     let old: Option<BrokerRecord> = tables::get(txn, &key)?;
     let mut registered_ms = now;
+    // A broker joins (no record, a lapsed one, another incarnation): the live set changes.
+    let joins = old.as_ref().is_none_or(|o| o.lease_until_ms <= now || o.incarnation != r.incarnation);
     if let Some(old) = &old {
         let live = old.lease_until_ms > now;
         let same_address = old.host == r.host && old.port == r.port;
@@ -157,6 +183,7 @@ pub fn register(
         listeners: r.listeners.clone(),
     };
     tables::put(txn, key, &record)?;
+    bump(sm, txn, u64::from(joins))?;
     sweep(sm, txn, now, r.broker_id)?;
     Ok(Ok(lease_until_ms))
 }
@@ -211,6 +238,7 @@ pub fn unregister(
             ));
         }
         txn.delete(key);
+        bump(sm, txn, 1)?;
     }
     sweep(sm, txn, now, broker_id)?;
     Ok(Ok(0))

@@ -154,3 +154,36 @@ fn the_registry_travels_in_snapshots() {
     assert_eq!(g.sm.brokers(&g.db.read()).unwrap(), f.sm.brokers(&f.db.read()).unwrap());
     assert_eq!(live(&g), vec![(1, 7), (3, 8)]);
 }
+
+fn generation(f: &Fixture) -> u64 {
+    let view = f.db.read();
+    f.sm.registry_generation(&view).unwrap()
+}
+
+#[test]
+fn the_generation_counts_every_change_of_the_live_set_and_nothing_else() {
+    let mut f = Fixture::new();
+    assert_eq!(generation(&f), 0);
+    lease(f.apply(reg(1, 9092, 7, 5_000))).unwrap();
+    lease(f.apply(reg(2, 9093, 8, 1_000))).unwrap();
+    assert_eq!(generation(&f), 2, "two brokers joined");
+    // The same incarnation again, and heartbeats: the live set is the same.
+    lease(f.apply(reg(1, 9092, 7, 5_000))).unwrap();
+    lease(f.apply(Op::BrokerHeartbeat { broker_id: 1, incarnation: 7, lease_ms: 5_000 })).unwrap();
+    assert_eq!(generation(&f), 2);
+    // A refused registration changes nothing.
+    assert_eq!(lease(f.apply(reg(1, 9999, 9, 5_000))), Err(ErrorCode::DuplicateBrokerRegistration));
+    assert_eq!(generation(&f), 2);
+    // Broker 2's lease lapses; the next operation sweeps it.
+    f.now += 2_000;
+    lease(f.apply(Op::BrokerHeartbeat { broker_id: 1, incarnation: 7, lease_ms: 5_000 })).unwrap();
+    assert_eq!(live(&f), vec![(1, 7)]);
+    assert_eq!(generation(&f), 3, "a swept broker is a change");
+    // A restart at the same address (another incarnation) and an unregistration.
+    lease(f.apply(reg(1, 9092, 10, 5_000))).unwrap();
+    assert_eq!(generation(&f), 4);
+    lease(f.apply(Op::UnregisterBroker { broker_id: 1, incarnation: 10 })).unwrap();
+    assert_eq!(generation(&f), 5);
+    lease(f.apply(Op::UnregisterBroker { broker_id: 1, incarnation: 10 })).unwrap();
+    assert_eq!(generation(&f), 5, "unregistering what is gone changes nothing");
+}

@@ -1,7 +1,8 @@
 //! The model of the broker registry: a map of broker records, restating `state_machine::registry`
 //! (metadata partition 0 only; a live holder at another address and with another incarnation
 //! refuses a registration; heartbeats only from the live holder; every operation sweeps lapsed
-//! records but the one it is about).
+//! records but the one it is about), and its generation (+1 per broker that joins, unregisters or
+//! is swept).
 
 use std::collections::BTreeMap;
 
@@ -12,6 +13,7 @@ use super::fail;
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
     pub brokers: BTreeMap<i32, BrokerRecord>,
+    pub generation: u64,
 }
 
 fn check(authority: bool, id: i32, lease_ms: Option<i64>) -> Result<(), Failure> {
@@ -23,7 +25,9 @@ fn check(authority: bool, id: i32, lease_ms: Option<i64>) -> Result<(), Failure>
 
 impl Registry {
     fn sweep(&mut self, now: i64, keep: i32) {
+        let before = self.brokers.len();
         self.brokers.retain(|id, b| *id == keep || b.lease_until_ms > now);
+        self.generation += (before - self.brokers.len()) as u64;
     }
 
     pub fn register(&mut self, authority: bool, now: i64, r: &RegisterBroker) -> Result<i64, Failure> {
@@ -39,7 +43,9 @@ impl Registry {
             return fail(ErrorCode::InvalidRequest);
         }
         let mut registered_ms = now;
-        if let Some(old) = self.brokers.get(&r.broker_id).filter(|b| b.lease_until_ms > now) {
+        let live = self.brokers.get(&r.broker_id).filter(|b| b.lease_until_ms > now);
+        let joins = live.is_none_or(|b| b.incarnation != r.incarnation);
+        if let Some(old) = live {
             if old.incarnation != r.incarnation && (old.host != r.host || old.port != r.port) {
                 return fail(ErrorCode::DuplicateBrokerRegistration);
             }
@@ -60,6 +66,7 @@ impl Registry {
                 listeners: r.listeners.clone(),
             },
         );
+        self.generation += u64::from(joins);
         self.sweep(now, r.broker_id);
         Ok(lease_until_ms)
     }
@@ -91,6 +98,7 @@ impl Registry {
                 return fail(ErrorCode::StaleBrokerEpoch);
             }
             self.brokers.remove(&id);
+            self.generation += 1;
         }
         self.sweep(now, id);
         Ok(0)

@@ -5,7 +5,9 @@
 //! from every broker, and the others answer NOT_COORDINATOR; a client in another rack is pointed
 //! at a broker of its rack (`preferred_read_replica`); and a confluent-kafka group consuming across
 //! two brokers goes on through the survivor when the broker coordinating it is killed -9 (see
-//! `tests/python/coordinator_failover.py`).
+//! `tests/python/coordinator_failover.py`). Leader epochs are the same through every broker, grow
+//! when a broker dies, and are checked by ListOffsets, Fetch and OffsetForLeaderEpoch as Kafka
+//! checks them.
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
@@ -51,6 +53,70 @@ async fn wait_for_brokers(addr: &str, topic: &str, want: &BTreeSet<i32>) -> Meta
         }
         assert!(Instant::now() < deadline, "Metadata from {addr} lists {:?}, not {want:?}", broker_ids(&m));
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The leader epochs a Metadata answer gives its partitions.
+fn epochs(m: &MetadataResponse) -> BTreeSet<i32> {
+    m.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.leader_epoch)).collect()
+}
+
+/// A Fetch of `spread`'s partition 0 from offset 0 that says it saw `epoch`.
+fn fetch_at(epoch: i32) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![fetch_request::FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_static_str("spread")))
+            .with_partitions(vec![fetch_request::FetchPartition::default()
+                .with_partition(0)
+                .with_current_leader_epoch(epoch)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)])])
+}
+
+/// Through `addr` at leader epoch `epoch`: ListOffsets and Fetch accept it and refuse an older
+/// one (FENCED_LEADER_EPOCH, 74) and a newer one (UNKNOWN_LEADER_EPOCH, 75); OffsetForLeaderEpoch
+/// ends every epoch up to it at the high watermark and knows no later one (−1, −1).
+async fn check_epochs(addr: &str, epoch: i32) {
+    let list = |current: i32| {
+        ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+            list_offsets_request::ListOffsetsTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("spread")))
+                .with_partitions(vec![list_offsets_request::ListOffsetsPartition::default()
+                    .with_partition_index(0)
+                    .with_current_leader_epoch(current)
+                    .with_timestamp(-1)]),
+        ])
+    };
+    let code = |r: &ListOffsetsResponse| (r.topics[0].partitions[0].error_code, r.topics[0].partitions[0].leader_epoch);
+    let r: ListOffsetsResponse = kafka_call(addr, ApiKey::ListOffsets, 7, &list(epoch)).await;
+    assert_eq!(code(&r), (0, epoch), "ListOffsets at the current epoch");
+    let high_watermark = r.topics[0].partitions[0].offset;
+    let r: ListOffsetsResponse = kafka_call(addr, ApiKey::ListOffsets, 7, &list(epoch - 1)).await;
+    assert_eq!(code(&r).0, 74, "ListOffsets at an older epoch");
+    let r: ListOffsetsResponse = kafka_call(addr, ApiKey::ListOffsets, 7, &list(epoch + 1)).await;
+    assert_eq!(code(&r).0, 75, "ListOffsets at a newer epoch");
+    for (current, want) in [(epoch - 1, 74), (epoch, 0), (epoch + 1, 75)] {
+        let r: FetchResponse = kafka_call(addr, ApiKey::Fetch, 12, &fetch_at(current)).await;
+        assert_eq!(r.responses[0].partitions[0].error_code, want, "Fetch at epoch {current} (current {epoch})");
+    }
+    let ask = |leader_epoch: i32| {
+        OffsetForLeaderEpochRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+            offset_for_leader_epoch_request::OffsetForLeaderTopic::default()
+                .with_topic(TopicName(StrBytes::from_static_str("spread")))
+                .with_partitions(vec![offset_for_leader_epoch_request::OffsetForLeaderPartition::default()
+                    .with_partition(0)
+                    .with_current_leader_epoch(epoch)
+                    .with_leader_epoch(leader_epoch)]),
+        ])
+    };
+    for (asked, want) in [(epoch, (0, epoch, high_watermark)), (1, (0, 1, high_watermark)), (epoch + 1, (0, -1, -1))] {
+        let r: OffsetForLeaderEpochResponse = kafka_call(addr, ApiKey::OffsetForLeaderEpoch, 4, &ask(asked)).await;
+        let e = &r.topics[0].partitions[0];
+        assert_eq!((e.error_code, e.leader_epoch, e.end_offset), want, "OffsetForLeaderEpoch of epoch {asked}");
     }
 }
 
@@ -158,6 +224,21 @@ async fn metadata_lists_the_live_brokers_spreads_leaders_and_drops_a_killed_brok
     }
     // Leadership: the same on both brokers, spread over both.
     assert_eq!(leaders(&from_a), leaders(&from_b));
+    // Leader epochs (KIP-320): the registry's generation, the same through both brokers once they
+    // read the same registry, at least 2 (two brokers joined).
+    let epoch = {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (ea, eb) = (epochs(&metadata(&ka, "spread").await), epochs(&metadata(&kb, "spread").await));
+            if ea == eb && ea.len() == 1 {
+                break *ea.iter().next().unwrap();
+            }
+            assert!(Instant::now() < deadline, "leader epochs through a {ea:?}, through b {eb:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    assert!(epoch >= 2, "leader epoch {epoch}");
+    check_epochs(&ka, epoch).await;
     assert_eq!(leaders(&from_a).into_iter().collect::<BTreeSet<_>>(), both, "{:?}", leaders(&from_a));
     // Group coordinators: the same answer from both; both coordinate some groups; the other
     // broker answers NOT_COORDINATOR.
@@ -203,10 +284,23 @@ async fn metadata_lists_the_live_brokers_spreads_leaders_and_drops_a_killed_brok
     for p in &r.responses[0].partitions {
         assert_eq!((p.error_code, p.preferred_read_replica.0), (0, -1), "{p:?}");
     }
-    // b dies: once its lease lapsed, a lists only itself and leads everything.
+    // b dies: once its lease lapsed, a lists only itself and leads everything, at a newer epoch;
+    // the old epoch is fenced.
     b.kill();
     let alone = wait_for_brokers(&ka, "spread", &[a.broker_id].into()).await;
     assert!(leaders(&alone).iter().all(|l| *l == a.broker_id), "{:?}", leaders(&alone));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let newer = loop {
+        let e = epochs(&metadata(&ka, "spread").await);
+        if e.len() == 1 && *e.iter().next().unwrap() > epoch {
+            break *e.iter().next().unwrap();
+        }
+        assert!(Instant::now() < deadline, "the leader epoch did not grow past {epoch} when b died: {e:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let r: FetchResponse = kafka_call(&ka, ApiKey::Fetch, 12, &fetch_at(epoch)).await;
+    assert_eq!(r.responses[0].partitions[0].error_code, 74, "FENCED_LEADER_EPOCH for the old epoch");
+    check_epochs(&ka, newer).await;
     assert_eq!(coordinator_of(&ka, "group-0").await, a.broker_id);
 }
 

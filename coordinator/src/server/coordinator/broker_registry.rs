@@ -97,10 +97,10 @@ impl CoordinatorApi {
         let g = REGISTRY_AUTHORITY;
         let refused = |f: Failure| {
             let (error_code, error_message) = failure_fields(&f);
-            ListBrokersResponse { error_code, error_message, brokers: vec![], now_ms: 0 }
+            ListBrokersResponse { error_code, error_message, brokers: vec![], now_ms: 0, generation: 0 }
         };
         Ok(Response::new(match self.read(g, Read::LiveBrokers, timeout, hop).await {
-            Ok(Answer::LiveBrokers { brokers, now_ms }) => ListBrokersResponse {
+            Ok(Answer::LiveBrokers { brokers, now_ms, generation }) => ListBrokersResponse {
                 error_code: 0,
                 error_message: None,
                 brokers: brokers
@@ -121,6 +121,7 @@ impl CoordinatorApi {
                     })
                     .collect(),
                 now_ms,
+                generation,
             },
             Ok(other) => refused(route_failure(&RouteError::unexpected(g, &other))),
             Err(e) => refused(route_failure(&e)),
