@@ -159,6 +159,16 @@ seen = set(AdminClient(conf(B, "alice", ALICE_PW)).list_topics(timeout=10).topic
 check("orders" in seen and "secret" not in seen, f"alice's Metadata: orders, not secret ({sorted(seen)})")
 code = produce(B, "alice", ALICE_PW, "secret", n=1)
 check(code == KafkaError.TOPIC_AUTHORIZATION_FAILED, f"alice may not write secret (got {code})")
+# KIP-430: the operations alice may do to `orders`, as librdkafka's describe_topics asks (Metadata
+# with include_topic_authorized_operations): READ and WRITE granted, DESCRIBE implied.
+from confluent_kafka import TopicCollection
+
+alice_b = AdminClient(conf(B, "alice", ALICE_PW))
+desc = list(alice_b.describe_topics(TopicCollection(["orders"]), include_authorized_operations=True).values())[0]
+desc = desc.result(timeout=10)
+ops = set(desc.authorized_operations or [])
+check(ops == {AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE},
+      f"alice's authorized operations on orders (KIP-430): {sorted(o.name for o in ops)}")
 
 # bob reads the topic but has no group.
 got, err = consume(A, "bob", BOB_PW, "orders", "bobs-group", want=1)

@@ -23,7 +23,7 @@ pub use clients::*;
 pub use cluster::*;
 pub use diskless_broker_shim::records::{self as kafka_records, Idempotence, Message, NOT_IDEMPOTENT};
 pub use kafka_protocol::records::Compression;
-pub use kafka_wire::{kafka_call, kafka_request};
+pub use kafka_wire::{exchange, kafka_any, kafka_call, kafka_request};
 pub use metrics::*;
 pub use produce::*;
 pub use requests::*;

@@ -48,6 +48,19 @@ fn may(access: &Access, op: Operation, group_id: &str) -> Result<(), ErrorCode> 
     }
 }
 
+/// Whether `group_id` exists as Kafka counts groups: it has members or a stored generation, or
+/// committed offsets. LeaveGroup and OffsetDelete of a group that does not are refused whole
+/// (UNKNOWN_MEMBER_ID, GROUP_ID_NOT_FOUND), as Kafka's `GroupMetadataManager` refuses them.
+async fn group_exists(l: &Listener, access: &Access, group_id: &str) -> bool {
+    match l.shim.groups.describe(group_id).await {
+        Ok(d) if d.protocol_type.is_empty() && d.members.is_empty() => {
+            matches!(fetch_group(l, access, group_id, None).await, Ok(rows) if !rows.is_empty())
+        }
+        // A stored or live group; or this broker cannot tell, and the request goes on.
+        _ => true,
+    }
+}
+
 /// NOT_COORDINATOR unless this broker coordinates `group_id` (the client finds the coordinator
 /// again).
 fn owned(l: &Listener, group_id: &str) -> Result<(), ErrorCode> {
@@ -193,6 +206,7 @@ pub(super) async fn leave_group(l: &Session, header: &RequestHeader, req: LeaveG
         vec![(req.member_id.to_string(), None)]
     };
     let left = match may(&access, Operation::Read, &req.group_id.0).and_then(|()| owned(l, &req.group_id.0)) {
+        Ok(()) if !group_exists(l, &access, &req.group_id.0).await => Err(ErrorCode::UnknownMemberId),
         Ok(()) => l.shim.groups.leave(&req.group_id.0, &who).await,
         Err(code) => Err(code),
     };
@@ -663,7 +677,11 @@ pub(super) async fn offset_delete(l: &Session, header: &RequestHeader, req: Offs
     let v = header.request_api_version;
     let group_id = req.group_id.0.to_string();
     let access = l.access().await;
-    if let Err(code) = may(&access, Operation::Delete, &group_id).and_then(|()| owned(l, &group_id)) {
+    let refused = match may(&access, Operation::Delete, &group_id).and_then(|()| owned(l, &group_id)) {
+        Ok(()) if !group_exists(l, &access, &group_id).await => Err(ErrorCode::GroupIdNotFound),
+        r => r,
+    };
+    if let Err(code) = refused {
         return encode(ApiKey::OffsetDelete, header, v, &OffsetDeleteResponse::default().with_error_code(code.code()));
     }
     let busy = l.shim.groups.has_members(&group_id);

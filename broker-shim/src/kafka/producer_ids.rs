@@ -20,7 +20,10 @@ pub(super) async fn init_producer_id(l: &Session, header: &RequestHeader, req: I
             .with_producer_epoch(-1)
     };
     let access = l.access().await;
-    let body = if req.transactional_id.is_some() {
+    let body = if req.transactional_id.as_ref().is_some_and(|t| t.is_empty()) {
+        // Kafka's TransactionCoordinator: an empty transactional id is a malformed request.
+        refused(ErrorCode::InvalidRequest)
+    } else if req.transactional_id.is_some() {
         refused(ErrorCode::TransactionalIdAuthorizationFailed)
     } else if !access.on_cluster(Operation::IdempotentWrite)
         && !access.allowed_somewhere(Operation::Write, Resource::Topic)

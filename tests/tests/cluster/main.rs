@@ -31,6 +31,7 @@ mod t71_consumer_groups;
 mod t72_producer_ids;
 mod t73_broker_registry;
 mod t74_kafka_semantics;
+mod t75_conformance;
 mod t80_metrics;
 mod t81_health;
 mod t82_coordctl;
