@@ -64,6 +64,23 @@ for api, fn, want in cases:
     ok = got == want or (api == "ListOffsets" and got == KafkaError._NOENT)
     check(ok, f"librdkafka {api}: {KafkaError(want).name()} (got {got})")
 
+# Leader epochs (KIP-320): ListOffsets names the partition's epoch, the broker registry's
+# generation — at least 1 once this broker registered (it was always 0 before).
+from confluent_kafka.admin import NewTopic
+
+for f in admin.create_topics([NewTopic("conformance-epochs", num_partitions=1, replication_factor=1,
+                                       config={"diskless.enable": "true"})]).values():
+    f.result(timeout=30)
+info = list(admin.list_offsets({TopicPartition("conformance-epochs", 0): OffsetSpec.latest()}).values())[0]
+info = info.result(timeout=10)
+check(info.leader_epoch is not None and info.leader_epoch >= 1,
+      f"librdkafka ListOffsets names the leader epoch ({info.leader_epoch})")
+librdkafka_epoch = info.leader_epoch
+print(f"FIGURE leader epoch in ListOffsets (librdkafka): {librdkafka_epoch}", flush=True)
+one = Producer({"bootstrap.servers": BROKER})
+one.produce("conformance-epochs", b"one record", partition=0)
+check(one.flush(30) == 0, "a record in conformance-epochs")
+
 p = Producer({"bootstrap.servers": BROKER, "topic.metadata.propagation.max.ms": 1000, "message.timeout.ms": 10000})
 errors = []
 p.produce(TOPIC, b"x", partition=0, on_delivery=lambda e, m: errors.append(e))
@@ -101,6 +118,13 @@ except KErrors.KafkaError as e:
     said = repr(e)
 check("GroupIdNotFound" in said, f"kafka-python DeleteGroups: GroupIdNotFoundError ({said})")
 ka.close()
+from kafka import KafkaConsumer, TopicPartition as KTP
+
+kc = KafkaConsumer(bootstrap_servers=BROKER)
+found = kc.offsets_for_times({KTP("conformance-epochs", 0): 0})
+kc.close()
+check(found[KTP("conformance-epochs", 0)] is not None and found[KTP("conformance-epochs", 0)].leader_epoch == librdkafka_epoch,
+      f"kafka-python offsets_for_times: the same leader epoch ({found})")
 
 
 # ------------------------------------------------------------------ aiokafka
