@@ -70,3 +70,41 @@ async fn acls_are_enforced_by_every_broker_as_kafka_enforces_them() {
     let kc = fresh.kafka_addr.clone().unwrap();
     run_python_checks("kafka_authorization_after.py", args(&kc, &kb), "ACLS KEPT").await;
 }
+
+/// On an SSL listener that requires client certificates, a client is `User:CN=<its certificate's
+/// common name>` (Kafka's default `ssl.principal.mapping.rules` for such a certificate): a super
+/// user named by its certificate grants another certificate's principal a topic, which that client
+/// could not write before and can after (confluent-kafka, `tests/python/kafka_authorization_certs.py`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_is_its_principal() {
+    if !kafka_clients_available() {
+        return;
+    }
+    let c = Cluster::start(3, Options { metadata_partitions: 2, ..Default::default() }).await;
+    let dir = c.path("kafka-certs");
+    let ca = diskless_tls::certs::Ca::new("kafka clients CA").unwrap();
+    ca.write(&dir).unwrap();
+    let server = ca.issue("broker", &["127.0.0.1", "localhost"]).unwrap().write(&dir, "broker").unwrap();
+    let admin = ca.issue("admin", &[]).unwrap().write(&dir, "admin").unwrap();
+    let carol = ca.issue("carol", &[]).unwrap().write(&dir, "carol").unwrap();
+    let kafka_toml = format!(
+        "security_protocol = \"SSL\"\n\
+         [kafka.tls]\ncert = \"{}\"\nkey = \"{}\"\nca = \"{}\"\nrequire_client_cert = true\n\
+         [kafka.authorizer]\nsuper_users = [\"User:CN=admin\"]\n",
+        server.cert.display(),
+        server.key.display(),
+        server.ca.display()
+    );
+    let options = BrokerOptions { kafka: true, kafka_toml, ..BrokerOptions::default() };
+    let broker = BrokerProc::start(&c, "a", &TestStorage::Local(c.path("objects")), &options).await;
+    let path = |p: &std::path::Path| p.display().to_string();
+    let args = vec![
+        broker.kafka_addr.clone().unwrap(),
+        path(&server.ca),
+        path(&admin.cert),
+        path(&admin.key),
+        path(&carol.cert),
+        path(&carol.key),
+    ];
+    run_python_checks("kafka_authorization_certs.py", args, "CERTIFICATE PRINCIPALS CHECKED").await;
+}
