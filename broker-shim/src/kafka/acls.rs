@@ -95,11 +95,21 @@ pub(super) async fn create_acls(l: &Session, header: &RequestHeader, req: Create
     encode(ApiKey::CreateAcls, header, v, &CreateAclsResponse::default().with_results(results))
 }
 
-/// Reads the bindings again after a change made here, so this broker enforces it at once.
+/// How often a read of the bindings after a change made here is tried before the periodic
+/// refresh is left to catch up.
+const RELOAD_ATTEMPTS: usize = 3;
+
+/// Reads the bindings again after a change made here, so this broker enforces it at once (a read
+/// that fails is tried again: a client that changed an ACL expects this broker to apply it).
 async fn reload(l: &Session) {
-    if let Some(a) = &l.authorizer {
-        if let Err(s) = a.reload().await {
-            tracing::debug!(status = %s, "ACLs not read again after a change; the next refresh will");
+    let Some(a) = &l.authorizer else { return };
+    for attempt in 1..=RELOAD_ATTEMPTS {
+        match a.reload().await {
+            Ok(()) => return,
+            Err(s) if attempt == RELOAD_ATTEMPTS => {
+                tracing::info!(status = %s, "ACLs not read again after a change; the next refresh will")
+            }
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
         }
     }
 }
