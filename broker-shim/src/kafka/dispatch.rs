@@ -18,7 +18,7 @@ use super::frame::{Malformed, Reason};
 use super::response::{encode, ready, Pending, Reply};
 use super::security::sasl;
 use super::session::Session;
-use super::{acls, configs, epochs, fetch, groups, metadata, offsets, produce, producer_ids, topics};
+use super::{acls, configs, epochs, fetch, group_offsets, groups, metadata, offsets, produce, producer_ids, topics};
 
 /// How a request is started.
 #[derive(Clone, Copy)]
@@ -145,8 +145,8 @@ pub(super) static APIS: [Api; 31] = [
     later!(SyncGroup, SyncGroupRequest, SyncGroupRequest::VERSIONS, groups::sync_group, ""),
     later!(Heartbeat, HeartbeatRequest, HeartbeatRequest::VERSIONS, groups::heartbeat, ""),
     later!(LeaveGroup, LeaveGroupRequest, LeaveGroupRequest::VERSIONS, groups::leave_group, ""),
-    later!(OffsetCommit, OffsetCommitRequest, cap(OffsetCommitRequest::VERSIONS, 9), groups::offset_commit, "v10+ (topic ids) not spoken"),
-    later!(OffsetFetch, OffsetFetchRequest, cap(OffsetFetchRequest::VERSIONS, 9), groups::offset_fetch, "v10+ (topic ids) not spoken"),
+    later!(OffsetCommit, OffsetCommitRequest, cap(OffsetCommitRequest::VERSIONS, 9), group_offsets::offset_commit, "v10+ (topic ids) not spoken"),
+    later!(OffsetFetch, OffsetFetchRequest, cap(OffsetFetchRequest::VERSIONS, 9), group_offsets::offset_fetch, "v10+ (topic ids) not spoken"),
     later!(ListGroups, ListGroupsRequest, ListGroupsRequest::VERSIONS, groups::list_groups, "classic groups only"),
     later!(DescribeGroups, DescribeGroupsRequest, cap(DescribeGroupsRequest::VERSIONS, 5), groups::describe_groups, "v6 not spoken"),
     later!(DeleteGroups, DeleteGroupsRequest, DeleteGroupsRequest::VERSIONS, groups::delete_groups, ""),

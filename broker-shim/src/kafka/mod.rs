@@ -9,7 +9,8 @@
 //!   client: `produce`, `fetch`, `metadata`, `offsets` (ListOffsets, DeleteRecords), `epochs` (OffsetForLeaderEpoch), `topics`
 //!   (CreateTopics, CreatePartitions, DeleteTopics), `configs` (DescribeConfigs,
 //!   IncrementalAlterConfigs, AlterConfigs), `producer_ids` (InitProducerId), `groups`
-//!   (FindCoordinator, the classic group protocol, committed offsets, the group admin APIs).
+//!   (FindCoordinator, the classic group protocol, the group admin APIs), `group_offsets`
+//!   (OffsetCommit, OffsetFetch).
 //! - `listener`: what the handlers share (the shim, the listener's settings and address, topic
 //!   lookups, the authorizer); `session`: one connection's listener and principal, which handlers
 //!   ask what the client may do (`crate::authz`) before they act; `acls` (CreateAcls,
@@ -28,6 +29,7 @@ mod dispatch;
 mod epochs;
 mod fetch;
 pub mod frame;
+mod group_offsets;
 mod groups;
 mod listener;
 mod metadata;
