@@ -101,10 +101,26 @@ pub fn coordctl(addr: &str) -> Command {
     c
 }
 
-/// A loopback port free at the time of the call.
+/// A loopback port free at the time of the call, for a server a test starts later.
+///
+/// Taken below Linux's ephemeral range (32768-60999): an ephemeral port asked of the kernel
+/// (`bind :0`) is also what every outgoing connection of every client in a concurrent test may be
+/// given between this call and the server's bind, which made a node fail to start with "address
+/// in use" now and then. Ports here are handed out once per test process (a counter starting at a
+/// place chosen by the process id, so two test processes rarely walk the same ports) and probed.
 pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    l.local_addr().expect("local addr").port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 12_000;
+    const SPAN: u32 = 20_000; // 12000..32000
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(u32::MAX, (std::process::id() * 997) % SPAN, Ordering::SeqCst, Ordering::SeqCst);
+    for _ in 0..SPAN {
+        let port = (LOW + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {LOW}..{}", LOW + SPAN)
 }
 
 impl Cluster {
@@ -453,6 +469,10 @@ impl Cluster {
         for id in self.ids() {
             let text = std::fs::read_to_string(self.log_path(id)).unwrap_or_default();
             let lines: Vec<&str> = text.lines().collect();
+            // A node that failed to start ends with a long backtrace: its error line comes first.
+            if let Some(e) = lines.iter().find(|l| l.starts_with("Error:") || l.contains("panicked at")) {
+                eprintln!("----- node {id} failed: {e}");
+            }
             eprintln!("----- node {id} log (last 40 lines) -----");
             for l in &lines[lines.len().saturating_sub(40)..] {
                 eprintln!("{l}");
