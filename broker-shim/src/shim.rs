@@ -91,6 +91,8 @@ impl Shim {
         let producer_ids = producer_ids::ProducerIds::new(cluster.clone(), config.broker_id);
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(cleaner.clone().run(stop_rx.clone()));
+        // Parked fetches wake on other brokers' commits through these.
+        cluster.start_watches(stop_rx.clone());
         let groups = groups::GroupCoordinator::new(cluster.clone(), config.groups.clone(), config.broker_id);
         tokio::spawn(groups.clone().run(stop_rx));
         let registry = registry::Registry::new(cluster.clone(), config.registry.clone(), config.broker_id);

@@ -1,8 +1,11 @@
 //! Reading this broker's own writes from any replica: per metadata partition, the highest Raft
 //! index its commits (and the reads it saw) were applied at; every FindBatches carries them as
 //! `min_applied`, and a replica answers only once it has applied that far. Indexes only grow.
+//! A commit's new high watermarks go to the marks at once (`marks`), waking this broker's parked
+//! fetches before any watch could tell of them.
 
-use diskless_proto::v1::GroupIndex;
+use diskless_proto::metadata_partition_for;
+use diskless_proto::v1::{CommitFileRequest, CommitFileResponse, GroupIndex};
 
 use super::ClusterClient;
 
@@ -13,6 +16,24 @@ impl ClusterClient {
         for at in applied {
             let e = map.entry(at.metadata_partition).or_insert(0);
             *e = (*e).max(at.index);
+        }
+    }
+
+    /// Remembers what a commit did: the indexes it was applied at, and the high watermarks its
+    /// appended batches reached.
+    pub fn record_commit(&self, req: &CommitFileRequest, resp: &CommitFileResponse) {
+        self.record_applied(&resp.applied);
+        let n = self.num_metadata_partitions;
+        for (b, r) in req.batches.iter().zip(&resp.batches) {
+            let Ok(topic_id) = <[u8; 16]>::try_from(b.topic_id.as_slice()) else { continue };
+            if r.error_code != 0 || r.assigned_base_offset < 0 || b.last_offset < b.base_offset || b.partition_index < 0
+            {
+                continue;
+            }
+            let g = metadata_partition_for(&topic_id, b.partition_index, n);
+            let Some(at) = resp.applied.iter().find(|a| a.metadata_partition == g) else { continue };
+            let hwm = r.assigned_base_offset.saturating_add(b.last_offset - b.base_offset + 1);
+            self.marks.observe(topic_id, b.partition_index, Some(hwm), None, at.index);
         }
     }
 

@@ -141,6 +141,7 @@ mod tests {
             leaders: Mutex::new(vec![None]),
             address_map: HashMap::new(),
             tls: None,
+            marks: std::sync::Arc::new(super::super::marks::Marks::new(1)),
         }
     }
 

@@ -13,6 +13,10 @@
 //! - `offsets`: a partition's ListOffsets (a strict read of its leader) and DeleteRecords.
 //! - `fencing`: FenceObjects, what the cluster knows of an object before it is deleted.
 //! - `acls`: the ACL bindings the cluster keeps (create, describe, delete).
+//! - `marks`: each partition's high watermark and log start as this broker learns them (its own
+//!   commits, the watches), and the waits of parked fetches on them.
+//! - `watch`: one WatchPartitions stream per metadata partition, resumed across nodes, feeding
+//!   `marks`.
 //!
 //! It decides nothing about Kafka semantics (the callers turn answers into Kafka errors) and keeps
 //! no state that must survive the broker.
@@ -24,7 +28,9 @@ mod commit;
 mod failover;
 mod fencing;
 mod leaders;
+pub mod marks;
 mod offsets;
+mod watch;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
@@ -65,6 +71,8 @@ pub struct ClusterClient {
     address_map: HashMap<String, String>,
     /// TLS to the nodes (`ShimConfig::coordinator_tls`).
     tls: Option<Arc<diskless_tls::ClientTls>>,
+    /// Partitions' high watermarks as learned (`marks`, fed by commits and `watch`).
+    marks: Arc<marks::Marks>,
 }
 
 impl ClusterClient {
@@ -121,6 +129,7 @@ impl ClusterClient {
             by_addr: Mutex::new(by_addr),
             address_map,
             tls,
+            marks: Arc::new(marks::Marks::new(num_metadata_partitions)),
         };
         c.refresh_leaders().await;
         Ok(c)

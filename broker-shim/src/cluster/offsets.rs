@@ -29,15 +29,26 @@ impl ClusterClient {
         // Strict reads are served by the metadata partition's leader: ask it directly (no
         // forwarding hop). Any node still routes the read when the leader is unknown or moved.
         let mp = metadata_partition_for(&topic_id, partition.max(0), self.num_metadata_partitions);
-        if let Some(ch) = self.leader_of(mp).as_deref().and_then(|a| self.channel_to(a)) {
+        let mut asked: Option<String> = None;
+        for _ in 0..2 {
+            let Some(leader) = self.leader_of(mp).filter(|l| asked.as_ref() != Some(l)) else { break };
+            let Some(ch) = self.channel_to(&leader) else { break };
             let r = CoordinatorServiceClient::new(ch).list_offsets(req.clone()).await;
             match r.map(|r| r.into_inner().topics.into_iter().flat_map(|t| t.partitions).next()) {
-                Ok(Some(p)) if p.error_code != ErrorCode::NotLeaderOrFollower.wire() => {
+                Ok(Some(p))
+                    if p.error_code != ErrorCode::NotLeaderOrFollower.wire()
+                        && p.error_code != ErrorCode::RequestTimedOut.wire() =>
+                {
                     return KafkaError::from_wire(p.error_code, p.error_message)
                         .map_or(Ok((p.timestamp, p.offset)), Err);
                 }
-                // Gone, or no longer the leader: learn the leaders again, ask any node meanwhile.
-                _ => self.refresh_leaders().await,
+                // Gone, no longer the leader, or unable to confirm its leadership (cut off from
+                // its quorum, while the others elected another): learn the leaders again and ask
+                // the new one; any node meanwhile.
+                _ => {
+                    asked = Some(leader);
+                    self.refresh_leaders().await;
+                }
             }
         }
         loop {

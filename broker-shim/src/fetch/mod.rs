@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use diskless_proto::v1::find_batches_response::{BatchInfo, FindBatchesPartitionResponse, FindBatchesTopicResponse};
-use diskless_proto::v1::{find_batches_request, FindBatchesRequest};
+use diskless_proto::v1::{find_batches_request, FindBatchesRequest, GroupIndex};
 use diskless_proto::ErrorCode;
 use futures_util::stream::{self, StreamExt};
 
@@ -87,6 +87,24 @@ impl Fetcher {
     }
 
     pub async fn fetch(&self, parts: &[FetchPartition], max_total_bytes: i32) -> Result<Vec<Fetched>, KafkaError> {
+        self.fetch_after(parts, max_total_bytes, &[]).await
+    }
+
+    /// Like [`Fetcher::fetch`], from a replica that has applied at least `seen` too (what woke a
+    /// parked fetch: a change the replica it asks must show).
+    pub async fn fetch_after(
+        &self,
+        parts: &[FetchPartition],
+        max_total_bytes: i32,
+        seen: &[GroupIndex],
+    ) -> Result<Vec<Fetched>, KafkaError> {
+        let mut min_applied = self.cluster.min_applied();
+        for s in seen {
+            match min_applied.iter_mut().find(|m| m.metadata_partition == s.metadata_partition) {
+                Some(m) => m.index = m.index.max(s.index),
+                None => min_applied.push(*s),
+            }
+        }
         let req = FindBatchesRequest {
             fetch_max_bytes: max_total_bytes,
             max_batches_per_partition: 0,
@@ -101,8 +119,9 @@ impl Fetcher {
                     }],
                 })
                 .collect(),
-            timeout_ms: 10_000,
-            min_applied: self.cluster.min_applied(),
+            // Bounds only the wait for `min_applied`: a replica seconds behind is left for another.
+            timeout_ms: 3_000,
+            min_applied,
         };
         let mut attempts = 0;
         let r = loop {

@@ -1,6 +1,8 @@
 //! Fetch: each topic authorized (READ) and its name resolved through the catalog, clients of another rack pointed at a broker of
-//! theirs (KIP-392's preferred read replica), the rest read by the fetcher (`crate::fetch`), polled
-//! until `min_bytes` arrive or `max_wait_ms` passes (at most 30 s). Every partition asked for gets
+//! theirs (KIP-392's preferred read replica), the rest read by the fetcher (`crate::fetch`). A
+//! fetch short of `min_bytes` parks until one of its partitions' high watermark moves past what
+//! it read (this broker's commits and the cluster's watch streams, `cluster::marks`) or
+//! `max_wait_ms` passes (at most 30 s), as Kafka's `DelayedFetch` waits in its purgatory. Every partition asked for gets
 //! one answer: an error when the fetcher gave it none. It must not read object storage or the
 //! coordinator cluster itself.
 
@@ -13,8 +15,25 @@ use kafka_protocol::messages::*;
 use super::response::{encode, Reply};
 use super::session::Session;
 use crate::authz::Operation;
+use crate::cluster::marks::Woken;
 use crate::error::KafkaError;
 use crate::fetch::FetchPartition;
+
+/// In the parked-fetches gauge while alive.
+struct Parked;
+
+impl Parked {
+    fn new() -> Parked {
+        crate::metrics::get().fetches_parked.inc();
+        Parked
+    }
+}
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        crate::metrics::get().fetches_parked.dec();
+    }
+}
 
 /// The longest a fetch waits for data.
 const MAX_FETCH_WAIT: Duration = Duration::from_secs(30);
@@ -65,10 +84,20 @@ pub(super) async fn fetch(l: &Session, header: &RequestHeader, req: FetchRequest
         .collect();
     let deadline = Instant::now() + Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_FETCH_WAIT);
     let max_bytes = if req.max_bytes <= 0 { i32::MAX } else { req.max_bytes };
+    // A fetch that cannot be answered yet parks: its interest is taken before each read (so no
+    // change after the read is missed), then it waits until one of its partitions moves past what
+    // the read saw (`cluster::marks`), or the deadline.
+    let marks = l.shim.cluster.marks();
+    let mut seen = vec![];
+    let mut parked = None;
     let fetched = loop {
-        let r = if asks.is_empty() { Ok(vec![]) } else { l.shim.fetcher.fetch(&asks, max_bytes).await };
+        let waiter = marks.waiter(asks.iter().map(|a| (a.topic_id, a.partition)));
+        let r = if asks.is_empty() { Ok(vec![]) } else { l.shim.fetcher.fetch_after(&asks, max_bytes, &seen).await };
+        // As Kafka's ReplicaManager, an error anywhere answers at once.
+        let refused = wants.iter().any(|w| w.resolved.is_err());
         let done = match &r {
             Err(_) => true,
+            Ok(_) if refused => true,
             Ok(v) => {
                 let bytes: usize = v.iter().map(|f| f.records.len()).sum();
                 bytes >= req.min_bytes.max(1) as usize
@@ -79,8 +108,20 @@ pub(super) async fn fetch(l: &Session, header: &RequestHeader, req: FetchRequest
         if done || Instant::now() >= deadline {
             break r;
         }
-        tokio::time::sleep(Duration::from_millis(25).min(deadline.saturating_duration_since(Instant::now()))).await;
+        let answered: Vec<i64> = match &r {
+            Ok(v) => v.iter().map(|f| f.high_watermark).collect(),
+            Err(_) => vec![-1; asks.len()],
+        };
+        parked.get_or_insert_with(Parked::new);
+        match waiter.wait(&answered, deadline.into()).await {
+            Woken::Moved(at) => {
+                crate::metrics::get().fetch_wakeups.inc();
+                seen = at;
+            }
+            Woken::Deadline => break r,
+        }
     };
+    drop(parked);
     let mut fetched = match fetched {
         Ok(v) => v.into_iter(),
         Err(e) => {

@@ -67,6 +67,13 @@ pub struct Metrics {
     // Fetch.
     pub fetch_cache_hits: Counter,
     pub fetch_cache_misses: Counter,
+    /// Fetches parked until data arrives, their wake-ups, and the partitions whose marks this
+    /// broker keeps (`cluster::marks`); watch streams (re)opened and resets received.
+    pub fetches_parked: Gauge,
+    pub fetch_wakeups: Counter,
+    pub watched_partitions: Gauge,
+    pub watch_reconnects: Counter,
+    pub watch_resets: Counter,
     // Object storage.
     pub store_requests: Family<Operation, Counter>,
     pub store_errors: Family<Operation, Counter>,
@@ -182,6 +189,31 @@ impl Metrics {
             fetch_cache_misses: reg!(
                 "diskless_broker_fetch_cache_misses",
                 "Batch byte ranges not in the fetch cache (read from object storage)",
+                Counter::default()
+            ),
+            fetches_parked: reg!(
+                "diskless_broker_fetches_parked",
+                "Fetches waiting for data (min_bytes not reached), woken by commits and watch streams",
+                Gauge::default()
+            ),
+            fetch_wakeups: reg!(
+                "diskless_broker_fetch_wakeups",
+                "Parked fetches woken before their max_wait (a partition moved, or changes may have been missed)",
+                Counter::default()
+            ),
+            watched_partitions: reg!(
+                "diskless_broker_watched_partitions",
+                "Partitions whose high watermark and log start this broker keeps for parked fetches",
+                Gauge::default()
+            ),
+            watch_reconnects: reg!(
+                "diskless_broker_watch_reconnects",
+                "WatchPartitions streams to the coordinator cluster lost and opened again",
+                Counter::default()
+            ),
+            watch_resets: reg!(
+                "diskless_broker_watch_resets",
+                "Resets received on WatchPartitions streams (changes may have been missed; parked fetches read again)",
                 Counter::default()
             ),
             store_requests: reg!(

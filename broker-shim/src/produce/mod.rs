@@ -122,8 +122,8 @@ impl Committer for ClusterClient {
 
     fn commit(&self, req: CommitFileRequest, deadline: Instant) -> BoxFuture<'_, CommitFileResponse> {
         async move {
-            let r = self.commit_file(req, deadline).await;
-            self.record_applied(&r.applied);
+            let r = self.commit_file(req.clone(), deadline).await;
+            self.record_commit(&req, &r);
             r
         }
         .boxed()

@@ -99,6 +99,9 @@ pub struct Metrics {
     pub grpc_duration: HistogramFamily<Method>,
     pub forwarded: Family<PartitionResult, Counter>,
     pub strict_read_duration: HistogramFamily<Via>,
+    /// Open WatchPartitions streams, and the resets they sent (`server::coordinator::watch`).
+    pub watch_streams: Gauge,
+    pub watch_resets: Counter,
     // Disk.
     pub rocksdb_bytes: Gauge,
     pub raft_log_bytes: Gauge,
@@ -249,6 +252,16 @@ impl Metrics {
                 "diskless_strict_read_duration_seconds",
                 "Time to confirm a linearizable read (leader lease, ReadIndex round, or failed)",
                 lat()
+            ),
+            watch_streams: reg!(
+                "diskless_watch_streams",
+                "Open WatchPartitions streams (brokers watching a metadata partition's changes through this node)",
+                Gauge::default()
+            ),
+            watch_resets: reg!(
+                "diskless_watch_resets",
+                "WatchPartitions streams told to reset: their cursor was older than the changes this replica holds",
+                Counter::default()
             ),
             rocksdb_bytes: reg!(
                 "diskless_rocksdb_size_bytes",

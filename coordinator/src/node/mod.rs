@@ -68,6 +68,8 @@ struct Partition {
     membership: tokio::sync::Mutex<()>,
     /// Commits waiting to be proposed together (see `commit`).
     commits: tokio::sync::mpsc::Sender<commit::PendingCommit>,
+    /// The replica's recent partition changes, for watchers (`raft::watch`).
+    watch: Arc<crate::raft::watch::WatchHub>,
 }
 
 /// A running coordinator node.
@@ -114,10 +116,13 @@ impl Node {
         let mut queues = Vec::with_capacity(n as usize);
         for g in 0..n {
             let home = Home::new(g, opened.dirs[opened.homes[g as usize]].clone());
+            let watch = Arc::new(crate::raft::watch::WatchHub::default());
             let sm = SmStore::open(home.clone(), StateMachine::new(g, n))
                 .with_context(|| format!("open the state of metadata partition {g}"))?
                 .with_install_pause(Duration::from_millis(config.test_snapshot_install_pause_ms))
-                .with_stages(stages.clone());
+                .with_stages(stages.clone())
+                .with_watch(watch.clone())
+                .with_context(|| format!("read the applied index of metadata partition {g}"))?;
             let log = LogStore::new(home.clone()).with_stages(stages.clone());
             let net = NetworkFactory { partition: g, peers: peers.clone() };
             let raft = Raft::new(config.node_id, raft_config.clone(), net, log, sm.clone())
@@ -125,7 +130,7 @@ impl Node {
                 .with_context(|| format!("start Raft for metadata partition {g}"))?;
             let (commits, rx) = tokio::sync::mpsc::channel(4096);
             queues.push(rx);
-            partitions.push(Partition { raft, sm, home, membership: tokio::sync::Mutex::new(()), commits });
+            partitions.push(Partition { raft, sm, home, membership: tokio::sync::Mutex::new(()), commits, watch });
         }
         let (stop, _) = tokio::sync::watch::channel(false);
         let heard_from_leader = (0..n).map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
@@ -185,6 +190,11 @@ impl Node {
 
     pub fn raft(&self, g: u32) -> Result<&Raft, RouteError> {
         Ok(&self.partition(g)?.raft)
+    }
+
+    /// `g`'s recent partition changes on this replica (`WatchPartitions`).
+    pub fn watch_hub(&self, g: u32) -> Result<&Arc<crate::raft::watch::WatchHub>, RouteError> {
+        Ok(&self.partition(g)?.watch)
     }
 
     pub fn state_machine(&self, g: u32) -> Result<&StateMachine, RouteError> {

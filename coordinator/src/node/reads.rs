@@ -33,6 +33,16 @@ impl Node {
     /// replica cut off, removed from the metadata partition or stopped would otherwise serve a
     /// frozen state for ever, pointing readers at objects the cleaner has since deleted.
     pub fn check_serving(&self, g: u32) -> Result<(), RouteError> {
+        self.check_in_touch(
+            g,
+            Duration::from_millis(self.config.raft.election_timeout_max_ms * STALE_AFTER_ELECTION_TIMEOUTS),
+        )
+    }
+
+    /// [`check_serving`](Self::check_serving) with `bound` as the longest silence of a leader.
+    /// A watch stream uses one election timeout: a follower that heard nothing for that long
+    /// would stand for election itself, so the changes it streams have stopped.
+    pub fn check_in_touch(&self, g: u32, bound: Duration) -> Result<(), RouteError> {
         let m = self.metrics(g)?;
         let unavailable = |reason: String| Err(RouteError::ReplicaUnavailable { partition: g, reason });
         let placed = self.placed(g)?;
@@ -48,7 +58,6 @@ impl Node {
         if m.membership_config.membership().voter_ids().eq([self.id]) {
             return Ok(()); // the only voter: nobody to hear from
         }
-        let bound = Duration::from_millis(self.config.raft.election_timeout_max_ms * STALE_AFTER_ELECTION_TIMEOUTS);
         let silent = if m.state == ServerState::Leader {
             m.last_quorum_acked.as_ref().map(|t| openraft::Instant::elapsed(&**t))
         } else {

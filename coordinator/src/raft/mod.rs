@@ -24,6 +24,7 @@ pub mod seglog;
 mod sm_store;
 pub mod snapshot;
 pub mod stages;
+pub mod watch;
 
 #[cfg(test)]
 mod conformance_test;

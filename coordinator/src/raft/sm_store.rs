@@ -26,7 +26,9 @@ use openraft::{EntryPayload, OptionalSend};
 
 use super::home::Home;
 use super::snapshot::{self, SnapshotFile};
+use super::watch::WatchHub;
 use super::{io_err, keys, LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
+use crate::state_machine::changes::{self, Changes};
 use crate::state_machine::{Outcome, StateMachine};
 use crate::storage::{codec, Family, HotKeys, KvRead, Txn, WriteBatch};
 
@@ -50,6 +52,8 @@ pub struct SmStore {
     stages: Arc<super::stages::Stages>,
     /// The committed values of the metadata partition's hot keys, shared by the clones.
     hot: Arc<std::sync::Mutex<HotSlot>>,
+    /// Where the partition changes of applied entries go once written (`raft::watch`).
+    watch: Arc<WatchHub>,
 }
 
 /// The hot-key cache between apply calls. An apply call takes it and gives it back; an install
@@ -79,6 +83,7 @@ impl SmStore {
             install_pause: std::time::Duration::ZERO,
             stages: Arc::default(),
             hot: Arc::default(),
+            watch: Arc::default(),
         };
         let placed = store.home.current();
         snapshot::remove_partial(&placed.snapshot_dir(partition))?;
@@ -101,6 +106,15 @@ impl SmStore {
     pub fn with_stages(mut self, stages: Arc<super::stages::Stages>) -> SmStore {
         self.stages = stages;
         self
+    }
+
+    /// Publishes the partition changes of applied entries to `hub`, which starts at the applied
+    /// index now.
+    pub fn with_watch(mut self, hub: Arc<WatchHub>) -> io::Result<SmStore> {
+        let (applied, _) = self.read_applied(&self.home.current().db.read())?;
+        hub.restart_at(applied.map_or(0, |l| l.index));
+        self.watch = hub;
+        Ok(self)
     }
 
     pub fn state_machine(&self) -> &StateMachine {
@@ -183,6 +197,7 @@ impl SmStore {
         mut txn: Txn<'_>,
         membership: &StoredMembership,
         done: &mut Vec<(LogId, Option<openraft::storage::ApplyResponder<TypeConfig>>, Outcome)>,
+        changed: &mut Vec<(u64, Changes)>,
         started: std::time::Instant,
     ) -> io::Result<()> {
         let Some(&(last, _, _)) = done.last() else { return Ok(()) };
@@ -193,6 +208,8 @@ impl SmStore {
         if let Some(keys) = &noted {
             self.home.note_keys(false, keys);
         }
+        // Written: a watcher told of a change may read it here at once.
+        self.watch.applied(last.index, std::mem::take(changed));
         crate::metrics::get().apply_duration.observe(started.elapsed().as_secs_f64());
         crate::metrics::get().applied_entries.inc_by(done.len() as u64);
         tracing::trace!(
@@ -269,6 +286,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
         };
         let mut txn = Txn::with_hot(db, &mut hot);
         let mut done = Vec::new();
+        let mut changed = Vec::new();
         let mut started = std::time::Instant::now();
         // The stream holds the committed entries of this call, read from the log; it ends.
         while let Some(item) = entries.next().await {
@@ -276,7 +294,14 @@ impl RaftStateMachine<TypeConfig> for SmStore {
             let log_id = entry.log_id;
             let outcome = match entry.payload {
                 EntryPayload::Blank => Outcome::Noop,
-                EntryPayload::Normal(cmd) => self.sm.apply(&mut txn, &cmd).map_err(io_err)?,
+                EntryPayload::Normal(cmd) => {
+                    let outcome = self.sm.apply(&mut txn, &cmd).map_err(io_err)?;
+                    let c = changes::changes(&cmd, &outcome);
+                    if !c.is_empty() {
+                        changed.push((log_id.index, c));
+                    }
+                    outcome
+                }
                 EntryPayload::Membership(m) => {
                     membership = StoredMembership::new(Some(log_id), m);
                     Outcome::Noop
@@ -284,12 +309,12 @@ impl RaftStateMachine<TypeConfig> for SmStore {
             };
             done.push((log_id, responder, outcome));
             if txn.len() >= MAX_PENDING_KEYS {
-                self.finish(txn, &membership, &mut done, started)?;
+                self.finish(txn, &membership, &mut done, &mut changed, started)?;
                 txn = Txn::with_hot(db, &mut hot);
                 started = std::time::Instant::now();
             }
         }
-        self.finish(txn, &membership, &mut done, started)?;
+        self.finish(txn, &membership, &mut done, &mut changed, started)?;
         let mut slot = self.hot.lock().unwrap_or_else(|e| e.into_inner());
         if slot.generation == generation {
             slot.keys = Some(hot);
@@ -318,6 +343,7 @@ impl RaftStateMachine<TypeConfig> for SmStore {
             }
             let started = std::time::Instant::now();
             me.install_file(&dir, &file.path, &meta)?;
+            me.watch.restart_at(meta.last_log_id.map_or(0, |l| l.index));
             let m = crate::metrics::get();
             m.snapshot_installs.inc();
             m.snapshot_install_duration.observe(started.elapsed().as_secs_f64());

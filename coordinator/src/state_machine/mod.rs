@@ -11,6 +11,7 @@
 //! Storage errors are returned, never papered over: a replica that cannot read or write its state
 //! must stop applying.
 
+pub mod changes;
 pub mod command;
 pub mod keys;
 pub mod queries;

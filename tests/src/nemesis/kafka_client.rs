@@ -133,9 +133,21 @@ impl KafkaClient {
 
     /// Fetches one partition from `offset` (up to 256 KiB, no waiting).
     pub async fn fetch(&mut self, topic: &str, partition: i32, offset: i64) -> anyhow::Result<Fetched> {
+        self.fetch_waiting(topic, partition, offset, 0).await
+    }
+
+    /// Fetches one partition from `offset` (up to 256 KiB), waiting up to `max_wait_ms` for a
+    /// first byte as a consumer's long poll does.
+    pub async fn fetch_waiting(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_wait_ms: i32,
+    ) -> anyhow::Result<Fetched> {
         let req = FetchRequest::default()
             .with_replica_id(BrokerId(-1))
-            .with_max_wait_ms(0)
+            .with_max_wait_ms(max_wait_ms)
             .with_min_bytes(1)
             .with_max_bytes(1 << 20)
             .with_isolation_level(0)

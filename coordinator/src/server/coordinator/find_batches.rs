@@ -9,6 +9,7 @@
 //! are the state machine's (`state_machine::queries`).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use diskless_proto::v1::*;
 use futures_util::future::join_all;
@@ -37,14 +38,31 @@ impl CoordinatorApi {
             .map(|tp| self.owner(&tp))
             .collect();
         let mut lagging: BTreeMap<u32, RouteError> = BTreeMap::new();
-        let waits =
-            join_all(req.min_applied.iter().filter(|gi| read.contains(&gi.metadata_partition)).map(|gi| async move {
-                (gi.metadata_partition, node.wait_applied(gi.metadata_partition, gi.index, timeout).await)
-            }))
-            .await;
-        for (g, r) in waits {
-            if let Err(e) = r {
+        // A replica that cannot vouch for its state answers at once. One that is behind what the
+        // caller saw must also have heard from its leader within an election timeout (else it
+        // will not catch up soon: it may be cut off), and then waits; either failure is
+        // REPLICA_NOT_AVAILABLE, and the caller asks another node.
+        let in_touch = Duration::from_millis(node.config.raft.election_timeout_max_ms);
+        for &g in &read {
+            let behind = req.min_applied.iter().any(|gi| gi.metadata_partition == g && gi.index > node.applied(g));
+            let check = if behind { node.check_in_touch(g, in_touch) } else { node.check_serving(g) };
+            if let Err(e) = check {
                 lagging.insert(g, e);
+            }
+        }
+        let waits = join_all(
+            req.min_applied
+                .iter()
+                .filter(|gi| read.contains(&gi.metadata_partition) && !lagging.contains_key(&gi.metadata_partition))
+                .map(|gi| async move {
+                    (gi.metadata_partition, gi.index, node.wait_applied(gi.metadata_partition, gi.index, timeout).await)
+                }),
+        )
+        .await;
+        for (g, index, r) in waits {
+            if r.is_err() {
+                let reason = format!("it has not applied index {index} yet");
+                lagging.insert(g, RouteError::ReplicaUnavailable { partition: g, reason });
             }
         }
         // Each metadata partition's replica read from one RocksDB snapshot of its directory.

@@ -27,6 +27,7 @@
 //! | `consumer_groups` | StoreGroup, CommitOffsets, FetchOffsets, ListGroups, DeleteGroups, DeleteOffsets |
 //! | `broker_registry` | RegisterBroker, BrokerHeartbeat, UnregisterBroker, ListBrokers |
 //! | `acls` | CreateAcls, DescribeAcls, DeleteAcls |
+//! | `watch` | WatchPartitions (this node's replica's changes, streamed; never forwarded) |
 //!
 //! This module must not decide where a part runs (that is `node::route`) nor apply rules of the
 //! domain (that is `state_machine`).
@@ -42,6 +43,7 @@ mod offsets;
 mod producer_ids;
 mod request;
 mod topics;
+mod watch;
 
 use std::sync::Arc;
 
@@ -66,6 +68,15 @@ impl CoordinatorApi {
 
 #[tonic::async_trait]
 impl CoordinatorService for CoordinatorApi {
+    type WatchPartitionsStream = watch::WatchStream;
+
+    async fn watch_partitions(
+        &self,
+        r: Request<WatchPartitionsRequest>,
+    ) -> Result<Response<Self::WatchPartitionsStream>, Status> {
+        self.serve_watch_partitions(r).await
+    }
+
     async fn create_partitions(
         &self,
         r: Request<CreatePartitionsRequest>,

@@ -1,0 +1,186 @@
+//! What an applied command changed that a watcher of partitions cares about: high watermarks, log
+//! start offsets, deleted topics, and whether retention moved log starts. Derived from the command
+//! and its outcome alone (pure, like the rest of the state machine), so every replica derives the
+//! same changes for the same entry; `raft::watch` keeps them for `WatchPartitions`.
+//!
+//! It must not read state: a change is what the entry did, never what the partition holds.
+
+use std::collections::BTreeMap;
+
+use super::command::{Command, CommitBatch, CommittedBatch, Failure, Op, Outcome};
+use super::keys::TopicPartition;
+
+/// A change to one partition (or, `deleted`, to a whole topic: `partition` is then -1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionChange {
+    pub tp: TopicPartition,
+    /// The new high watermark, if it moved.
+    pub high_watermark: Option<i64>,
+    /// The new log start offset, if it moved.
+    pub log_start_offset: Option<i64>,
+    pub deleted: bool,
+}
+
+/// What one entry changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// At most one per partition, in partition order.
+    pub partitions: Vec<PartitionChange>,
+    /// Retention deleted batches: some log start offsets moved.
+    pub log_starts_moved: bool,
+}
+
+impl Changes {
+    pub fn is_empty(&self) -> bool {
+        self.partitions.is_empty() && !self.log_starts_moved
+    }
+}
+
+/// The changes `cmd` made, given the outcome it was applied with.
+pub fn changes(cmd: &Command, outcome: &Outcome) -> Changes {
+    let mut by_tp: BTreeMap<TopicPartition, PartitionChange> = BTreeMap::new();
+    let mut log_starts_moved = false;
+    match (&cmd.op, outcome) {
+        (Op::CommitFile(file), Outcome::CommitFile(results)) => committed(&mut by_tp, &file.batches, results),
+        (Op::CommitFiles(files), Outcome::CommitFiles(per_file)) => {
+            for (file, results) in files.iter().zip(per_file) {
+                committed(&mut by_tp, &file.batches, results);
+            }
+        }
+        (Op::DeleteRecords { .. }, Outcome::DeleteRecords(results)) => {
+            for (tp, r) in results {
+                if let Ok(log_start) = r {
+                    let c = entry(&mut by_tp, *tp);
+                    c.log_start_offset = Some(c.log_start_offset.map_or(*log_start, |l| l.max(*log_start)));
+                }
+            }
+        }
+        (Op::DeleteTopics { .. }, Outcome::Topics(results)) => {
+            for (topic_id, r) in results {
+                if r.is_ok() {
+                    entry(&mut by_tp, TopicPartition { topic_id: *topic_id, partition: -1 }).deleted = true;
+                }
+            }
+        }
+        (Op::EnforceRetention { .. }, Outcome::EnforceRetention(report)) => {
+            log_starts_moved = report.batches_deleted > 0
+        }
+        _ => {}
+    }
+    Changes { partitions: by_tp.into_values().collect(), log_starts_moved }
+}
+
+fn entry(by_tp: &mut BTreeMap<TopicPartition, PartitionChange>, tp: TopicPartition) -> &mut PartitionChange {
+    by_tp.entry(tp).or_insert(PartitionChange { tp, high_watermark: None, log_start_offset: None, deleted: false })
+}
+
+/// Appended batches move their partition's high watermark past their last offset (duplicates and
+/// refused batches move nothing).
+fn committed(
+    by_tp: &mut BTreeMap<TopicPartition, PartitionChange>,
+    batches: &[CommitBatch],
+    results: &[Result<CommittedBatch, Failure>],
+) {
+    for (b, r) in batches.iter().zip(results) {
+        let Ok(c) = r else { continue };
+        if c.is_duplicate {
+            continue;
+        }
+        let count = b.last_offset.saturating_sub(b.base_offset).saturating_add(1);
+        let hwm = c.assigned_base_offset.saturating_add(count);
+        let e = entry(by_tp, b.tp);
+        e.high_watermark = Some(e.high_watermark.map_or(hwm, |h| h.max(hwm)));
+        if c.log_start_offset >= 0 {
+            e.log_start_offset = Some(e.log_start_offset.map_or(c.log_start_offset, |l| l.max(c.log_start_offset)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state_machine::command::{CommitFile, RetentionReport};
+    use diskless_proto::ErrorCode;
+    use uuid::Uuid;
+
+    fn tp(p: i32) -> TopicPartition {
+        TopicPartition { topic_id: Uuid::from_u128(7), partition: p }
+    }
+
+    fn batch(p: i32, records: i64) -> CommitBatch {
+        CommitBatch {
+            magic: 2,
+            request_id: 0,
+            tp: tp(p),
+            byte_offset: 0,
+            size: 100,
+            base_offset: 0,
+            last_offset: records - 1,
+            batch_max_timestamp: 0,
+            timestamp_type: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
+            last_sequence: -1,
+        }
+    }
+
+    fn appended(base: i64, dup: bool) -> Result<CommittedBatch, Failure> {
+        Ok(CommittedBatch { assigned_base_offset: base, log_append_time: 1, log_start_offset: 0, is_duplicate: dup })
+    }
+
+    fn commit(batches: Vec<CommitBatch>) -> Command {
+        Command {
+            now_ms: 1,
+            op: Op::CommitFile(CommitFile {
+                deadline_ms: None,
+                object_key: "k".into(),
+                object_format: 1,
+                file_size: 100,
+                uploader_broker_id: 1,
+                owner_ids: vec![],
+                batches,
+            }),
+        }
+    }
+
+    #[test]
+    fn appended_batches_move_the_high_watermark_past_their_last_record_and_duplicates_move_nothing() {
+        let cmd = commit(vec![batch(0, 3), batch(1, 5), batch(0, 2), batch(2, 4), batch(3, 1)]);
+        let outcome = Outcome::CommitFile(vec![
+            appended(10, false),
+            appended(0, false),
+            appended(13, false),
+            appended(40, true),
+            Err(Failure::new(ErrorCode::CorruptMessage, "no")),
+        ]);
+        let c = changes(&cmd, &outcome);
+        let hwms: Vec<(i32, Option<i64>)> = c.partitions.iter().map(|p| (p.tp.partition, p.high_watermark)).collect();
+        assert_eq!(hwms, vec![(0, Some(15)), (1, Some(5))]);
+        assert!(!c.log_starts_moved);
+    }
+
+    #[test]
+    fn delete_records_deletions_and_retention_are_changes_and_other_commands_are_not() {
+        let dr = Command { now_ms: 1, op: Op::DeleteRecords { partitions: vec![], budget: 1 } };
+        let c = changes(
+            &dr,
+            &Outcome::DeleteRecords(vec![(tp(4), Ok(9)), (tp(5), Err(Failure::new(ErrorCode::OffsetOutOfRange, "")))]),
+        );
+        assert_eq!(c.partitions.len(), 1);
+        assert_eq!((c.partitions[0].tp, c.partitions[0].log_start_offset), (tp(4), Some(9)));
+
+        let del = Command { now_ms: 1, op: Op::DeleteTopics { topic_ids: vec![Uuid::from_u128(7)], budget: 1 } };
+        let c = changes(&del, &Outcome::Topics(vec![(Uuid::from_u128(7), Ok(()))]));
+        assert!(c.partitions[0].deleted && c.partitions[0].tp.partition == -1);
+
+        let ret = Command {
+            now_ms: 1,
+            op: Op::EnforceRetention { budget: 1, producer_expiration_ms: 1, fenced_object_retention_ms: 1 },
+        };
+        let moved = RetentionReport { batches_deleted: 2, ..Default::default() };
+        assert!(changes(&ret, &Outcome::EnforceRetention(moved)).log_starts_moved);
+        assert!(changes(&ret, &Outcome::EnforceRetention(RetentionReport::default())).is_empty());
+        assert!(changes(&Command { now_ms: 1, op: Op::Noop }, &Outcome::Noop).is_empty());
+    }
+}
