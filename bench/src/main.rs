@@ -19,7 +19,9 @@
 //! (10M) deep; and our cluster's idle CPU (no traffic). Prints one table per PostgreSQL variant
 //! with ratios, writes `results.json`, `table.txt` and `commit-latency.svg` to `--out`.
 
+mod data_path;
 mod idle_cpu;
+mod kafka_wire;
 mod ours;
 mod pg_server;
 mod postgres;
@@ -118,10 +120,23 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Runs the broker (the data-path phase starts its broker this way).
+    Broker {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// The data-path phase: produce and end-to-end latency, idle long-polling consumers.
+    DataPath(data_path::DataPathArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(Cmd::Broker { args }) = &args.cmd {
+        return diskless_broker_shim::cli::main_from(std::iter::once("broker".to_string()).chain(args.iter().cloned()));
+    }
+    if let Some(Cmd::DataPath(a)) = args.cmd {
+        return tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(data_path::run(a));
+    }
     if let Some(Cmd::Node { args }) = &args.cmd {
         let server = <diskless_coordinator::cli::ServerArgs as clap::Parser>::parse_from(
             std::iter::once("node".to_string()).chain(args.iter().cloned()),

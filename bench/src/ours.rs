@@ -13,6 +13,8 @@ pub struct LocalCluster {
     _dir: tempfile::TempDir,
     children: Vec<Child>,
     pub addrs: Vec<String>,
+    /// Each node's Prometheus listener.
+    pub metrics: Vec<String>,
     /// With TLS: the certificate clients present (`bench`, of the run's CA).
     pub client_tls: Option<std::sync::Arc<diskless_tls::ClientTls>>,
 }
@@ -31,6 +33,8 @@ impl LocalCluster {
             None => tempfile::Builder::new().prefix("diskless-bench-").tempdir()?,
         };
         let addrs: Vec<String> =
+            (0..3).map(|_| free_port().map(|p| format!("127.0.0.1:{p}"))).collect::<Result<_, _>>()?;
+        let metrics: Vec<String> =
             (0..3).map(|_| free_port().map(|p| format!("127.0.0.1:{p}"))).collect::<Result<_, _>>()?;
         let members = addrs.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect::<Vec<_>>().join(",");
         let exe = std::env::current_exe()?;
@@ -52,6 +56,7 @@ impl LocalCluster {
             let log = std::fs::File::create(dir.path().join(format!("node-{}.log", i + 1)))?;
             let mut cmd = Command::new(&exe);
             cmd.args(["node", "--node-id", &(i + 1).to_string(), "--listen", a, "--members", &members]);
+            cmd.args(["--metrics-addr", &metrics[i]]);
             if tls {
                 let config = dir.path().join(format!("node-{}.toml", i + 1));
                 let file = |ext: &str| certs.join(format!("node-{}.{ext}", i + 1)).display().to_string();
@@ -77,7 +82,7 @@ impl LocalCluster {
                 .context("start a coordinator node")?;
             children.push(child);
         }
-        let c = LocalCluster { _dir: dir, children, addrs, client_tls };
+        let c = LocalCluster { _dir: dir, children, addrs, metrics, client_tls };
         c.wait_ready(Duration::from_secs(120)).await?;
         Ok(c)
     }

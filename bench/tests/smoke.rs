@@ -46,3 +46,28 @@ fn the_benchmark_runs_end_to_end_and_writes_its_table_json_and_plot() {
     let svg = std::fs::read_to_string(out.path().join("commit-latency.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("raft-coordinator p99"));
 }
+
+#[test]
+fn the_data_path_phase_measures_latency_and_idle_consumers_through_a_broker() {
+    let out = tempfile::tempdir().unwrap();
+    let r = Command::new(env!("CARGO_BIN_EXE_diskless-bench"))
+        .args(["data-path", "--smoke", "--out"])
+        .arg(out.path())
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("run diskless-bench data-path");
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "data path failed\n{stdout}\n{}", &stderr[stderr.len().saturating_sub(4000)..]);
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("data-path.json")).unwrap()).unwrap();
+    // Every record produced was acknowledged without error and seen by the consumer.
+    assert!(json["sent"].as_u64().unwrap() > 0, "{json:#}");
+    assert_eq!(json["errors"].as_u64(), Some(0), "{json:#}");
+    assert!(json["produce_ack_ms"]["p50"].as_f64().unwrap() > 0.0, "{json:#}");
+    assert!(json["end_to_end_ms"]["p50"].as_f64().unwrap() > 0.0, "{json:#}");
+    let idle = json["idle"].as_array().unwrap();
+    assert_eq!(idle.iter().map(|i| i["consumers"].as_u64().unwrap()).collect::<Vec<_>>(), vec![0, 10]);
+    // The consumers' long polls were answered (at their max_wait_ms).
+    assert!(idle[1]["fetches_per_s"].as_f64().unwrap() > 0.0, "{json:#}");
+}

@@ -112,7 +112,13 @@ fn config(a: &Args) -> anyhow::Result<ShimConfig> {
 
 /// The server binary's `main`.
 pub fn main() -> anyhow::Result<()> {
-    let mut args = Args::parse();
+    main_from(std::env::args())
+}
+
+/// [`main`] with these command-line arguments (the first is the program's name): the benchmark
+/// runs its broker by re-executing itself this way.
+pub fn main_from(argv: impl IntoIterator<Item = String>) -> anyhow::Result<()> {
+    let mut args = Args::parse_from(argv);
     if let Some(cmd) = args.cmd.take() {
         return scram_credential(cmd);
     }

@@ -4,6 +4,10 @@
 //! partition and wakes only when one of its partitions moves past what its last read saw: no loop
 //! whose cost grows with the number of waiting consumers.
 //!
+//! A mark known to be its partition's whole state (a read at or after the point from which the live
+//! watch delivers every change, no retention since) lets a caught-up fetch park without reading
+//! at all ([`Marks::caught_up`]): idle consumers cost the coordinator cluster nothing.
+//!
 //! Per metadata partition there is also a reset signal, raised when its watch could not account for
 //! every change (a reset from the node, a lost stream): parked fetches then read again, and while
 //! the watch is down they read every [`POLL_WHILE_BLIND`]. Memory: one entry per partition that
@@ -11,7 +15,7 @@
 //! are dropped). It decides nothing about Kafka semantics.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -34,11 +38,14 @@ pub struct Mark {
     pub log_start_offset: i64,
     pub index: u64,
     pub deleted: bool,
+    /// The trust epoch of the partition's metadata partition in which this mark was known to be
+    /// the partition's whole state (0: never): see [`Marks::caught_up`].
+    trusted: u64,
 }
 
 impl Default for Mark {
     fn default() -> Self {
-        Mark { high_watermark: -1, log_start_offset: -1, index: 0, deleted: false }
+        Mark { high_watermark: -1, log_start_offset: -1, index: 0, deleted: false, trusted: 0 }
     }
 }
 
@@ -49,6 +56,11 @@ pub struct Marks {
     resets: Vec<watch::Sender<u64>>,
     /// Per metadata partition: whether its watch stream is up.
     live: Vec<AtomicBool>,
+    /// Per metadata partition: the trust epoch, bumped whenever a mark may stop being the whole
+    /// state (changes missed, the watch down, log starts moved by retention).
+    trust: Vec<AtomicU64>,
+    /// Per metadata partition: the index after which the live watch delivers every change.
+    stream_start: Vec<AtomicU64>,
 }
 
 /// How a parked fetch's wait ended.
@@ -76,6 +88,8 @@ impl Marks {
             partitions: Mutex::new(HashMap::new()),
             resets: (0..n).map(|_| watch::channel(0).0).collect(),
             live: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            trust: (0..n).map(|_| AtomicU64::new(1)).collect(),
+            stream_start: (0..n).map(|_| AtomicU64::new(u64::MAX)).collect(),
         }
     }
 
@@ -125,14 +139,72 @@ impl Marks {
 
     /// The changes of metadata partition `g` up to `index` may have been missed: wake its waiters.
     pub fn reset(&self, g: u32, index: u64) {
+        self.distrust(g);
         if let Some(tx) = self.resets.get(g as usize) {
             tx.send_modify(|i| *i = (*i).max(index).saturating_add(1));
         }
     }
 
+    /// No mark of `g` is known to be its partition's whole state any more (retention moved log
+    /// starts it does not name; changes may have been missed).
+    pub fn distrust(&self, g: u32) {
+        if let Some(t) = self.trust.get(g as usize) {
+            t.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// `g`'s watch now delivers every change after `index`.
+    pub fn stream_started(&self, g: u32, index: u64) {
+        if let Some(s) = self.stream_start.get(g as usize) {
+            s.store(index, Ordering::SeqCst);
+        }
+    }
+
+    /// Learns a partition's whole state from a read of a replica that had applied `index`: the
+    /// mark is then trusted (see [`Marks::caught_up`]) if the live watch delivers every change
+    /// after that index.
+    pub fn observe_read(&self, topic_id: [u8; 16], partition: i32, hwm: i64, log_start: i64, index: u64) {
+        let g = self.owner(&(topic_id, partition));
+        // Read before the state is looked at: a bump meanwhile leaves the mark untrusted.
+        let epoch = self.trust[g].load(Ordering::SeqCst);
+        let complete = self.live[g].load(Ordering::SeqCst) && index >= self.stream_start[g].load(Ordering::SeqCst);
+        let mut map = self.partitions();
+        let tx = map.entry((topic_id, partition)).or_insert_with(|| watch::channel(Mark::default()).0);
+        tx.send_if_modified(|m| {
+            let before = *m;
+            m.high_watermark = m.high_watermark.max(hwm);
+            m.log_start_offset = m.log_start_offset.max(log_start);
+            if *m != before {
+                m.index = m.index.max(index);
+            }
+            if complete && hwm >= 0 && log_start >= 0 {
+                m.trusted = epoch;
+            }
+            *m != before
+        });
+    }
+
+    /// The partition's high watermark and log start when a fetch at `offset` has nothing to read:
+    /// the mark is trusted (its partition's whole state since a read, kept current by a watch that
+    /// has stayed up, no retention since), names `offset` as the high watermark and the log starts
+    /// at or before it. Then the fetch parks without asking FindBatches.
+    pub fn caught_up(&self, topic_id: [u8; 16], partition: i32, offset: i64) -> Option<(i64, i64)> {
+        let g = self.owner(&(topic_id, partition));
+        if !self.live[g].load(Ordering::SeqCst) {
+            return None;
+        }
+        let epoch = self.trust[g].load(Ordering::SeqCst);
+        let m = *self.partitions().get(&(topic_id, partition))?.borrow();
+        (m.trusted == epoch && !m.deleted && m.high_watermark == offset && (0..=offset).contains(&m.log_start_offset))
+            .then_some((m.high_watermark, m.log_start_offset))
+    }
+
     /// Whether `g`'s watch is up; going down wakes `g`'s waiters (they poll until it is back).
     pub fn set_live(&self, g: u32, live: bool) {
         let Some(l) = self.live.get(g as usize) else { return };
+        if !live {
+            self.distrust(g);
+        }
         if l.swap(live, Ordering::SeqCst) != live && !live {
             self.reset(g, 0);
         }
@@ -247,6 +319,35 @@ mod tests {
         // The change lands while the read is in flight; the read (a lagging replica) saw 3.
         marks.observe(T, 0, Some(4), None, 20);
         assert!(matches!(w.wait(&[3], soon()).await, Woken::Moved(_)));
+    }
+
+    #[test]
+    fn a_read_is_trusted_only_when_the_live_watch_covers_every_change_after_it() {
+        let marks = Marks::new(1);
+        // No watch yet: nothing is trusted.
+        marks.observe_read(T, 0, 5, 0, 10);
+        assert_eq!(marks.caught_up(T, 0, 5), None);
+        marks.stream_started(0, 20);
+        marks.set_live(0, true);
+        // A read older than the stream's start may miss a change between the two.
+        marks.observe_read(T, 0, 5, 0, 15);
+        assert_eq!(marks.caught_up(T, 0, 5), None);
+        marks.observe_read(T, 0, 5, 0, 20);
+        assert_eq!(marks.caught_up(T, 0, 5), Some((5, 0)));
+        // The watch moves it on: a fetch at 5 now has something to read; one at 7 has not.
+        marks.observe(T, 0, Some(7), None, 21);
+        assert_eq!(marks.caught_up(T, 0, 5), None);
+        assert_eq!(marks.caught_up(T, 0, 7), Some((7, 0)));
+        // Retention, a reset and a lost watch each end the trust.
+        marks.distrust(0);
+        assert_eq!(marks.caught_up(T, 0, 7), None);
+        marks.observe_read(T, 0, 7, 2, 22);
+        assert_eq!(marks.caught_up(T, 0, 7), Some((7, 2)));
+        marks.reset(0, 30);
+        assert_eq!(marks.caught_up(T, 0, 7), None);
+        marks.observe_read(T, 0, 7, 2, 30);
+        marks.set_live(0, false);
+        assert_eq!(marks.caught_up(T, 0, 7), None);
     }
 
     #[tokio::test(start_paused = true)]

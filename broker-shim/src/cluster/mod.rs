@@ -46,6 +46,7 @@ pub use acls::match_any;
 pub use catalog::{TopicMeta, CATALOG_MAX_AGE, DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_MS};
 pub use commit::MIN_COMMIT_WINDOW;
 pub use fencing::Fence;
+pub use offsets::OffsetAsk;
 
 /// A client of one coordinator node.
 pub type Client = CoordinatorServiceClient<Channel>;

@@ -1,14 +1,19 @@
-//! A partition's offsets in the cluster: ListOffsets, a strict read served by the metadata
-//! partition's leader (asked directly; any node routes it when the leader is unknown or moved),
+//! Partitions' offsets in the cluster: ListOffsets, a strict read served by each metadata
+//! partition's leader (one request per metadata partition, all at once; asked directly, and a
+//! leader that cannot confirm its leadership is asked no more once another is known; any node
+//! routes it when the leader is unknown or moved),
 //! and DeleteRecords, which moves the log start on (sent once: never repeated on failure). Each
 //! answer becomes the partition's result or its Kafka error.
 
 use diskless_proto::v1::coordinator_service_client::CoordinatorServiceClient;
 use diskless_proto::v1::*;
-use diskless_proto::{metadata_partition_for, ErrorCode};
+use diskless_proto::{merge_part, metadata_partition_for, split_by_partition, ErrorCode, PartFailure};
 
 use super::ClusterClient;
 use crate::error::KafkaError;
+
+/// One partition of a ListOffsets: topic id, partition, timestamp (or spec: -1 latest, ...).
+pub type OffsetAsk = ([u8; 16], i32, i64);
 
 impl ClusterClient {
     /// ListOffsets of one partition: `(timestamp, offset)`.
@@ -18,39 +23,78 @@ impl ClusterClient {
         partition: i32,
         timestamp: i64,
     ) -> Result<(i64, i64), KafkaError> {
+        self.list_offsets(&[(topic_id, partition, timestamp)]).await.pop().unwrap_or_else(|| Err(no_answer()))
+    }
+
+    /// ListOffsets of many partitions: one request per metadata partition involved, all at once,
+    /// each sent to its leader; answers in request order.
+    pub async fn list_offsets(&self, asks: &[OffsetAsk]) -> Vec<Result<(i64, i64), KafkaError>> {
+        let n = self.num_metadata_partitions;
+        let parts = split_by_partition(asks, |(t, p, _)| Some(metadata_partition_for(t, (*p).max(0), n)));
+        let answers = futures_util::future::join_all(
+            parts.iter().map(|(&mp, idxs)| self.list_offsets_of(mp, idxs.iter().map(|&i| asks[i]).collect())),
+        )
+        .await;
+        let mut slots: Vec<Option<Result<(i64, i64), KafkaError>>> = (0..asks.len()).map(|_| None).collect();
+        for ((_, idxs), answer) in parts.iter().zip(answers) {
+            merge_part(&mut slots, idxs, answer, |f| {
+                Err(match f {
+                    PartFailure::Failed(e) => e.clone(),
+                    PartFailure::Miscounted { .. } => no_answer(),
+                })
+            });
+        }
+        slots.into_iter().map(|s| s.unwrap_or_else(|| Err(no_answer()))).collect()
+    }
+
+    /// The ListOffsets of partitions of metadata partition `mp`, a strict read served by its
+    /// leader: asked directly (no forwarding hop); any node routes the read when the leader is
+    /// unknown or moved.
+    async fn list_offsets_of(
+        &self,
+        mp: u32,
+        asks: Vec<OffsetAsk>,
+    ) -> Result<Vec<Result<(i64, i64), KafkaError>>, KafkaError> {
         let req = ListOffsetsRequest {
-            topics: vec![list_offsets_request::ListOffsetsTopic {
-                topic_id: topic_id.to_vec(),
-                partitions: vec![list_offsets_request::ListOffsetsPartition { partition_index: partition, timestamp }],
-            }],
+            // One topic entry per ask: the answer's entries are in request order.
+            topics: asks
+                .iter()
+                .map(|(t, p, ts)| list_offsets_request::ListOffsetsTopic {
+                    topic_id: t.to_vec(),
+                    partitions: vec![list_offsets_request::ListOffsetsPartition {
+                        partition_index: *p,
+                        timestamp: *ts,
+                    }],
+                })
+                .collect(),
             timeout_ms: 10_000,
         };
-        let mut attempts = 0;
-        // Strict reads are served by the metadata partition's leader: ask it directly (no
-        // forwarding hop). Any node still routes the read when the leader is unknown or moved.
-        let mp = metadata_partition_for(&topic_id, partition.max(0), self.num_metadata_partitions);
+        let answers = |r: ListOffsetsResponse| -> Vec<list_offsets_response::ListOffsetsPartitionResponse> {
+            r.topics.into_iter().flat_map(|t| t.partitions).collect()
+        };
+        let not_leader = |ps: &[list_offsets_response::ListOffsetsPartitionResponse]| {
+            ps.iter().any(|p| {
+                p.error_code == ErrorCode::NotLeaderOrFollower.wire()
+                    || p.error_code == ErrorCode::RequestTimedOut.wire()
+            })
+        };
         let mut asked: Option<String> = None;
         for _ in 0..2 {
             let Some(leader) = self.leader_of(mp).filter(|l| asked.as_ref() != Some(l)) else { break };
             let Some(ch) = self.channel_to(&leader) else { break };
-            let r = CoordinatorServiceClient::new(ch).list_offsets(req.clone()).await;
-            match r.map(|r| r.into_inner().topics.into_iter().flat_map(|t| t.partitions).next()) {
-                Ok(Some(p))
-                    if p.error_code != ErrorCode::NotLeaderOrFollower.wire()
-                        && p.error_code != ErrorCode::RequestTimedOut.wire() =>
-                {
-                    return KafkaError::from_wire(p.error_code, p.error_message)
-                        .map_or(Ok((p.timestamp, p.offset)), Err);
-                }
-                // Gone, no longer the leader, or unable to confirm its leadership (cut off from
-                // its quorum, while the others elected another): learn the leaders again and ask
-                // the new one; any node meanwhile.
-                _ => {
-                    asked = Some(leader);
-                    self.refresh_leaders().await;
+            if let Ok(r) = CoordinatorServiceClient::new(ch).list_offsets(req.clone()).await {
+                let ps = answers(r.into_inner());
+                if ps.len() == asks.len() && !not_leader(&ps) {
+                    return Ok(results(ps));
                 }
             }
+            // Gone, no longer the leader, or unable to confirm its leadership (cut off from its
+            // quorum, while the others elected another): learn the leaders again and ask the new
+            // one; any node meanwhile.
+            asked = Some(leader);
+            self.refresh_leaders().await;
         }
+        let mut attempts = 0;
         loop {
             let resp = self
                 .call(|mut c| {
@@ -59,14 +103,14 @@ impl ClusterClient {
                 })
                 .await
                 .map_err(|s| KafkaError::unavailable("list offsets", &s))?;
-            let p = resp.topics.into_iter().flat_map(|t| t.partitions).next().ok_or_else(no_answer)?;
+            let ps = answers(resp);
             attempts += 1;
             // A node that knows no leader for the partition cannot route the read: ask another.
-            if p.error_code == ErrorCode::NotLeaderOrFollower.wire() && attempts < self.nodes() {
+            if ps.iter().any(|p| p.error_code == ErrorCode::NotLeaderOrFollower.wire()) && attempts < self.nodes() {
                 self.move_on();
                 continue;
             }
-            return KafkaError::from_wire(p.error_code, p.error_message).map_or(Ok((p.timestamp, p.offset)), Err);
+            return Ok(results(ps));
         }
     }
 
@@ -92,6 +136,12 @@ impl ClusterClient {
         let p = resp.topics.into_iter().flat_map(|t| t.partitions).next().ok_or_else(no_answer)?;
         KafkaError::from_wire(p.error_code, p.error_message).map_or(Ok(p.low_watermark), Err)
     }
+}
+
+fn results(ps: Vec<list_offsets_response::ListOffsetsPartitionResponse>) -> Vec<Result<(i64, i64), KafkaError>> {
+    ps.into_iter()
+        .map(|p| KafkaError::from_wire(p.error_code, p.error_message).map_or(Ok((p.timestamp, p.offset)), Err))
+        .collect()
 }
 
 fn no_answer() -> KafkaError {

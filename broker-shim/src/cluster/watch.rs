@@ -74,7 +74,8 @@ impl ClusterClient {
     ) -> &'static str {
         let m = crate::metrics::get();
         let resumed = *cursor > 0;
-        let req = WatchPartitionsRequest { metadata_partition: g, after_index: *cursor };
+        let req_after = *cursor;
+        let req = WatchPartitionsRequest { metadata_partition: g, after_index: req_after };
         let mut stream = match tokio::time::timeout(SILENCE, client.watch_partitions(req)).await {
             Ok(Ok(s)) => s.into_inner(),
             Ok(Err(_)) => return "refused",
@@ -91,6 +92,10 @@ impl ClusterClient {
             if msg.reset {
                 m.watch_resets.inc();
                 self.marks.reset(g, msg.index);
+                self.marks.stream_started(g, msg.index);
+            }
+            if msg.log_starts_moved {
+                self.marks.distrust(g);
             }
             for c in &msg.changes {
                 let Ok(topic_id) = <[u8; 16]>::try_from(c.topic_id.as_slice()) else { continue };
@@ -107,12 +112,16 @@ impl ClusterClient {
             }
             if first {
                 first = false;
-                self.marks.set_live(g, true);
                 if !resumed && !msg.reset {
                     // A fresh stream (none before, or one that had not got a message): changes
                     // before it were not watched.
                     self.marks.reset(g, msg.index);
                 }
+                if !msg.reset {
+                    // Every change after the cursor asked from (or, fresh, this first index).
+                    self.marks.stream_started(g, if resumed { req_after } else { msg.index });
+                }
+                self.marks.set_live(g, true);
             }
         }
     }

@@ -170,6 +170,22 @@ impl Fetcher {
                 }
             }
         }
+        // What the reads saw, for the marks that let caught-up fetches park without a read.
+        let marks = self.cluster.marks();
+        for (a, p) in answers.iter().zip(parts) {
+            let Some(a) = a else { continue };
+            if a.error_code != 0 {
+                continue;
+            }
+            let g = diskless_proto::metadata_partition_for(
+                &p.topic_id,
+                p.partition.max(0),
+                self.cluster.num_metadata_partitions(),
+            );
+            if let Some(at) = r.applied.iter().find(|x| x.metadata_partition == g) {
+                marks.observe_read(p.topic_id, p.partition, a.high_watermark, a.log_start_offset, at.index);
+            }
+        }
         let gathered = self.reader.gather(answers.iter().flatten().flat_map(|a| a.batches.iter())).await;
 
         let mut out = Vec::with_capacity(parts.len());

@@ -2,7 +2,9 @@
 //! theirs (KIP-392's preferred read replica), the rest read by the fetcher (`crate::fetch`). A
 //! fetch short of `min_bytes` parks until one of its partitions' high watermark moves past what
 //! it read (this broker's commits and the cluster's watch streams, `cluster::marks`) or
-//! `max_wait_ms` passes (at most 30 s), as Kafka's `DelayedFetch` waits in its purgatory. Every partition asked for gets
+//! `max_wait_ms` passes (at most 30 s), as Kafka's `DelayedFetch` waits in its purgatory. A
+//! fetch whose partitions are all known to be at its offsets (`Marks::caught_up`) parks without a
+//! first read: an idle consumer costs the coordinator cluster nothing. Every partition asked for gets
 //! one answer: an error when the fetcher gave it none. It must not read object storage or the
 //! coordinator cluster itself.
 
@@ -90,9 +92,33 @@ pub(super) async fn fetch(l: &Session, header: &RequestHeader, req: FetchRequest
     let marks = l.shim.cluster.marks();
     let mut seen = vec![];
     let mut parked = None;
+    let mut first = true;
     let fetched = loop {
         let waiter = marks.waiter(asks.iter().map(|a| (a.topic_id, a.partition)));
-        let r = if asks.is_empty() { Ok(vec![]) } else { l.shim.fetcher.fetch_after(&asks, max_bytes, &seen).await };
+        // A first look: when every partition is known to be at its fetch offset, nothing is read.
+        let known: Option<Vec<crate::fetch::Fetched>> = if first && !asks.is_empty() {
+            asks.iter()
+                .map(|a| {
+                    marks.caught_up(a.topic_id, a.partition, a.offset).map(|(hwm, log_start)| crate::fetch::Fetched {
+                        error: None,
+                        high_watermark: hwm,
+                        log_start_offset: log_start,
+                        records: Bytes::new(),
+                    })
+                })
+                .collect()
+        } else {
+            None
+        };
+        first = false;
+        let r = match known {
+            Some(v) => {
+                crate::metrics::get().fetches_unread.inc();
+                Ok(v)
+            }
+            None if asks.is_empty() => Ok(vec![]),
+            None => l.shim.fetcher.fetch_after(&asks, max_bytes, &seen).await,
+        };
         // As Kafka's ReplicaManager, an error anywhere answers at once.
         let refused = wants.iter().any(|w| w.resolved.is_err());
         let done = match &r {

@@ -1,7 +1,8 @@
 //! A partition's offsets: ListOffsets (a strict read of the metadata partition's leader, through
 //! `cluster`) and DeleteRecords (the log start moved on, sent once). Names are resolved through the
 //! catalog, each topic authorized first (ListOffsets DESCRIBE, DeleteRecords DELETE); each
-//! partition is answered on its own.
+//! partition is answered on its own, a ListOffsets's partitions asked in one round trip per
+//! metadata partition.
 //!
 //! ListOffsets follows Kafka's `UnifiedLog.fetchOffsetByTimestamp`: EARLIEST (−2) and
 //! EARLIEST_LOCAL (−4) the log start, LATEST (−1) the high watermark (also the last stable offset:
@@ -15,34 +16,38 @@ use super::listener::Listener;
 use super::response::{encode, Reply};
 use super::session::Session;
 use crate::authz::Operation;
+use crate::cluster::OffsetAsk;
 use crate::error::KafkaError;
 use crate::fetch::by_time::TimeTarget;
+use diskless_proto::ErrorCode;
 
 /// How often a time lookup asks again when its batch went away between the two reads.
 const TIME_LOOKUP_ATTEMPTS: usize = 3;
 
-/// One partition's ListOffsets answer: `(timestamp, offset)`.
-async fn list_offset(
+/// A ListOffsets answer by time made exact: the coordinator's answer names the batch, the record
+/// comes from inside it (asked again, whole, when the batch went away between the two reads).
+async fn to_the_record(
     l: &Listener,
-    topic_id: [u8; 16],
-    partition: i32,
-    timestamp: i64,
+    (topic_id, partition, timestamp): OffsetAsk,
+    found: Result<(i64, i64), KafkaError>,
 ) -> Result<(i64, i64), KafkaError> {
     let target = match timestamp {
         t if t >= 0 => TimeTarget::AtOrAfter(t),
         -3 => TimeTarget::Max,
-        _ => return l.shim.cluster.list_offset(topic_id, partition, timestamp).await,
+        _ => return found,
     };
-    let mut found = (-1, -1);
-    for _ in 0..TIME_LOOKUP_ATTEMPTS {
-        found = l.shim.cluster.list_offset(topic_id, partition, timestamp).await?;
+    let mut found = found?;
+    for attempt in 0..TIME_LOOKUP_ATTEMPTS {
+        if attempt > 0 {
+            found = l.shim.cluster.list_offset(topic_id, partition, timestamp).await?;
+        }
         let (batch_ts, batch_offset) = found;
         if batch_offset < 0 {
             return Ok(found);
         }
-        match l.shim.fetcher.record_by_time(topic_id, partition, batch_offset, batch_ts, target).await? {
-            Some(record) => return Ok(record),
-            None => continue,
+        if let Some(record) = l.shim.fetcher.record_by_time(topic_id, partition, batch_offset, batch_ts, target).await?
+        {
+            return Ok(record);
         }
     }
     // The log kept moving under the lookup (retention at work): the batch's answer.
@@ -51,33 +56,55 @@ async fn list_offset(
 
 pub(super) async fn list_offsets(l: &Session, header: &RequestHeader, req: ListOffsetsRequest) -> Reply {
     let v = header.request_api_version;
-    let mut topics = vec![];
     let access = l.access().await;
+    // Every partition checked first; then one round trip per metadata partition for all of them.
+    struct Item {
+        partition_index: i32,
+        epoch: i32,
+        ask: Result<OffsetAsk, KafkaError>,
+    }
+    let mut checked: Vec<(TopicName, Vec<Item>)> = vec![];
     for t in req.topics {
         let topic = l.topic(&access, Operation::Describe, t.name.as_str()).await;
-        let mut parts = vec![];
+        let mut items = vec![];
         for p in t.partitions {
             let mut epoch = l.shim.registry.leader_epoch();
-            let r = async {
-                let tm = topic.clone()?;
+            let ask = topic.clone().and_then(|tm| {
                 l.partition(&tm, p.partition_index)?;
                 epoch = l.leader_epoch(if v >= 4 { p.current_leader_epoch } else { -1 })?;
-                list_offset(l, tm.id, p.partition_index, p.timestamp).await
-            }
-            .await;
-            let mut resp =
-                list_offsets_response::ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
+                Ok((tm.id, p.partition_index, p.timestamp))
+            });
+            items.push(Item { partition_index: p.partition_index, epoch, ask });
+        }
+        checked.push((t.name, items));
+    }
+    let asks: Vec<OffsetAsk> =
+        checked.iter().flat_map(|(_, items)| items.iter().filter_map(|i| i.ask.clone().ok())).collect();
+    let found = l.shim.cluster.list_offsets(&asks).await;
+    let exact = futures_util::future::join_all(asks.iter().zip(found).map(|(&ask, f)| to_the_record(l, ask, f))).await;
+    let mut exact = exact.into_iter();
+    let mut topics = vec![];
+    for (name, items) in checked {
+        let mut parts = vec![];
+        for item in items {
+            let r = match item.ask {
+                Ok(_) => {
+                    exact.next().unwrap_or_else(|| Err(KafkaError::new(ErrorCode::UnknownServerError, "no answer")))
+                }
+                Err(e) => Err(e),
+            };
+            let mut resp = list_offsets_response::ListOffsetsPartitionResponse::default()
+                .with_partition_index(item.partition_index);
             resp = match r {
                 Ok((ts, off)) => resp.with_timestamp(ts).with_offset(off),
                 Err(e) => resp.with_error_code(e.code.code()).with_timestamp(-1).with_offset(-1),
             };
             if v >= 4 {
-                resp = resp.with_leader_epoch(epoch);
+                resp = resp.with_leader_epoch(item.epoch);
             }
             parts.push(resp);
         }
-        topics
-            .push(list_offsets_response::ListOffsetsTopicResponse::default().with_name(t.name).with_partitions(parts));
+        topics.push(list_offsets_response::ListOffsetsTopicResponse::default().with_name(name).with_partitions(parts));
     }
     encode(ApiKey::ListOffsets, header, v, &ListOffsetsResponse::default().with_topics(topics))
 }

@@ -71,6 +71,7 @@ pub struct Metrics {
     /// broker keeps (`cluster::marks`); watch streams (re)opened and resets received.
     pub fetches_parked: Gauge,
     pub fetch_wakeups: Counter,
+    pub fetches_unread: Counter,
     pub watched_partitions: Gauge,
     pub watch_reconnects: Counter,
     pub watch_resets: Counter,
@@ -199,6 +200,11 @@ impl Metrics {
             fetch_wakeups: reg!(
                 "diskless_broker_fetch_wakeups",
                 "Parked fetches woken before their max_wait (a partition moved, or changes may have been missed)",
+                Counter::default()
+            ),
+            fetches_unread: reg!(
+                "diskless_broker_fetches_unread",
+                "Fetches that parked without a first read: every partition known to be at its fetch offset",
                 Counter::default()
             ),
             watched_partitions: reg!(

@@ -70,6 +70,9 @@ impl CoordinatorApi {
         for &g in &read {
             placed.insert(g, node.placed(g).map_err(|e| route_status(&e))?);
         }
+        // The applied indexes answered are read before the views: each view holds at least that
+        // much (a broker trusts a read as complete from its index on).
+        let applied_before: BTreeMap<u32, u64> = read.iter().map(|&g| (g, node.applied(g))).collect();
         let views: BTreeMap<u32, crate::storage::ReadView<'_>> =
             placed.iter().map(|(g, p)| (*g, p.db.read())).collect();
         let mut budget = FetchBudget::new(req.fetch_max_bytes, req.max_batches_per_partition);
@@ -137,8 +140,10 @@ impl CoordinatorApi {
             }
             topics.push(find_batches_response::FindBatchesTopicResponse { topic_id: t.topic_id.clone(), partitions });
         }
-        let applied =
-            involved.into_iter().map(|g| GroupIndex { metadata_partition: g, index: node.applied(g) }).collect();
+        let applied = involved
+            .into_iter()
+            .map(|g| GroupIndex { metadata_partition: g, index: applied_before.get(&g).copied().unwrap_or(0) })
+            .collect();
         Ok(Response::new(FindBatchesResponse { throttle_time_ms: 0, topics, applied }))
     }
 }

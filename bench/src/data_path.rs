@@ -1,0 +1,439 @@
+//! The data-path phase (`diskless-bench data-path`): a local 3-node cluster and one broker (the
+//! bench re-executing itself as each, release build, local object store, the broker's default
+//! 250 ms commit interval), measured through the Kafka protocol with light clients:
+//!
+//! - **latency**: one producer at `--rate` (20) records/s, acks=all, requests pipelined as
+//!   librdkafka sends them (each record its own request, up to 5 in flight); produce
+//!   acknowledgement and end-to-end latency (a consumer long-polling the same partition through the
+//!   same broker; the record carries its send time), P50/P99/max;
+//! - **idle consumers**: 0, 100 and 1,000 (`--idle`) connections each long-polling the end of an
+//!   idle topic (`max_wait_ms` 500, as consumers do); FindBatches served per second by all the
+//!   nodes, and the nodes' and the broker's CPU, over a window after a warm-up. The 0 row is the
+//!   idle cluster each other row is compared to.
+//!
+//! Prints a table and writes `data-path.json` to `--out`. Figures, never thresholds. It must not
+//! share the machine with another phase.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::kafka_wire::{self, call};
+use crate::ours::LocalCluster;
+
+const PRODUCE_V: i16 = 9;
+const FETCH_V: i16 = 12;
+const LIST_OFFSETS_V: i16 = 7;
+const CREATE_TOPICS_V: i16 = 5;
+/// librdkafka's `max.in.flight.requests.per.connection` with idempotence.
+const IN_FLIGHT: usize = 5;
+
+#[derive(Debug, clap::Args)]
+pub struct DataPathArgs {
+    /// A few seconds per step: keeps the phase working (the test suite runs it).
+    #[arg(long)]
+    smoke: bool,
+    #[arg(long, default_value = "bench-results")]
+    out: PathBuf,
+    /// Records per second of the latency step's producer.
+    #[arg(long, default_value_t = 20.0)]
+    rate: f64,
+    /// Seconds of the latency step.
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Idle long-polling consumers per step.
+    #[arg(long, value_delimiter = ',')]
+    idle: Option<Vec<usize>>,
+    /// Seconds each idle step is measured (after a warm-up of 3 s).
+    #[arg(long)]
+    window: Option<f64>,
+}
+
+/// The broker under test, stopped when dropped.
+struct LocalBroker {
+    child: Child,
+    kafka: String,
+    _dir: tempfile::TempDir,
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl LocalBroker {
+    async fn start(cluster: &LocalCluster) -> anyhow::Result<LocalBroker> {
+        let dir = tempfile::Builder::new().prefix("diskless-bench-broker-").tempdir()?;
+        let kafka = format!("127.0.0.1:{}", free_port()?);
+        let coordinators: Vec<String> = cluster.addrs.iter().map(|a| format!("{a:?}")).collect();
+        let config = dir.path().join("broker.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "broker_id = 1\nlisten = \"127.0.0.1:{}\"\ncoordinators = [{}]\n\n[storage]\nkind = \"local\"\npath = {:?}\n\n[kafka]\nlisten = {kafka:?}\n",
+                free_port()?,
+                coordinators.join(", "),
+                dir.path().join("objects").display().to_string(),
+            ),
+        )?;
+        let log = std::fs::File::create(dir.path().join("broker.log"))?;
+        let child = Command::new(std::env::current_exe()?)
+            .args(["broker", "--config"])
+            .arg(&config)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("start the broker")?;
+        let b = LocalBroker { child, kafka, _dir: dir };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while tokio::net::TcpStream::connect(&b.kafka).await.is_err() {
+            anyhow::ensure!(Instant::now() < deadline, "the broker's Kafka listener did not open in 60 s");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(b)
+    }
+}
+
+impl Drop for LocalBroker {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+    }
+}
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+async fn create_topic(addr: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
+    let req = CreateTopicsRequest::default().with_timeout_ms(30_000).with_topics(vec![
+        create_topics_request::CreatableTopic::default()
+            .with_name(name(topic))
+            .with_num_partitions(partitions)
+            .with_replication_factor(-1)
+            .with_configs(vec![create_topics_request::CreatableTopicConfig::default()
+                .with_name(StrBytes::from_static_str("diskless.enable"))
+                .with_value(Some(StrBytes::from_static_str("true")))]),
+    ]);
+    let mut conn = kafka_wire::connect(addr).await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = call(&mut conn, &req, CREATE_TOPICS_V).await?;
+        let code = r.topics.first().map_or(-1, |t| t.error_code);
+        if code == 0 || code == 36 {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "CreateTopics {topic}: error {code}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn fetch_request(topic: &str, partition: i32, offset: i64, max_wait_ms: i32) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![fetch_request::FetchTopic::default().with_topic(name(topic)).with_partitions(vec![
+            fetch_request::FetchPartition::default()
+                .with_partition(partition)
+                .with_fetch_offset(offset)
+                .with_log_start_offset(-1)
+                .with_partition_max_bytes(1 << 20),
+        ])])
+}
+
+async fn end_offset(
+    conn: &mut (kafka_wire::Sender, kafka_wire::Receiver),
+    topic: &str,
+    partition: i32,
+) -> anyhow::Result<i64> {
+    let req = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+        list_offsets_request::ListOffsetsTopic::default().with_name(name(topic)).with_partitions(vec![
+            list_offsets_request::ListOffsetsPartition::default().with_partition_index(partition).with_timestamp(-1),
+        ]),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = call(conn, &req, LIST_OFFSETS_V).await?;
+        let p = r.topics.first().and_then(|t| t.partitions.first()).context("ListOffsets answered no partition")?;
+        if p.error_code == 0 {
+            return Ok(p.offset);
+        }
+        anyhow::ensure!(Instant::now() < deadline, "ListOffsets {topic}/{partition}: error {}", p.error_code);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Produce-acknowledgement and end-to-end latencies, in µs.
+struct Latency {
+    ack: Histogram<u64>,
+    e2e: Histogram<u64>,
+    sent: u64,
+    errors: u64,
+}
+
+async fn latency(addr: &str, rate: f64, secs: Duration) -> anyhow::Result<Latency> {
+    const TOPIC: &str = "bench-latency";
+    create_topic(addr, TOPIC, 1).await?;
+    let epoch = Instant::now();
+    let mut consumer = kafka_wire::connect(addr).await?;
+    let start = end_offset(&mut consumer, TOPIC, 0).await?;
+    let e2e = Arc::new(Mutex::new(Histogram::<u64>::new(3)?));
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    // The consumer: long polls from the end, each record's value its send time (µs from `epoch`).
+    let reader = {
+        let e2e = e2e.clone();
+        let mut stop = stop.clone();
+        tokio::spawn(async move {
+            let mut offset = start;
+            loop {
+                let req = fetch_request(TOPIC, 0, offset, 500);
+                let r = tokio::select! {
+                    r = call(&mut consumer, &req, FETCH_V) => r?,
+                    _ = stop.wait_for(|&s| s) => return anyhow::Ok(()),
+                };
+                let now = epoch.elapsed().as_micros() as u64;
+                let Some(p) = r.responses.first().and_then(|t| t.partitions.first()) else { continue };
+                let Some(records) = p.records.clone().filter(|r| !r.is_empty()) else { continue };
+                for m in diskless_broker_shim::records::decode(records)? {
+                    offset = m.offset + 1;
+                    let sent = m
+                        .value
+                        .as_ref()
+                        .and_then(|v| v.get(..8))
+                        .map(|b| u64::from_be_bytes(b.try_into().unwrap_or([0; 8])));
+                    if let Some(sent) = sent {
+                        let _ = e2e.lock().unwrap_or_else(|e| e.into_inner()).record(now.saturating_sub(sent).max(1));
+                    }
+                }
+            }
+        })
+    };
+    // The producer: one record per request at `rate`, up to IN_FLIGHT unanswered.
+    let (mut tx, mut rx) = kafka_wire::connect(addr).await?;
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+    let sent_at: Arc<Mutex<HashMap<i32, Instant>>> = Arc::default();
+    let ack = Arc::new(Mutex::new(Histogram::<u64>::new(3)?));
+    let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let acks = {
+        let (sent_at, ack, in_flight, errors) = (sent_at.clone(), ack.clone(), in_flight.clone(), errors.clone());
+        tokio::spawn(async move {
+            loop {
+                let (id, r): (i32, ProduceResponse) = rx.recv(PRODUCE_V).await?;
+                let t = sent_at.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                in_flight.add_permits(1);
+                let code = r.responses.first().and_then(|t| t.partition_responses.first()).map_or(-1, |p| p.error_code);
+                if code != 0 {
+                    errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                } else if let Some(t) = t {
+                    let _ =
+                        ack.lock().unwrap_or_else(|e| e.into_inner()).record((t.elapsed().as_micros() as u64).max(1));
+                }
+            }
+            #[allow(unreachable_code)]
+            anyhow::Ok(())
+        })
+    };
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate.max(0.1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let until = Instant::now() + secs;
+    let mut sent = 0u64;
+    let padding = vec![b'x'; 100];
+    while Instant::now() < until {
+        tick.tick().await;
+        in_flight.acquire().await?.forget();
+        let mut value = (epoch.elapsed().as_micros() as u64).to_be_bytes().to_vec();
+        value.extend_from_slice(&padding);
+        let batch = diskless_broker_shim::records::encode(
+            &[(None, Some(Bytes::from(value)))],
+            chrono_ms(),
+            kafka_protocol::records::Compression::None,
+            diskless_broker_shim::records::NOT_IDEMPOTENT,
+        )?;
+        let req = ProduceRequest::default().with_acks(-1).with_timeout_ms(30_000).with_topic_data(vec![
+            produce_request::TopicProduceData::default().with_name(name(TOPIC)).with_partition_data(vec![
+                produce_request::PartitionProduceData::default().with_index(0).with_records(Some(batch)),
+            ]),
+        ]);
+        // Stamped before the send: the answer may come before `send` returns.
+        let id = tx.next_correlation();
+        sent_at.lock().unwrap_or_else(|e| e.into_inner()).insert(id, Instant::now());
+        anyhow::ensure!(tx.send(&req, PRODUCE_V).await? == id, "correlation ids out of step");
+        sent += 1;
+    }
+    // Every answer, then the consumer's last records.
+    let drained = Instant::now() + Duration::from_secs(30);
+    while in_flight.available_permits() < IN_FLIGHT && Instant::now() < drained {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    acks.abort();
+    let _ = stop_tx.send(true);
+    reader.await.context("consumer task")??;
+    let ack = ack.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let e2e = e2e.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    Ok(Latency { ack, e2e, sent, errors: errors.load(std::sync::atomic::Ordering::Relaxed) })
+}
+
+/// Milliseconds since the Unix epoch (a record's CreateTime).
+fn chrono_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The nodes' `/metrics` text.
+async fn scrape(addr: &str) -> anyhow::Result<String> {
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    Ok(out.split_once("\r\n\r\n").map_or(out.clone(), |(_, b)| b.to_string()))
+}
+
+async fn find_batches_served(cluster: &LocalCluster) -> anyhow::Result<f64> {
+    let mut total = 0.0;
+    for m in &cluster.metrics {
+        total += scrape(m)
+            .await?
+            .lines()
+            .filter(|l| l.starts_with("diskless_grpc_requests_total{") && l.contains("/FindBatches\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    Ok(total)
+}
+
+/// One idle step's figures.
+struct Idle {
+    consumers: usize,
+    find_batches_per_s: f64,
+    nodes_cpu: f64,
+    broker_cpu: f64,
+    fetches_per_s: f64,
+}
+
+async fn idle(addr: &str, cluster: &LocalCluster, broker_pid: u32, n: usize, window: Duration) -> anyhow::Result<Idle> {
+    const TOPIC: &str = "bench-idle";
+    const PARTITIONS: i32 = 4;
+    create_topic(addr, TOPIC, PARTITIONS).await?;
+    let mut ends = vec![];
+    let mut conn = kafka_wire::connect(addr).await?;
+    for p in 0..PARTITIONS {
+        ends.push(end_offset(&mut conn, TOPIC, p).await?);
+    }
+    let answered = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut tasks = vec![];
+    for i in 0..n {
+        let (addr, answered) = (addr.to_string(), answered.clone());
+        let p = i as i32 % PARTITIONS;
+        let offset = ends[p as usize];
+        tasks.push(tokio::spawn(async move {
+            let mut conn = kafka_wire::connect(&addr).await?;
+            loop {
+                call(&mut conn, &fetch_request(TOPIC, p, offset, 500), FETCH_V).await?;
+                answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            #[allow(unreachable_code)]
+            anyhow::Ok(())
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (f0, a0) = (find_batches_served(cluster).await?, answered.load(std::sync::atomic::Ordering::Relaxed));
+    let mut pids = cluster.pids();
+    pids.push(broker_pid);
+    let cpu = crate::idle_cpu::measure(&pids, window).await?;
+    let (f1, a1) = (find_batches_served(cluster).await?, answered.load(std::sync::atomic::Ordering::Relaxed));
+    for t in &tasks {
+        t.abort();
+    }
+    let secs = window.as_secs_f64();
+    Ok(Idle {
+        consumers: n,
+        find_batches_per_s: (f1 - f0) / secs,
+        nodes_cpu: cpu[..cpu.len() - 1].iter().sum(),
+        broker_cpu: cpu[cpu.len() - 1],
+        fetches_per_s: (a1 - a0) as f64 / secs,
+    })
+}
+
+fn ms(h: &Histogram<u64>, q: f64) -> f64 {
+    h.value_at_quantile(q) as f64 / 1000.0
+}
+
+pub async fn run(a: DataPathArgs) -> anyhow::Result<()> {
+    let secs = Duration::from_secs_f64(a.seconds.unwrap_or(if a.smoke { 3.0 } else { 60.0 }));
+    let window = Duration::from_secs_f64(a.window.unwrap_or(if a.smoke { 2.0 } else { 10.0 }));
+    let steps = a.idle.clone().unwrap_or(if a.smoke { vec![0, 10] } else { vec![0, 100, 1000] });
+    std::fs::create_dir_all(&a.out)?;
+    eprintln!("data path: starting a local 3-node cluster and a broker");
+    let cluster = LocalCluster::start(8, None, false).await?;
+    let broker = LocalBroker::start(&cluster).await?;
+    eprintln!("data path: latency, {} records/s for {} s", a.rate, secs.as_secs_f64());
+    let lat = latency(&broker.kafka, a.rate, secs).await?;
+    let mut idles = vec![];
+    for &n in &steps {
+        eprintln!("data path: {n} idle long-polling consumers, {} s window", window.as_secs_f64());
+        idles.push(idle(&broker.kafka, &cluster, broker.child.id(), n, window).await?);
+    }
+    let mut table = String::new();
+    table.push_str(&format!(
+        "Data path: one broker, a local 3-node cluster, local object store, 250 ms commit interval\n\n\
+         latency at {} records/s (acks=all, {} in flight), {} sent, {} errors\n\
+         | figure | P50 ms | P99 ms | max ms |\n| --- | ---: | ---: | ---: |\n",
+        a.rate, IN_FLIGHT, lat.sent, lat.errors
+    ));
+    for (label, h) in [("produce acknowledgement", &lat.ack), ("end to end", &lat.e2e)] {
+        table.push_str(&format!(
+            "| {label} | {:.1} | {:.1} | {:.1} |\n",
+            ms(h, 0.5),
+            ms(h, 0.99),
+            h.max() as f64 / 1000.0
+        ));
+    }
+    table.push_str(
+        "\nidle long-polling consumers (max_wait_ms 500)\n\
+         | consumers | FindBatches/s (nodes) | nodes' CPU % | vs idle | broker CPU % | fetches answered/s |\n\
+         | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    let base = idles.first().map_or(0.0, |i| i.nodes_cpu);
+    for i in &idles {
+        table.push_str(&format!(
+            "| {} | {:.1} | {:.1} | {:+.1} | {:.1} | {:.0} |\n",
+            i.consumers,
+            i.find_batches_per_s,
+            i.nodes_cpu,
+            i.nodes_cpu - base,
+            i.broker_cpu,
+            i.fetches_per_s
+        ));
+    }
+    println!("{table}");
+    std::fs::write(a.out.join("data-path.txt"), &table)?;
+    let json = serde_json::json!({
+        "rate": a.rate,
+        "seconds": secs.as_secs_f64(),
+        "produce_ack_ms": {"p50": ms(&lat.ack, 0.5), "p99": ms(&lat.ack, 0.99), "max": lat.ack.max() as f64 / 1000.0},
+        "end_to_end_ms": {"p50": ms(&lat.e2e, 0.5), "p99": ms(&lat.e2e, 0.99), "max": lat.e2e.max() as f64 / 1000.0},
+        "sent": lat.sent,
+        "errors": lat.errors,
+        "idle": idles.iter().map(|i| serde_json::json!({
+            "consumers": i.consumers,
+            "find_batches_per_s": i.find_batches_per_s,
+            "nodes_cpu_percent": i.nodes_cpu,
+            "broker_cpu_percent": i.broker_cpu,
+            "fetches_per_s": i.fetches_per_s,
+        })).collect::<Vec<_>>(),
+    });
+    std::fs::write(a.out.join("data-path.json"), serde_json::to_string_pretty(&json)?)?;
+    Ok(())
+}
