@@ -242,9 +242,10 @@ impl Waiter {
     /// Waits until one of the partitions moves past the high watermark its read answered
     /// (`answered`, in the order the waiter was made; -1 when the read gave none), its topic is
     /// deleted, its metadata partition's changes may have been missed, or `deadline`. While a watch
-    /// is down, no longer than [`POLL_WHILE_BLIND`].
-    pub async fn wait(mut self, answered: &[i64], deadline: Instant) -> Woken {
-        let until = if self.blind { deadline.min(Instant::now() + POLL_WHILE_BLIND) } else { deadline };
+    /// is down, or with `poll` (the read is known to be behind), no longer than
+    /// [`POLL_WHILE_BLIND`].
+    pub async fn wait(mut self, answered: &[i64], deadline: Instant, poll: bool) -> Woken {
+        let until = if self.blind || poll { deadline.min(Instant::now() + POLL_WHILE_BLIND) } else { deadline };
         let mut waits: Vec<BoxFuture<'_, ()>> = vec![];
         for ((_, rx), &hwm) in self.partitions.iter_mut().zip(answered) {
             waits.push(
@@ -302,7 +303,7 @@ mod tests {
         // Read answered 5: an equal mark does not wake it; 6 does, naming the index.
         let w = marks.waiter([(T, 0), (T, 1)]);
         let m2 = marks.clone();
-        let t = tokio::spawn(async move { w.wait(&[5, -1], soon()).await });
+        let t = tokio::spawn(async move { w.wait(&[5, -1], soon(), false).await });
         tokio::time::sleep(Duration::from_secs(1)).await;
         m2.observe(T, 0, Some(5), None, 11);
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -318,7 +319,7 @@ mod tests {
         let w = marks.waiter([(T, 0)]);
         // The change lands while the read is in flight; the read (a lagging replica) saw 3.
         marks.observe(T, 0, Some(4), None, 20);
-        assert!(matches!(w.wait(&[3], soon()).await, Woken::Moved(_)));
+        assert!(matches!(w.wait(&[3], soon(), false).await, Woken::Moved(_)));
     }
 
     #[test]
@@ -355,23 +356,23 @@ mod tests {
         let marks = std::sync::Arc::new(Marks::new(1));
         marks.set_live(0, true);
         let deadline = Instant::now() + Duration::from_secs(2);
-        assert_eq!(marks.waiter([(T, 0)]).wait(&[0], deadline).await, Woken::Deadline);
+        assert_eq!(marks.waiter([(T, 0)]).wait(&[0], deadline, false).await, Woken::Deadline);
 
         let w = marks.waiter([(T, 0)]);
         marks.reset(0, 40);
-        assert!(matches!(w.wait(&[0], soon()).await, Woken::Moved(_)));
+        assert!(matches!(w.wait(&[0], soon(), false).await, Woken::Moved(_)));
 
         let w = marks.waiter([(T, 0)]);
         marks.topic_deleted(T, 41);
-        assert!(matches!(w.wait(&[0], soon()).await, Woken::Moved(_)));
+        assert!(matches!(w.wait(&[0], soon(), false).await, Woken::Moved(_)));
 
         let w = marks.waiter([(T, 0)]);
         marks.set_live(0, false);
-        assert!(matches!(w.wait(&[0], soon()).await, Woken::Moved(_)));
+        assert!(matches!(w.wait(&[0], soon(), false).await, Woken::Moved(_)));
         // Blind: the wait is a slow poll.
         let started = Instant::now();
         let w = marks.waiter([(T, 0)]);
-        assert!(matches!(w.wait(&[0], soon()).await, Woken::Moved(_)));
+        assert!(matches!(w.wait(&[0], soon(), false).await, Woken::Moved(_)));
         assert_eq!(started.elapsed(), POLL_WHILE_BLIND);
     }
 }

@@ -134,12 +134,14 @@ impl Fetcher {
                 .await
                 .map_err(|s| KafkaError::unavailable("find batches", &s))?;
             // A node whose replica cannot vouch for its state (stale, removed, mid-install) says
-            // so per partition: ask the next node.
-            let unavailable = r
-                .topics
-                .iter()
-                .flat_map(|t| &t.partitions)
-                .any(|p| p.error_code == ErrorCode::ReplicaNotAvailable.wire());
+            // so per partition: ask the next node. So does one that calls an offset past its own
+            // high watermark out of range: it may be behind (cut off and not yet aware of it),
+            // and another replica may hold the batches.
+            let unavailable = r.topics.iter().flat_map(|t| &t.partitions).any(|p| {
+                p.error_code == ErrorCode::ReplicaNotAvailable.wire()
+                    || (p.error_code == ErrorCode::OffsetOutOfRange.wire()
+                        && parts.iter().any(|a| a.partition == p.partition_index && a.offset > p.high_watermark))
+            });
             attempts += 1;
             if !unavailable || attempts >= self.cluster.nodes() {
                 break r;

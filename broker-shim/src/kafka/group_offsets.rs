@@ -12,7 +12,7 @@ use diskless_proto::v1 as coord;
 use diskless_proto::ErrorCode;
 use kafka_protocol::messages::*;
 
-use super::groups::{cluster_code, may, owned, TIMEOUT_MS};
+use super::group_access::{cluster_code, may, owned, TIMEOUT_MS};
 use super::listener::Listener;
 use super::response::{encode, text as s, topic_name, Reply};
 use super::session::Session;

@@ -24,27 +24,7 @@ use super::session::Session;
 use crate::authz::{Access, Operation, Resource};
 use crate::groups::JoinRequest;
 
-pub(super) const TIMEOUT_MS: i32 = 15_000;
-
-/// A coordinator-cluster answer as a group coordinator's Kafka error: routing and availability
-/// problems become COORDINATOR_NOT_AVAILABLE, which clients retry after finding the coordinator.
-pub(super) fn cluster_code(code: i32) -> ErrorCode {
-    match ErrorCode::from_wire(code) {
-        ErrorCode::NotLeaderOrFollower | ErrorCode::RequestTimedOut | ErrorCode::ReplicaNotAvailable => {
-            ErrorCode::CoordinatorNotAvailable
-        }
-        c => c,
-    }
-}
-
-/// GROUP_AUTHORIZATION_FAILED unless `access` allows `op` on the group.
-pub(super) fn may(access: &Access, op: Operation, group_id: &str) -> Result<(), ErrorCode> {
-    if access.allowed(op, Resource::Group, group_id) {
-        Ok(())
-    } else {
-        Err(ErrorCode::GroupAuthorizationFailed)
-    }
-}
+use super::group_access::{cluster_code, may, owned, TIMEOUT_MS};
 
 /// Whether `group_id` exists as Kafka counts groups: it has members or a stored generation, or
 /// committed offsets. LeaveGroup and OffsetDelete of a group that does not are refused whole
@@ -56,16 +36,6 @@ async fn group_exists(l: &Listener, access: &Access, group_id: &str) -> bool {
         }
         // A stored or live group; or this broker cannot tell, and the request goes on.
         _ => true,
-    }
-}
-
-/// NOT_COORDINATOR unless this broker coordinates `group_id` (the client finds the coordinator
-/// again).
-pub(super) fn owned(l: &Listener, group_id: &str) -> Result<(), ErrorCode> {
-    if l.shim.registry.owns_group(group_id) {
-        Ok(())
-    } else {
-        Err(ErrorCode::NotCoordinator)
     }
 }
 

@@ -29,6 +29,7 @@ mod dispatch;
 mod epochs;
 mod fetch;
 pub mod frame;
+mod group_access;
 mod group_offsets;
 mod groups;
 mod listener;

@@ -1,0 +1,40 @@
+//! What the consumer-group APIs (`groups`, `group_offsets`) share: the cluster calls' timeout, how
+//! a coordinator-cluster answer becomes a group coordinator's Kafka error, the group ACL check and
+//! the ownership check. It must not answer an API.
+
+use diskless_proto::ErrorCode;
+
+use super::listener::Listener;
+use crate::authz::{Access, Operation, Resource};
+
+pub(super) const TIMEOUT_MS: i32 = 15_000;
+
+/// A coordinator-cluster answer as a group coordinator's Kafka error: routing and availability
+/// problems become COORDINATOR_NOT_AVAILABLE, which clients retry after finding the coordinator.
+pub(super) fn cluster_code(code: i32) -> ErrorCode {
+    match ErrorCode::from_wire(code) {
+        ErrorCode::NotLeaderOrFollower | ErrorCode::RequestTimedOut | ErrorCode::ReplicaNotAvailable => {
+            ErrorCode::CoordinatorNotAvailable
+        }
+        c => c,
+    }
+}
+
+/// GROUP_AUTHORIZATION_FAILED unless `access` allows `op` on the group.
+pub(super) fn may(access: &Access, op: Operation, group_id: &str) -> Result<(), ErrorCode> {
+    if access.allowed(op, Resource::Group, group_id) {
+        Ok(())
+    } else {
+        Err(ErrorCode::GroupAuthorizationFailed)
+    }
+}
+
+/// NOT_COORDINATOR unless this broker coordinates `group_id` (the client finds the coordinator
+/// again).
+pub(super) fn owned(l: &Listener, group_id: &str) -> Result<(), ErrorCode> {
+    if l.shim.registry.owns_group(group_id) {
+        Ok(())
+    } else {
+        Err(ErrorCode::NotCoordinator)
+    }
+}
