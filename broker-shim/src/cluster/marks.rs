@@ -369,10 +369,8 @@ mod tests {
         let w = marks.waiter([(T, 0)]);
         marks.set_live(0, false);
         assert!(matches!(w.wait(&[0], soon(), false).await, Woken::Moved(_)));
-        // Blind: the wait is a slow poll.
-        let started = Instant::now();
+        // Blind: the wait is a poll, ended (to read again) long before its deadline.
         let w = marks.waiter([(T, 0)]);
         assert!(matches!(w.wait(&[0], soon(), false).await, Woken::Moved(_)));
-        assert_eq!(started.elapsed(), POLL_WHILE_BLIND);
     }
 }
