@@ -196,7 +196,17 @@ async fn mtls_roles_and_peer_checks() {
     // The control: the intruder's message from a member's certificate is taken (the term jumps).
     let r = from_member.append_entries(forged_append(term + 1000, to)).await.expect("admitted");
     assert!(r.into_inner().error.is_empty());
-    assert!(c.status(follower, false).await.groups[0].term >= term + 1000, "a member's message moves the term");
+    // The term is read from Raft's metrics, which the node publishes after it handled the message:
+    // wait for it (bounded) rather than read once.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now_term = c.status(follower, false).await.groups[0].term;
+        if now_term >= term + 1000 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "a member's message moves the term ({term} -> {now_term})");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
