@@ -71,7 +71,11 @@ impl Shim {
             Some(f) => Some(anyhow::Context::context(diskless_tls::ClientTls::new(f), "coordinator_tls")?),
             None => None,
         };
-        let cluster = Arc::new(cluster::ClusterClient::connect_with(&config.coordinators, address_map, tls).await?);
+        let cluster = Arc::new(
+            cluster::ClusterClient::connect_with(&config.coordinators, address_map, tls)
+                .await?
+                .with_coordinate_cache(config.fetch.coordinate_cache_entries),
+        );
         let commit_deadline =
             produce::commit_deadline(std::time::Duration::from_millis(config.cleanup.orphan_grace_ms));
         let (producer, tasks) = produce::Producer::start(

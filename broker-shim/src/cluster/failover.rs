@@ -142,6 +142,7 @@ mod tests {
             address_map: HashMap::new(),
             tls: None,
             marks: std::sync::Arc::new(super::super::marks::Marks::new(1)),
+            coordinates: std::sync::Arc::new(super::super::coordinates::Coordinates::new(0)),
         }
     }
 

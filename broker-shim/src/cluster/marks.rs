@@ -189,14 +189,22 @@ impl Marks {
     /// has stayed up, no retention since), names `offset` as the high watermark and the log starts
     /// at or before it. Then the fetch parks without asking FindBatches.
     pub fn caught_up(&self, topic_id: [u8; 16], partition: i32, offset: i64) -> Option<(i64, i64)> {
+        let m = self.known(topic_id, partition)?;
+        (m.high_watermark == offset && m.log_start_offset <= offset).then_some((m.high_watermark, m.log_start_offset))
+    }
+
+    /// The partition's mark when it is known to be the partition's whole state: trusted (a read
+    /// since which the live watch delivered every change, no retention since), its topic not
+    /// deleted, both offsets known. What a fetch served without FindBatches relies on.
+    pub fn known(&self, topic_id: [u8; 16], partition: i32) -> Option<Mark> {
         let g = self.owner(&(topic_id, partition));
         if !self.live[g].load(Ordering::SeqCst) {
             return None;
         }
         let epoch = self.trust[g].load(Ordering::SeqCst);
         let m = *self.partitions().get(&(topic_id, partition))?.borrow();
-        (m.trusted == epoch && !m.deleted && m.high_watermark == offset && (0..=offset).contains(&m.log_start_offset))
-            .then_some((m.high_watermark, m.log_start_offset))
+        (m.trusted == epoch && !m.deleted && m.log_start_offset >= 0 && m.high_watermark >= m.log_start_offset)
+            .then_some(m)
     }
 
     /// Whether `g`'s watch is up; going down wakes `g`'s waiters (they poll until it is back).

@@ -16,7 +16,9 @@
 //! - `marks`: each partition's high watermark and log start as this broker learns them (its own
 //!   commits, the watches), and the waits of parked fetches on them.
 //! - `watch`: one WatchPartitions stream per metadata partition, resumed across nodes, feeding
-//!   `marks`.
+//!   `marks` and `coordinates`.
+//! - `coordinates`: the batch-coordinate cache (own commits, the watches' announcements, FindBatches
+//!   answers), so fetches of recent data need no FindBatches.
 //!
 //! It decides nothing about Kafka semantics (the callers turn answers into Kafka errors) and keeps
 //! no state that must survive the broker.
@@ -25,6 +27,7 @@ mod acls;
 mod applied;
 mod catalog;
 mod commit;
+pub mod coordinates;
 mod failover;
 mod fencing;
 mod leaders;
@@ -74,6 +77,8 @@ pub struct ClusterClient {
     tls: Option<Arc<diskless_tls::ClientTls>>,
     /// Partitions' high watermarks as learned (`marks`, fed by commits and `watch`).
     marks: Arc<marks::Marks>,
+    /// Recent batches' coordinates (`coordinates`, fed by commits, `watch` and reads).
+    coordinates: Arc<coordinates::Coordinates>,
 }
 
 impl ClusterClient {
@@ -131,9 +136,22 @@ impl ClusterClient {
             address_map,
             tls,
             marks: Arc::new(marks::Marks::new(num_metadata_partitions)),
+            coordinates: Arc::new(coordinates::Coordinates::new(coordinates::DEFAULT_MAX_ENTRIES)),
         };
         c.refresh_leaders().await;
         Ok(c)
+    }
+
+    /// The batch-coordinate cache keeps at most `entries` (0: none, and the watches do not ask for
+    /// batches).
+    pub fn with_coordinate_cache(mut self, entries: usize) -> ClusterClient {
+        self.coordinates = Arc::new(coordinates::Coordinates::new(entries));
+        self
+    }
+
+    /// The batch-coordinate cache.
+    pub fn coordinates(&self) -> &Arc<coordinates::Coordinates> {
+        &self.coordinates
     }
 
     /// How many metadata partitions the cluster has (fixed when it was created).

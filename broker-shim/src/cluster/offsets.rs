@@ -134,7 +134,11 @@ impl ClusterClient {
             .await
             .map_err(|s| KafkaError::unavailable("delete records", &s))?;
         let p = resp.topics.into_iter().flat_map(|t| t.partitions).next().ok_or_else(no_answer)?;
-        KafkaError::from_wire(p.error_code, p.error_message).map_or(Ok(p.low_watermark), Err)
+        let low = KafkaError::from_wire(p.error_code, p.error_message).map_or(Ok(p.low_watermark), Err)?;
+        // This broker's own reads see the new log start at once, before any watch tells of it.
+        self.coordinates.truncate_below(topic_id, partition, low);
+        self.marks.observe(topic_id, partition, None, Some(low), 0);
+        Ok(low)
     }
 }
 

@@ -1,5 +1,6 @@
 //! The broker's watch of every metadata partition's changes (WatchPartitions), feeding
-//! [`Marks`](super::marks::Marks): one stream per metadata partition, spread over the nodes (any
+//! [`Marks`](super::marks::Marks) and the batch-coordinate cache (`coordinates`: the batches each
+//! change appended, asked for with `with_batches`): one stream per metadata partition, spread over the nodes (any
 //! replica serves it), resumed after the last index it accounted for when the stream breaks, the
 //! node stops answering (no heartbeat for [`SILENCE`]) or refuses; on the next node after a failure.
 //! A reset from the node, or a stream that could not be resumed, wakes the metadata partition's
@@ -11,6 +12,7 @@ use std::time::Duration;
 use diskless_proto::v1::coordinator_service_client::CoordinatorServiceClient;
 use diskless_proto::v1::WatchPartitionsRequest;
 
+use super::coordinates::Coordinate;
 use super::marks::Marks;
 use super::ClusterClient;
 
@@ -75,7 +77,11 @@ impl ClusterClient {
         let m = crate::metrics::get();
         let resumed = *cursor > 0;
         let req_after = *cursor;
-        let req = WatchPartitionsRequest { metadata_partition: g, after_index: req_after };
+        let req = WatchPartitionsRequest {
+            metadata_partition: g,
+            after_index: req_after,
+            with_batches: self.coordinates.enabled(),
+        };
         let mut stream = match tokio::time::timeout(SILENCE, client.watch_partitions(req)).await {
             Ok(Ok(s)) => s.into_inner(),
             Ok(Err(_)) => return "refused",
@@ -97,13 +103,39 @@ impl ClusterClient {
             if msg.log_starts_moved {
                 self.marks.distrust(g);
             }
+            // The batches before the marks move: a fetch they wake finds its batches cached.
+            for a in &msg.appended {
+                let key: Arc<str> = Arc::from(a.object_key.as_str());
+                for b in &a.batches {
+                    let Ok(topic_id) = <[u8; 16]>::try_from(b.topic_id.as_slice()) else { continue };
+                    self.coordinates.insert(
+                        topic_id,
+                        b.partition_index,
+                        Coordinate {
+                            object_key: key.clone(),
+                            magic: b.magic,
+                            byte_offset: b.byte_offset,
+                            byte_size: b.byte_size,
+                            base_offset: b.base_offset,
+                            last_offset: b.last_offset,
+                            log_append_timestamp: b.log_append_timestamp,
+                            batch_max_timestamp: b.batch_max_timestamp,
+                            timestamp_type: b.timestamp_type,
+                        },
+                    );
+                }
+            }
             for c in &msg.changes {
                 let Ok(topic_id) = <[u8; 16]>::try_from(c.topic_id.as_slice()) else { continue };
                 if c.deleted {
+                    self.coordinates.topic_deleted(topic_id);
                     self.marks.topic_deleted(topic_id, c.index);
                 } else {
                     let hwm = (c.high_watermark >= 0).then_some(c.high_watermark);
                     let log_start = (c.log_start_offset >= 0).then_some(c.log_start_offset);
+                    if let Some(l) = log_start {
+                        self.coordinates.truncate_below(topic_id, c.partition_index, l);
+                    }
                     self.marks.observe(topic_id, c.partition_index, hwm, log_start, c.index);
                 }
             }

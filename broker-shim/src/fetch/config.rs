@@ -1,4 +1,4 @@
-//! `[fetch]`: the fetch path's settings (its cache, and how near byte ranges must be to be read as
+//! `[fetch]`: the fetch path's settings (its caches, and how near byte ranges must be to be read as
 //! one). Owned here, composed by `crate::config`.
 
 use serde::{Deserialize, Serialize};
@@ -10,10 +10,17 @@ pub struct FetchConfig {
     pub cache_bytes: usize,
     /// Ranges of one object closer than this are read with one GET.
     pub coalesce_gap_bytes: u64,
+    /// Batch coordinates kept so fetches of recent data need no FindBatches (about 150 bytes
+    /// each; 0: none).
+    pub coordinate_cache_entries: usize,
 }
 
 impl Default for FetchConfig {
     fn default() -> Self {
-        FetchConfig { cache_bytes: 64 << 20, coalesce_gap_bytes: 64 << 10 }
+        FetchConfig {
+            cache_bytes: 64 << 20,
+            coalesce_gap_bytes: 64 << 10,
+            coordinate_cache_entries: crate::cluster::coordinates::DEFAULT_MAX_ENTRIES,
+        }
     }
 }

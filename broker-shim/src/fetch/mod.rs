@@ -26,6 +26,7 @@ use diskless_proto::v1::{find_batches_request, FindBatchesRequest, GroupIndex};
 use diskless_proto::ErrorCode;
 use futures_util::stream::{self, StreamExt};
 
+use crate::cluster::coordinates::Coordinate;
 use crate::cluster::ClusterClient;
 use crate::error::KafkaError;
 use crate::storage::Storage;
@@ -92,12 +93,110 @@ impl Fetcher {
 
     /// Like [`Fetcher::fetch`], from a replica that has applied at least `seen` too (what woke a
     /// parked fetch: a change the replica it asks must show).
+    ///
+    /// A partition whose state the broker knows (a trusted mark) and whose batches from the fetch
+    /// offset are in the coordinate cache is answered from them; FindBatches is asked for the
+    /// others only, from a replica that has applied what those marks show.
     pub async fn fetch_after(
         &self,
         parts: &[FetchPartition],
         max_total_bytes: i32,
         seen: &[GroupIndex],
     ) -> Result<Vec<Fetched>, KafkaError> {
+        let m = crate::metrics::get();
+        let marks = self.cluster.marks();
+        let coordinates = self.cluster.coordinates();
+        let n = self.cluster.num_metadata_partitions();
+        let mut answers: Vec<Option<FindBatchesPartitionResponse>> = vec![None; parts.len()];
+        let mut budget = i64::from(max_total_bytes.max(0));
+        let mut asked = vec![];
+        let mut seen = seen.to_vec();
+        let mut served_any = false;
+        for (i, p) in parts.iter().enumerate() {
+            let known = coordinates.enabled().then(|| marks.known(p.topic_id, p.partition)).flatten();
+            if let Some(mark) = known {
+                let answer = |batches| FindBatchesPartitionResponse {
+                    partition_index: p.partition,
+                    error_code: 0,
+                    error_message: None,
+                    log_start_offset: mark.log_start_offset,
+                    high_watermark: mark.high_watermark,
+                    batches,
+                };
+                let readable = (mark.log_start_offset..=mark.high_watermark).contains(&p.offset);
+                // Nothing to read here, or no room left in the response (as Kafka, only the first
+                // partition with data may pass the limit).
+                if readable && (p.offset == mark.high_watermark || (served_any && budget <= 0)) {
+                    answers[i] = Some(answer(vec![]));
+                    continue;
+                }
+                let max = i64::from(p.max_bytes.max(0)).min(budget);
+                match readable.then(|| coordinates.serve(p.topic_id, p.partition, p.offset, mark.high_watermark, max)) {
+                    Some(Some(served)) => {
+                        m.coordinate_cache_hits.inc();
+                        budget = budget.saturating_sub(served.bytes);
+                        served_any = true;
+                        answers[i] = Some(answer(served.batches));
+                        continue;
+                    }
+                    _ => {
+                        // What the broker knows of the partition, the replica asked must show.
+                        let g = diskless_proto::metadata_partition_for(&p.topic_id, p.partition.max(0), n);
+                        seen.push(GroupIndex { metadata_partition: g, index: mark.index });
+                    }
+                }
+            }
+            m.coordinate_cache_misses.inc();
+            asked.push(i);
+        }
+        if !asked.is_empty() {
+            let ask: Vec<FetchPartition> = asked.iter().map(|&i| parts[i]).collect();
+            let max = i32::try_from(budget.max(1)).unwrap_or(i32::MAX);
+            for (i, a) in asked.into_iter().zip(self.find_batches(&ask, max, &seen).await?) {
+                answers[i] = a;
+            }
+        }
+        let gathered = self.reader.gather(answers.iter().flatten().flat_map(|a| a.batches.iter())).await;
+
+        let mut out = Vec::with_capacity(parts.len());
+        for a in answers {
+            let Some(a) = a else {
+                out.push(Fetched {
+                    error: Some(KafkaError::new(ErrorCode::UnknownServerError, "no answer for the partition")),
+                    high_watermark: -1,
+                    log_start_offset: -1,
+                    records: Bytes::new(),
+                });
+                continue;
+            };
+            let mut f = Fetched {
+                error: KafkaError::from_wire(a.error_code, a.error_message.clone()),
+                high_watermark: a.high_watermark,
+                log_start_offset: a.log_start_offset,
+                records: Bytes::new(),
+            };
+            if f.error.is_none() {
+                match self.reader.assemble(&a.batches, &gathered) {
+                    Ok(records) => f.records = records,
+                    Err(e) => f.error = Some(e),
+                }
+            }
+            out.push(f);
+        }
+        Ok(out)
+    }
+}
+
+impl Fetcher {
+    /// FindBatches for `parts` (from a replica that has applied this broker's writes and `seen`):
+    /// each partition's answer, in order; what the reads saw goes to the marks and the coordinate
+    /// cache.
+    async fn find_batches(
+        &self,
+        parts: &[FetchPartition],
+        max_total_bytes: i32,
+        seen: &[GroupIndex],
+    ) -> Result<Vec<Option<FindBatchesPartitionResponse>>, KafkaError> {
         let mut min_applied = self.cluster.min_applied();
         for s in seen {
             match min_applied.iter_mut().find(|m| m.metadata_partition == s.metadata_partition) {
@@ -152,7 +251,7 @@ impl Fetcher {
         // Reads never go backwards: the next FindBatches waits for what this one saw.
         self.cluster.record_applied(&r.applied);
         // Per partition: its answer (exactly one per partition asked for, answers for another
-        // partition dropped); and every batch whose bytes are needed.
+        // partition dropped).
         let mut answers = answers_for(parts, r.topics);
         // A replica behind the leader may call an offset past its own high watermark out of range
         // when it is not: ask the leader (strictly) before telling a consumer to reset.
@@ -172,8 +271,11 @@ impl Fetcher {
                 }
             }
         }
-        // What the reads saw, for the marks that let caught-up fetches park without a read.
+        // What the reads saw: the marks that let caught-up fetches park without a read, and the
+        // coordinates of the batches for the next fetches.
         let marks = self.cluster.marks();
+        let coordinates = self.cluster.coordinates();
+        let mut keys: HashMap<&str, Arc<str>> = HashMap::new();
         for (a, p) in answers.iter().zip(parts) {
             let Some(a) = a else { continue };
             if a.error_code != 0 {
@@ -184,38 +286,20 @@ impl Fetcher {
                 p.partition.max(0),
                 self.cluster.num_metadata_partitions(),
             );
+            if coordinates.enabled() {
+                if a.log_start_offset >= 0 {
+                    coordinates.truncate_below(p.topic_id, p.partition, a.log_start_offset);
+                }
+                for b in &a.batches {
+                    let key = keys.entry(b.object_key.as_str()).or_insert_with(|| Arc::from(b.object_key.as_str()));
+                    coordinates.insert(p.topic_id, p.partition, Coordinate::from_batch_info(b, key.clone()));
+                }
+            }
             if let Some(at) = r.applied.iter().find(|x| x.metadata_partition == g) {
                 marks.observe_read(p.topic_id, p.partition, a.high_watermark, a.log_start_offset, at.index);
             }
         }
-        let gathered = self.reader.gather(answers.iter().flatten().flat_map(|a| a.batches.iter())).await;
-
-        let mut out = Vec::with_capacity(parts.len());
-        for a in answers {
-            let Some(a) = a else {
-                out.push(Fetched {
-                    error: Some(KafkaError::new(ErrorCode::UnknownServerError, "no answer for the partition")),
-                    high_watermark: -1,
-                    log_start_offset: -1,
-                    records: Bytes::new(),
-                });
-                continue;
-            };
-            let mut f = Fetched {
-                error: KafkaError::from_wire(a.error_code, a.error_message.clone()),
-                high_watermark: a.high_watermark,
-                log_start_offset: a.log_start_offset,
-                records: Bytes::new(),
-            };
-            if f.error.is_none() {
-                match self.reader.assemble(&a.batches, &gathered) {
-                    Ok(records) => f.records = records,
-                    Err(e) => f.error = Some(e),
-                }
-            }
-            out.push(f);
-        }
-        Ok(out)
+        Ok(answers)
     }
 }
 

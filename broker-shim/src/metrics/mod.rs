@@ -67,6 +67,11 @@ pub struct Metrics {
     // Fetch.
     pub fetch_cache_hits: Counter,
     pub fetch_cache_misses: Counter,
+    /// The batch-coordinate cache (`cluster::coordinates`): entries, and fetched partitions served
+    /// from it or asked of the coordinator cluster.
+    pub coordinate_cache_entries: Gauge,
+    pub coordinate_cache_hits: Counter,
+    pub coordinate_cache_misses: Counter,
     /// Fetches parked until data arrives, their wake-ups, and the partitions whose marks this
     /// broker keeps (`cluster::marks`); watch streams (re)opened and resets received.
     pub fetches_parked: Gauge,
@@ -190,6 +195,21 @@ impl Metrics {
             fetch_cache_misses: reg!(
                 "diskless_broker_fetch_cache_misses",
                 "Batch byte ranges not in the fetch cache (read from object storage)",
+                Counter::default()
+            ),
+            coordinate_cache_entries: reg!(
+                "diskless_broker_coordinate_cache_entries",
+                "Batch coordinates cached (own commits, the watch streams, FindBatches answers)",
+                Gauge::default()
+            ),
+            coordinate_cache_hits: reg!(
+                "diskless_broker_coordinate_cache_hits",
+                "Fetched partitions served from the batch-coordinate cache, without FindBatches",
+                Counter::default()
+            ),
+            coordinate_cache_misses: reg!(
+                "diskless_broker_coordinate_cache_misses",
+                "Fetched partitions with data to read whose batches were asked of the coordinator cluster (FindBatches)",
                 Counter::default()
             ),
             fetches_parked: reg!(

@@ -16,7 +16,7 @@ use crate::state_machine::changes::Changes;
 
 /// Entries with changes kept, at most.
 const MAX_ENTRIES: usize = 16_384;
-/// Partition changes kept over all entries, at most.
+/// Partition changes kept over all entries, at most (a batch's coordinates weigh two).
 const MAX_CHANGES: usize = 131_072;
 
 /// What a watcher at some cursor gets.
@@ -70,12 +70,12 @@ impl WatchHub {
             if at <= h.floor || h.entries.back().is_some_and(|(last, _)| *last >= at) {
                 continue;
             }
-            h.changes += c.partitions.len();
+            h.changes += c.weight();
             h.entries.push_back((at, c));
         }
         while h.entries.len() > MAX_ENTRIES || (h.changes > MAX_CHANGES && h.entries.len() > 1) {
             let Some((at, c)) = h.entries.pop_front() else { break };
-            h.changes -= c.partitions.len();
+            h.changes -= c.weight();
             h.floor = at;
         }
         if index > *self.applied.borrow() {
@@ -105,10 +105,10 @@ impl WatchHub {
         let mut entries = vec![];
         let mut taken = 0;
         for (at, c) in h.entries.iter().skip(start) {
-            if !entries.is_empty() && taken + c.partitions.len() > max_changes {
+            if !entries.is_empty() && taken + c.weight() > max_changes {
                 return Read::Changes { upto: entries.last().map_or(cursor, |(a, _)| *a), entries };
             }
-            taken += c.partitions.len();
+            taken += c.weight();
             entries.push((*at, c.clone()));
         }
         Read::Changes { upto: applied.max(cursor), entries }
@@ -130,6 +130,7 @@ mod tests {
                 deleted: false,
             }],
             log_starts_moved: false,
+            batches: vec![],
         }
     }
 

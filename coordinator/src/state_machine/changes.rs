@@ -1,13 +1,16 @@
 //! What an applied command changed that a watcher of partitions cares about: high watermarks, log
-//! start offsets, deleted topics, and whether retention moved log starts. Derived from the command
+//! start offsets, deleted topics, whether retention moved log starts, and the coordinates of the
+//! batches appended (what FindBatches would answer for them, so a watcher can serve reads of them
+//! without asking: the broker's batch-coordinate cache). Derived from the command
 //! and its outcome alone (pure, like the rest of the state machine), so every replica derives the
 //! same changes for the same entry; `raft::watch` keeps them for `WatchPartitions`.
 //!
 //! It must not read state: a change is what the entry did, never what the partition holds.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use super::command::{Command, CommitBatch, CommittedBatch, Failure, Op, Outcome};
+use super::command::{Command, CommitFile, CommittedBatch, Failure, Op, Outcome};
 use super::keys::TopicPartition;
 
 /// A change to one partition (or, `deleted`, to a whole topic: `partition` is then -1).
@@ -21,6 +24,24 @@ pub struct PartitionChange {
     pub deleted: bool,
 }
 
+/// A batch an entry appended, with the coordinates the state machine stored for it (the fields of
+/// FindBatches' `BatchInfo` but its id).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppendedBatch {
+    pub tp: TopicPartition,
+    /// Shared by the batches of one object.
+    pub object_key: Arc<str>,
+    pub magic: i8,
+    pub byte_offset: i32,
+    pub byte_size: i32,
+    /// The assigned offsets.
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub log_append_time: i64,
+    pub batch_max_timestamp: i64,
+    pub timestamp_type: i8,
+}
+
 /// What one entry changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Changes {
@@ -28,11 +49,19 @@ pub struct Changes {
     pub partitions: Vec<PartitionChange>,
     /// Retention deleted batches: some log start offsets moved.
     pub log_starts_moved: bool,
+    /// The batches appended, in the order they were applied.
+    pub batches: Vec<AppendedBatch>,
 }
 
 impl Changes {
     pub fn is_empty(&self) -> bool {
-        self.partitions.is_empty() && !self.log_starts_moved
+        self.partitions.is_empty() && !self.log_starts_moved && self.batches.is_empty()
+    }
+
+    /// What the entry costs a bounded history, in partition changes (a batch's coordinates weigh
+    /// about two).
+    pub fn weight(&self) -> usize {
+        self.partitions.len() + 2 * self.batches.len()
     }
 }
 
@@ -40,11 +69,12 @@ impl Changes {
 pub fn changes(cmd: &Command, outcome: &Outcome) -> Changes {
     let mut by_tp: BTreeMap<TopicPartition, PartitionChange> = BTreeMap::new();
     let mut log_starts_moved = false;
+    let mut batches = vec![];
     match (&cmd.op, outcome) {
-        (Op::CommitFile(file), Outcome::CommitFile(results)) => committed(&mut by_tp, &file.batches, results),
+        (Op::CommitFile(file), Outcome::CommitFile(results)) => committed(&mut by_tp, &mut batches, file, results),
         (Op::CommitFiles(files), Outcome::CommitFiles(per_file)) => {
             for (file, results) in files.iter().zip(per_file) {
-                committed(&mut by_tp, &file.batches, results);
+                committed(&mut by_tp, &mut batches, file, results);
             }
         }
         (Op::DeleteRecords { .. }, Outcome::DeleteRecords(results)) => {
@@ -67,27 +97,41 @@ pub fn changes(cmd: &Command, outcome: &Outcome) -> Changes {
         }
         _ => {}
     }
-    Changes { partitions: by_tp.into_values().collect(), log_starts_moved }
+    Changes { partitions: by_tp.into_values().collect(), log_starts_moved, batches }
 }
 
 fn entry(by_tp: &mut BTreeMap<TopicPartition, PartitionChange>, tp: TopicPartition) -> &mut PartitionChange {
     by_tp.entry(tp).or_insert(PartitionChange { tp, high_watermark: None, log_start_offset: None, deleted: false })
 }
 
-/// Appended batches move their partition's high watermark past their last offset (duplicates and
-/// refused batches move nothing).
+/// Appended batches move their partition's high watermark past their last offset and are named
+/// with their coordinates (duplicates and refused batches change nothing).
 fn committed(
     by_tp: &mut BTreeMap<TopicPartition, PartitionChange>,
-    batches: &[CommitBatch],
+    appended: &mut Vec<AppendedBatch>,
+    file: &CommitFile,
     results: &[Result<CommittedBatch, Failure>],
 ) {
-    for (b, r) in batches.iter().zip(results) {
+    let mut key: Option<Arc<str>> = None;
+    for (b, r) in file.batches.iter().zip(results) {
         let Ok(c) = r else { continue };
         if c.is_duplicate {
             continue;
         }
         let count = b.last_offset.saturating_sub(b.base_offset).saturating_add(1);
         let hwm = c.assigned_base_offset.saturating_add(count);
+        appended.push(AppendedBatch {
+            tp: b.tp,
+            object_key: key.get_or_insert_with(|| Arc::from(file.object_key.as_str())).clone(),
+            magic: b.magic,
+            byte_offset: b.byte_offset,
+            byte_size: b.size,
+            base_offset: c.assigned_base_offset,
+            last_offset: hwm - 1,
+            log_append_time: c.log_append_time,
+            batch_max_timestamp: b.batch_max_timestamp,
+            timestamp_type: b.timestamp_type,
+        });
         let e = entry(by_tp, b.tp);
         e.high_watermark = Some(e.high_watermark.map_or(hwm, |h| h.max(hwm)));
         if c.log_start_offset >= 0 {
@@ -99,7 +143,7 @@ fn committed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state_machine::command::{CommitFile, RetentionReport};
+    use crate::state_machine::command::{CommitBatch, RetentionReport};
     use diskless_proto::ErrorCode;
     use uuid::Uuid;
 
@@ -158,6 +202,11 @@ mod tests {
         let hwms: Vec<(i32, Option<i64>)> = c.partitions.iter().map(|p| (p.tp.partition, p.high_watermark)).collect();
         assert_eq!(hwms, vec![(0, Some(15)), (1, Some(5))]);
         assert!(!c.log_starts_moved);
+        // The appended batches' coordinates, at their assigned offsets, in the order applied.
+        let coords: Vec<(i32, i64, i64, &str)> =
+            c.batches.iter().map(|b| (b.tp.partition, b.base_offset, b.last_offset, &*b.object_key)).collect();
+        assert_eq!(coords, vec![(0, 10, 12, "k"), (1, 0, 4, "k"), (0, 13, 14, "k")]);
+        assert!(c.batches.iter().all(|b| b.log_append_time == 1 && b.byte_size == 100));
     }
 
     #[test]

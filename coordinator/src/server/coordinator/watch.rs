@@ -6,6 +6,9 @@
 //! leader within one election timeout) is checked at the start and with every heartbeat; a replica that cannot vouch ends the stream
 //! with UNAVAILABLE and the caller resumes through another node.
 //!
+//! With `with_batches`, a message also carries the coordinates of the batches its entries appended
+//! (the broker's batch-coordinate cache is fed from them).
+//!
 //! Owns the wire form and the pacing; what a change is belongs to `state_machine::changes`.
 
 use std::pin::Pin;
@@ -52,12 +55,12 @@ impl CoordinatorApi {
                         m.watch_resets.inc();
                         tracing::debug!(metadata_partition = g, cursor, at, "watcher told to reset");
                         cursor = at;
-                        (Some(message(at, true, vec![])), false)
+                        (Some(message(at, true, vec![], false)), false)
                     }
                     Read::Changes { upto, entries } => {
                         let more = upto < hub.applied_index();
                         let due = tokio::time::Instant::now() >= heartbeat_due;
-                        let msg = (!entries.is_empty() || due).then(|| message(upto, false, entries));
+                        let msg = (!entries.is_empty() || due).then(|| message(upto, false, entries, req.with_batches));
                         cursor = upto;
                         (msg, more)
                     }
@@ -101,9 +104,10 @@ fn readable(node: &Node, g: u32) -> Result<(), Status> {
     node.check_in_touch(g, bound).map_err(|e| route_status(&e))
 }
 
-fn message(index: u64, reset: bool, entries: Vec<(u64, Changes)>) -> WatchPartitionsResponse {
+fn message(index: u64, reset: bool, entries: Vec<(u64, Changes)>, with_batches: bool) -> WatchPartitionsResponse {
     let mut log_starts_moved = false;
     let mut changes = vec![];
+    let mut appended: Vec<AppendedBatches> = vec![];
     for (at, c) in entries {
         log_starts_moved |= c.log_starts_moved;
         for p in c.partitions {
@@ -116,6 +120,31 @@ fn message(index: u64, reset: bool, entries: Vec<(u64, Changes)>) -> WatchPartit
                 index: at,
             });
         }
+        if !with_batches {
+            continue;
+        }
+        for b in c.batches {
+            let batch = AppendedBatch {
+                topic_id: b.tp.topic_id.as_bytes().to_vec(),
+                partition_index: b.tp.partition,
+                magic: i32::from(b.magic),
+                byte_offset: i64::from(b.byte_offset),
+                byte_size: i64::from(b.byte_size),
+                base_offset: b.base_offset,
+                last_offset: b.last_offset,
+                log_append_timestamp: b.log_append_time,
+                batch_max_timestamp: b.batch_max_timestamp,
+                timestamp_type: i32::from(b.timestamp_type),
+            };
+            match appended.last_mut() {
+                Some(a) if a.index == at && *a.object_key == *b.object_key => a.batches.push(batch),
+                _ => appended.push(AppendedBatches {
+                    object_key: b.object_key.to_string(),
+                    index: at,
+                    batches: vec![batch],
+                }),
+            }
+        }
     }
-    WatchPartitionsResponse { index, reset, changes, log_starts_moved }
+    WatchPartitionsResponse { index, reset, changes, log_starts_moved, appended }
 }

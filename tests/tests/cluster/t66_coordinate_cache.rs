@@ -1,0 +1,150 @@
+//! The batch-coordinate cache (issue 26, item 2): a tail consumer on broker B of what broker A
+//! produces reads every record without B asking FindBatches — B learns the coordinates of A's
+//! batches from its watch — and the bytes it serves are the records produced, in order. The cache
+//! never serves what DeleteRecords or a topic deletion removed: after A's DeleteRecords, a fetch
+//! below the new log start is out of range through A at once and through B as soon as its watch
+//! tells it; after the topic's deletion, neither broker serves it.
+
+use std::time::{Duration, Instant};
+
+use diskless_cluster_tests::nemesis::kafka_client::{Fetched, KafkaClient};
+use diskless_cluster_tests::*;
+use diskless_proto::broker::{DeleteRecordsRequest, DeleteTopicRequest};
+
+const TOPIC: &str = "cached";
+const OFFSET_OUT_OF_RANGE: i16 = 1;
+
+/// FindBatches served by the running nodes so far.
+async fn find_batches_served(c: &Cluster) -> f64 {
+    let mut total = 0.0;
+    for id in c.running() {
+        let Some(addr) = c.metrics_addr(id) else { continue };
+        let Ok((_, text)) = scrape(addr).await else { continue };
+        total += text
+            .lines()
+            .filter(|l| l.starts_with("diskless_grpc_requests_total{") && l.contains("/FindBatches\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    total
+}
+
+async fn produce_one(producer: &mut KafkaClient, value: &str) -> i64 {
+    let batch = bytes::Bytes::from(batch_of(&[value.to_string()]));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (code, base) = producer.produce(TOPIC, 0, batch.clone()).await.expect("produce");
+        if code == 0 {
+            return base;
+        }
+        assert!(retriable(i32::from(code)) && Instant::now() < deadline, "produce: error {code}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The values of the records a fetch returned, with their offsets.
+fn values(f: &Fetched) -> Vec<(i64, String)> {
+    diskless_broker_shim::records::decode(f.records.clone())
+        .expect("the records decode")
+        .into_iter()
+        .map(|m| (m.offset, String::from_utf8_lossy(m.value.as_deref().unwrap_or_default()).into_owned()))
+        .collect()
+}
+
+/// Fetches at `offset` through `client` until the answer's error is `code` (at most 10 s).
+async fn until_error(client: &mut KafkaClient, offset: i64, code: i16, what: &str) -> Duration {
+    let start = Instant::now();
+    loop {
+        let f = client.fetch(TOPIC, 0, offset).await.expect("fetch");
+        if f.error_code == code {
+            return start.elapsed();
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{what}: still {f:?} after 10 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tail_consumer_reads_another_brokers_batches_without_find_batches_and_never_past_a_delete() {
+    let c = Cluster::start(3, Options { metrics: true, ..Options::default() }).await;
+    let options = BrokerOptions { kafka: true, commit_interval_ms: 50, ..BrokerOptions::default() };
+    let a = BrokerProc::start(&c, "a", &TestStorage::Local(c.path("objects")), &options).await;
+    let b = BrokerProc::start(&c, "b", &TestStorage::Local(c.path("objects")), &options).await;
+    let (a_addr, b_addr) = (a.kafka_addr.clone().unwrap(), b.kafka_addr.clone().unwrap());
+    create_topic_via(&mut a.client().await, TOPIC, 1).await;
+    let mut producer = KafkaClient::connect(&a_addr).await.unwrap();
+    let mut consumer = KafkaClient::connect(&b_addr).await.unwrap();
+
+    // A first record, read by b once through FindBatches: b then knows the partition.
+    assert_eq!(produce_one(&mut producer, "r-0").await, 0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let f = consumer.fetch(TOPIC, 0, 0).await.unwrap();
+        if f.error_code == 0 && !f.records.is_empty() {
+            assert_eq!(values(&f), vec![(0, "r-0".to_string())]);
+            break;
+        }
+        assert!(Instant::now() < deadline, "b never served the first record: {f:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A tail consumer on b, a record at a time through a: parked at the end, woken by the watch,
+    // served from the coordinates it announced. Without the cache each record costs a FindBatches.
+    const RECORDS: i64 = 20;
+    let before = find_batches_served(&c).await;
+    let mut next = 1;
+    for i in 1..=RECORDS {
+        let tail = {
+            let mut consumer = KafkaClient::connect(&b_addr).await.unwrap();
+            tokio::spawn(async move { consumer.fetch_waiting(TOPIC, 0, next, 10_000).await.unwrap() })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(produce_one(&mut producer, &format!("r-{i}")).await, i);
+        let f = tail.await.unwrap();
+        assert_eq!(f.error_code, 0, "{f:?}");
+        assert_eq!(values(&f), vec![(i, format!("r-{i}"))], "the tail read of record {i}");
+        assert_eq!(f.high_watermark, i + 1);
+        next = i + 1;
+    }
+    // And a read from the start: every record, in order, from the cached coordinates.
+    let f = consumer.fetch(TOPIC, 0, 0).await.unwrap();
+    let want: Vec<(i64, String)> = (0..=RECORDS).map(|i| (i, format!("r-{i}"))).collect();
+    assert_eq!(values(&f), want);
+    let asked = find_batches_served(&c).await - before;
+    eprintln!("FIGURE FindBatches for {RECORDS} tail reads and a re-read on the other broker: {asked}");
+    assert!(asked <= 3.0, "the tail consumer asked FindBatches {asked} times for {RECORDS} records");
+
+    // DeleteRecords through a: a fetch below the new log start is out of range through a at once
+    // and through b once its watch has told it (it never serves the removed records from the cache).
+    let mut a_client = a.client().await;
+    let r = a_client
+        .delete_records(DeleteRecordsRequest { topic: TOPIC.into(), partition: 0, offset: 10 })
+        .await
+        .expect("delete records")
+        .into_inner();
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let mut on_a = KafkaClient::connect(&a_addr).await.unwrap();
+    let f = on_a.fetch(TOPIC, 0, 5).await.unwrap();
+    assert_eq!(f.error_code, OFFSET_OUT_OF_RANGE, "through the broker that deleted: {f:?}");
+    let took = until_error(&mut consumer, 5, OFFSET_OUT_OF_RANGE, "below the log start through b").await;
+    eprintln!("FIGURE b refused the deleted range {} ms after the DeleteRecords answer", took.as_millis());
+    let f = consumer.fetch(TOPIC, 0, 10).await.unwrap();
+    assert_eq!((f.error_code, f.log_start_offset), (0, 10), "{f:?}");
+    assert_eq!(values(&f).first(), Some(&(10, "r-10".to_string())));
+
+    // The topic deleted: neither broker serves it.
+    let r = a_client.delete_topic(DeleteTopicRequest { name: TOPIC.into() }).await.expect("delete topic").into_inner();
+    assert_eq!(r.error_code, 0, "{r:?}");
+    for (name, client) in [("a", &mut on_a), ("b", &mut consumer)] {
+        let start = Instant::now();
+        loop {
+            let f = client.fetch(TOPIC, 0, 10).await.expect("fetch");
+            if f.error_code != 0 {
+                assert!(f.records.is_empty());
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(20), "{name} still serves a deleted topic: {f:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
