@@ -36,6 +36,9 @@ const LIST_OFFSETS_V: i16 = 7;
 const CREATE_TOPICS_V: i16 = 5;
 /// librdkafka's `max.in.flight.requests.per.connection` with idempotence.
 const IN_FLIGHT: usize = 5;
+/// The broker's `fetch.catch_up_age_ms` here: data written by the replay step's fill counts as
+/// old a second after it is written (30 s by default), so its replay runs under the catch-up budget.
+const CATCH_UP_AGE_MS: u64 = 1_000;
 
 #[derive(Debug, clap::Args)]
 pub struct DataPathArgs {
@@ -56,12 +59,19 @@ pub struct DataPathArgs {
     /// Seconds each idle step is measured (after a warm-up of 3 s).
     #[arg(long)]
     window: Option<f64>,
+    /// MiB written, then replayed by `replayers` consumers while the latency step's producer and
+    /// tail consumer run again (0: no replay step).
+    #[arg(long)]
+    replay_mib: Option<u64>,
+    #[arg(long, default_value_t = 10)]
+    replayers: usize,
 }
 
 /// The broker under test, stopped when dropped.
 struct LocalBroker {
     child: Child,
     kafka: String,
+    metrics: String,
     _dir: tempfile::TempDir,
 }
 
@@ -73,12 +83,13 @@ impl LocalBroker {
     async fn start(cluster: &LocalCluster) -> anyhow::Result<LocalBroker> {
         let dir = tempfile::Builder::new().prefix("diskless-bench-broker-").tempdir()?;
         let kafka = format!("127.0.0.1:{}", free_port()?);
+        let metrics = format!("127.0.0.1:{}", free_port()?);
         let coordinators: Vec<String> = cluster.addrs.iter().map(|a| format!("{a:?}")).collect();
         let config = dir.path().join("broker.toml");
         std::fs::write(
             &config,
             format!(
-                "broker_id = 1\nlisten = \"127.0.0.1:{}\"\ncoordinators = [{}]\n\n[storage]\nkind = \"local\"\npath = {:?}\n\n[kafka]\nlisten = {kafka:?}\n",
+                "broker_id = 1\nlisten = \"127.0.0.1:{}\"\ncoordinators = [{}]\nmetrics_addr = {metrics:?}\n\n[storage]\nkind = \"local\"\npath = {:?}\n\n[kafka]\nlisten = {kafka:?}\n\n[fetch]\ncatch_up_age_ms = {CATCH_UP_AGE_MS}\n",
                 free_port()?,
                 coordinators.join(", "),
                 dir.path().join("objects").display().to_string(),
@@ -93,7 +104,7 @@ impl LocalBroker {
             .stderr(log)
             .spawn()
             .context("start the broker")?;
-        let b = LocalBroker { child, kafka, _dir: dir };
+        let b = LocalBroker { child, kafka, metrics, _dir: dir };
         let deadline = Instant::now() + Duration::from_secs(60);
         while tokio::net::TcpStream::connect(&b.kafka).await.is_err() {
             anyhow::ensure!(Instant::now() < deadline, "the broker's Kafka listener did not open in 60 s");
@@ -184,6 +195,16 @@ struct Latency {
 }
 
 async fn latency(addr: &str, rate: f64, secs: Duration) -> anyhow::Result<Latency> {
+    latency_until(addr, rate, secs, tokio::sync::watch::channel(false).1).await
+}
+
+/// [`latency`], ending early when `done` turns true.
+async fn latency_until(
+    addr: &str,
+    rate: f64,
+    secs: Duration,
+    done: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<Latency> {
     const TOPIC: &str = "bench-latency";
     create_topic(addr, TOPIC, 1).await?;
     let epoch = Instant::now();
@@ -250,7 +271,7 @@ async fn latency(addr: &str, rate: f64, secs: Duration) -> anyhow::Result<Latenc
     let until = Instant::now() + secs;
     let mut sent = 0u64;
     let padding = vec![b'x'; 100];
-    while Instant::now() < until {
+    while Instant::now() < until && !*done.borrow() {
         tick.tick().await;
         in_flight.acquire().await?.forget();
         let mut value = (epoch.elapsed().as_micros() as u64).to_be_bytes().to_vec();
@@ -366,6 +387,160 @@ async fn idle(addr: &str, cluster: &LocalCluster, broker_pid: u32, n: usize, win
     })
 }
 
+/// A broker metric's value (the sum of its series).
+async fn broker_metric(b: &LocalBroker, name: &str) -> anyhow::Result<f64> {
+    let text = scrape(&b.metrics).await?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
+}
+
+struct Replay {
+    mib: f64,
+    replayers: usize,
+    fill_secs: f64,
+    replay_secs: f64,
+    gets: f64,
+    joined: f64,
+    catch_up_gets: f64,
+    tail: Latency,
+}
+
+const REPLAY_TOPIC: &str = "bench-replay";
+const REPLAY_PARTITIONS: i32 = 4;
+
+/// Writes `mib` MiB to the replay topic: 1 KiB records, 256 KiB batches, IN_FLIGHT requests in flight.
+async fn fill(addr: &str, mib: u64) -> anyhow::Result<()> {
+    create_topic(addr, REPLAY_TOPIC, REPLAY_PARTITIONS).await?;
+    let (mut tx, mut rx) = kafka_wire::connect(addr).await?;
+    let value = Bytes::from(vec![b'r'; 1024]);
+    let records: Vec<(Option<Bytes>, Option<Bytes>)> = (0..256).map(|_| (None, Some(value.clone()))).collect();
+    let batches = mib * 4;
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+    let answers = {
+        let in_flight = in_flight.clone();
+        tokio::spawn(async move {
+            for _ in 0..batches {
+                let (_, r): (i32, ProduceResponse) = rx.recv(PRODUCE_V).await?;
+                let code = r.responses.first().and_then(|t| t.partition_responses.first()).map_or(-1, |p| p.error_code);
+                anyhow::ensure!(code == 0, "replay fill: produce error {code}");
+                in_flight.add_permits(1);
+            }
+            anyhow::Ok(())
+        })
+    };
+    for i in 0..batches {
+        in_flight.acquire().await?.forget();
+        let batch = diskless_broker_shim::records::encode(
+            &records,
+            chrono_ms(),
+            kafka_protocol::records::Compression::None,
+            diskless_broker_shim::records::NOT_IDEMPOTENT,
+        )?;
+        let p = (i % REPLAY_PARTITIONS as u64) as i32;
+        let req = ProduceRequest::default().with_acks(-1).with_timeout_ms(30_000).with_topic_data(vec![
+            produce_request::TopicProduceData::default().with_name(name(REPLAY_TOPIC)).with_partition_data(vec![
+                produce_request::PartitionProduceData::default().with_index(p).with_records(Some(batch)),
+            ]),
+        ]);
+        tx.send(&req, PRODUCE_V).await?;
+    }
+    answers.await.context("replay fill answers")??;
+    Ok(())
+}
+
+/// One consumer reading every partition of the replay topic from 0 to `ends`: bytes read.
+async fn replay_one(addr: String, ends: Vec<i64>) -> anyhow::Result<u64> {
+    let mut conn = kafka_wire::connect(&addr).await?;
+    let mut offsets = vec![0i64; ends.len()];
+    let mut bytes = 0u64;
+    while offsets.iter().zip(&ends).any(|(o, e)| o < e) {
+        let partitions = (0..ends.len())
+            .filter(|&p| offsets[p] < ends[p])
+            .map(|p| {
+                fetch_request::FetchPartition::default()
+                    .with_partition(p as i32)
+                    .with_fetch_offset(offsets[p])
+                    .with_log_start_offset(-1)
+                    .with_partition_max_bytes(1 << 20)
+            })
+            .collect();
+        let req = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(500)
+            .with_min_bytes(1)
+            .with_max_bytes(4 << 20)
+            .with_session_epoch(-1)
+            .with_topics(vec![fetch_request::FetchTopic::default()
+                .with_topic(name(REPLAY_TOPIC))
+                .with_partitions(partitions)]);
+        let r = call(&mut conn, &req, FETCH_V).await?;
+        for p in r.responses.iter().flat_map(|t| &t.partitions) {
+            anyhow::ensure!(p.error_code == 0, "replay fetch: error {}", p.error_code);
+            let Some(records) = p.records.clone().filter(|r| !r.is_empty()) else { continue };
+            bytes += records.len() as u64;
+            let last = diskless_broker_shim::records::decode(records)?.last().map(|m| m.offset);
+            if let (Some(last), Some(o)) = (last, offsets.get_mut(p.partition_index as usize)) {
+                *o = (*o).max(last + 1);
+            }
+        }
+    }
+    Ok(bytes)
+}
+
+/// Fills the replay topic, then replays it with `n` consumers at once while the latency step runs
+/// again beside them.
+async fn replay(b: &LocalBroker, mib: u64, n: usize, rate: f64) -> anyhow::Result<Replay> {
+    let start = Instant::now();
+    fill(&b.kafka, mib).await?;
+    let fill_secs = start.elapsed().as_secs_f64();
+    // Old enough to be catch-up reads.
+    tokio::time::sleep(Duration::from_millis(CATCH_UP_AGE_MS + 500)).await;
+    let mut conn = kafka_wire::connect(&b.kafka).await?;
+    let mut ends = vec![];
+    for p in 0..REPLAY_PARTITIONS {
+        ends.push(end_offset(&mut conn, REPLAY_TOPIC, p).await?);
+    }
+    let get = "diskless_broker_object_store_requests_total{operation=\"get\"}";
+    let (g0, j0, c0) = (
+        broker_metric(b, get).await?,
+        broker_metric(b, "diskless_broker_fetch_reads_joined_total").await?,
+        broker_metric(b, "diskless_broker_catch_up_reads_total").await?,
+    );
+    let started = Instant::now();
+    let replayers: Vec<_> = (0..n).map(|_| tokio::spawn(replay_one(b.kafka.clone(), ends.clone()))).collect();
+    let (done_tx, done) = tokio::sync::watch::channel(false);
+    let tail = {
+        let addr = b.kafka.clone();
+        tokio::spawn(async move { latency_until(&addr, rate, Duration::from_secs(3600), done).await })
+    };
+    let mut replayed = 0u64;
+    for r in replayers {
+        replayed += r.await.context("replayer")??;
+    }
+    let replay_secs = started.elapsed().as_secs_f64();
+    let _ = done_tx.send(true);
+    let tail = tail.await.context("tail task")??;
+    let (g1, j1, c1) = (
+        broker_metric(b, get).await?,
+        broker_metric(b, "diskless_broker_fetch_reads_joined_total").await?,
+        broker_metric(b, "diskless_broker_catch_up_reads_total").await?,
+    );
+    anyhow::ensure!(replayed > 0, "the replay read nothing");
+    Ok(Replay {
+        mib: replayed as f64 / (1 << 20) as f64,
+        replayers: n,
+        fill_secs,
+        replay_secs,
+        gets: g1 - g0,
+        joined: j1 - j0,
+        catch_up_gets: c1 - c0,
+        tail,
+    })
+}
+
 fn ms(h: &Histogram<u64>, q: f64) -> f64 {
     h.value_at_quantile(q) as f64 / 1000.0
 }
@@ -380,6 +555,13 @@ pub async fn run(a: DataPathArgs) -> anyhow::Result<()> {
     let broker = LocalBroker::start(&cluster).await?;
     eprintln!("data path: latency, {} records/s for {} s", a.rate, secs.as_secs_f64());
     let lat = latency(&broker.kafka, a.rate, secs).await?;
+    let replay_mib = a.replay_mib.unwrap_or(if a.smoke { 4 } else { 1024 });
+    let replay = if replay_mib > 0 {
+        eprintln!("data path: replay of {replay_mib} MiB by {} consumers beside the tail", a.replayers);
+        Some(replay(&broker, replay_mib, a.replayers, a.rate).await?)
+    } else {
+        None
+    };
     let mut idles = vec![];
     for &n in &steps {
         eprintln!("data path: {n} idle long-polling consumers, {} s window", window.as_secs_f64());
@@ -417,6 +599,33 @@ pub async fn run(a: DataPathArgs) -> anyhow::Result<()> {
             i.fetches_per_s
         ));
     }
+    if let Some(r) = &replay {
+        table.push_str(&format!(
+            "\nreplay: {:.0} MiB written in {:.1} s, then read from the start by {} consumers at once \
+             (catch_up_age_ms {CATCH_UP_AGE_MS}) while the latency step's producer and tail consumer run\n\
+             | figure | value |\n| --- | ---: |\n\
+             | replayed, all consumers | {:.0} MiB in {:.1} s ({:.1} MiB/s) |\n\
+             | object GETs (catch-up) | {:.0} ({:.0}) |\n\
+             | reads joined to another fetch's GET | {:.0} |\n\
+             | GETs per MiB replayed | {:.2} |\n\
+             | tail produce ack P50 / P99 ms | {:.1} / {:.1} |\n\
+             | tail end to end P50 / P99 ms | {:.1} / {:.1} |\n",
+            r.mib / r.replayers as f64,
+            r.fill_secs,
+            r.replayers,
+            r.mib,
+            r.replay_secs,
+            r.mib / r.replay_secs,
+            r.gets,
+            r.catch_up_gets,
+            r.joined,
+            r.gets / r.mib.max(1e-9),
+            ms(&r.tail.ack, 0.5),
+            ms(&r.tail.ack, 0.99),
+            ms(&r.tail.e2e, 0.5),
+            ms(&r.tail.e2e, 0.99),
+        ));
+    }
     println!("{table}");
     std::fs::write(a.out.join("data-path.txt"), &table)?;
     let json = serde_json::json!({
@@ -426,6 +635,17 @@ pub async fn run(a: DataPathArgs) -> anyhow::Result<()> {
         "end_to_end_ms": {"p50": ms(&lat.e2e, 0.5), "p99": ms(&lat.e2e, 0.99), "max": lat.e2e.max() as f64 / 1000.0},
         "sent": lat.sent,
         "errors": lat.errors,
+        "replay": replay.as_ref().map(|r| serde_json::json!({
+            "replayers": r.replayers,
+            "mib_replayed": r.mib,
+            "fill_seconds": r.fill_secs,
+            "replay_seconds": r.replay_secs,
+            "gets": r.gets,
+            "catch_up_gets": r.catch_up_gets,
+            "joined": r.joined,
+            "tail_produce_ack_ms": {"p50": ms(&r.tail.ack, 0.5), "p99": ms(&r.tail.ack, 0.99)},
+            "tail_end_to_end_ms": {"p50": ms(&r.tail.e2e, 0.5), "p99": ms(&r.tail.e2e, 0.99)},
+        })),
         "idle": idles.iter().map(|i| serde_json::json!({
             "consumers": i.consumers,
             "find_batches_per_s": i.find_batches_per_s,

@@ -13,6 +13,11 @@ pub struct FetchConfig {
     /// Batch coordinates kept so fetches of recent data need no FindBatches (about 150 bytes
     /// each; 0: none).
     pub coordinate_cache_entries: usize,
+    /// Batches appended longer ago than this are catch-up reads (a consumer replaying old data).
+    pub catch_up_age_ms: u64,
+    /// Object bytes of catch-up reads in flight at once, over all fetches of the broker; reads of
+    /// newer data never wait for it.
+    pub catch_up_bytes_in_flight: u64,
 }
 
 impl Default for FetchConfig {
@@ -21,6 +26,8 @@ impl Default for FetchConfig {
             cache_bytes: 64 << 20,
             coalesce_gap_bytes: 64 << 10,
             coordinate_cache_entries: crate::cluster::coordinates::DEFAULT_MAX_ENTRIES,
+            catch_up_age_ms: 30_000,
+            catch_up_bytes_in_flight: 32 << 20,
         }
     }
 }

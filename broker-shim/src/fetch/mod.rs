@@ -13,10 +13,11 @@
 pub mod by_time;
 pub mod cache;
 pub mod config;
+pub mod reads;
 
 pub use config::FetchConfig;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -24,7 +25,6 @@ use bytes::{Bytes, BytesMut};
 use diskless_proto::v1::find_batches_response::{BatchInfo, FindBatchesPartitionResponse, FindBatchesTopicResponse};
 use diskless_proto::v1::{find_batches_request, FindBatchesRequest, GroupIndex};
 use diskless_proto::ErrorCode;
-use futures_util::stream::{self, StreamExt};
 
 use crate::cluster::coordinates::Coordinate;
 use crate::cluster::ClusterClient;
@@ -32,6 +32,7 @@ use crate::error::KafkaError;
 use crate::storage::Storage;
 use crate::wal::record_batch;
 use cache::RangeCache;
+use reads::{Need, ObjectReads};
 
 /// One partition of a fetch.
 #[derive(Debug, Clone, Copy)]
@@ -57,11 +58,11 @@ pub struct Fetcher {
     reader: Reader,
 }
 
-/// Reads batches' bytes: from the cache, else by coalesced ranged GETs; checks them.
+/// Reads batches' bytes: from the cache, else by coalesced, shared ranged GETs (`reads`); checks
+/// them.
 struct Reader {
-    storage: Storage,
+    reads: ObjectReads,
     cache: RangeCache,
-    gap: u64,
 }
 
 /// The bytes one fetch needs, gathered before it assembles its answer: cache hits are taken when
@@ -69,17 +70,22 @@ struct Reader {
 #[derive(Default)]
 struct Gathered {
     cached: HashMap<(String, u64), Bytes>,
-    read: HashMap<String, Result<Vec<(Range<u64>, Bytes)>, String>>,
+    read: HashMap<String, reads::Got>,
 }
-
-/// Reads of one object at once, at most.
-const PARALLEL_OBJECTS: usize = 16;
 
 impl Fetcher {
     pub fn new(config: &FetchConfig, storage: Storage, cluster: Arc<ClusterClient>) -> Fetcher {
         Fetcher {
             cluster,
-            reader: Reader { storage, cache: RangeCache::new(config.cache_bytes), gap: config.coalesce_gap_bytes },
+            reader: Reader {
+                reads: ObjectReads::new(
+                    storage,
+                    config.coalesce_gap_bytes,
+                    config.catch_up_age_ms,
+                    config.catch_up_bytes_in_flight,
+                ),
+                cache: RangeCache::new(config.cache_bytes),
+            },
         }
     }
 
@@ -304,10 +310,11 @@ impl Fetcher {
 }
 
 impl Reader {
-    /// Takes what the cache holds of these batches, and reads the rest (coalescing close ranges).
+    /// Takes what the cache holds of these batches, and reads the rest (coalescing close ranges,
+    /// sharing reads under way).
     async fn gather(&self, batches: impl Iterator<Item = &BatchInfo>) -> Gathered {
         let mut g = Gathered::default();
-        let mut needed: BTreeMap<String, Vec<Range<u64>>> = BTreeMap::new();
+        let mut needed: Vec<Need> = vec![];
         for b in batches {
             // Bad coordinates are read from nowhere: `assemble` fails their partition.
             let Ok(range) = coordinates(b) else { continue };
@@ -319,36 +326,14 @@ impl Reader {
                 Some(bytes) => {
                     g.cached.insert((b.object_key.clone(), at), bytes);
                 }
-                None => needed.entry(b.object_key.clone()).or_default().push(range),
+                None => needed.push(Need { key: b.object_key.clone(), range, appended_ms: b.log_append_timestamp }),
             }
         }
-        g.read = self.read_objects(needed).await;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        g.read = self.reads.read(needed, now_ms).await;
         g
-    }
-
-    /// Reads the needed ranges, coalescing close ones; returns per object the ranges read.
-    async fn read_objects(
-        &self,
-        needed: BTreeMap<String, Vec<Range<u64>>>,
-    ) -> HashMap<String, Result<Vec<(Range<u64>, Bytes)>, String>> {
-        let gap = self.gap;
-        stream::iter(needed)
-            .map(|(key, mut ranges)| async move {
-                ranges.sort_by_key(|r| r.start);
-                let mut merged: Vec<Range<u64>> = vec![];
-                for r in ranges {
-                    match merged.last_mut() {
-                        Some(last) if r.start <= last.end.saturating_add(gap) => last.end = last.end.max(r.end),
-                        _ => merged.push(r),
-                    }
-                }
-                let got = self.storage.get_ranges(&key, &merged).await;
-                let r = got.map(|bytes| merged.into_iter().zip(bytes).collect()).map_err(|e| e.to_string());
-                (key, r)
-            })
-            .buffer_unordered(PARALLEL_OBJECTS)
-            .collect()
-            .await
     }
 
     /// One partition's record batches from what was gathered, checked and injected.
@@ -366,9 +351,13 @@ impl Reader {
             let raw = match cached {
                 Some(raw) => raw.clone(),
                 None => {
-                    let ranges = match gathered.read.get(&b.object_key) {
-                        Some(Ok(r)) => r,
-                        Some(Err(e)) => {
+                    let read = gathered
+                        .read
+                        .get(&b.object_key)
+                        .and_then(|got| got.iter().find(|(r, _)| r.start <= at && end <= r.end));
+                    let (range, bytes) = match read {
+                        Some((range, Ok(bytes))) => (range, bytes),
+                        Some((_, Err(e))) => {
                             return Err(KafkaError::new(
                                 ErrorCode::KafkaStorageError,
                                 format!("reading object {} (the batch at byte {}): {e}", b.object_key, b.byte_offset),
@@ -381,13 +370,6 @@ impl Reader {
                             ))
                         }
                     };
-                    let (range, bytes) =
-                        ranges.iter().find(|(r, _)| r.start <= at && end <= r.end).ok_or_else(|| {
-                            KafkaError::new(
-                                ErrorCode::KafkaStorageError,
-                                format!("batch at byte {} of {}: outside the ranges read", b.byte_offset, b.object_key),
-                            )
-                        })?;
                     let lo = (at - range.start) as usize;
                     let hi = (end - range.start) as usize;
                     if hi > bytes.len() {
@@ -412,6 +394,11 @@ impl Reader {
             out.extend_from_slice(&batch);
         }
         Ok(out.freeze())
+    }
+
+    #[cfg(test)]
+    fn for_tests(storage: Storage, gap: u64) -> Reader {
+        Reader { reads: ObjectReads::new(storage, gap, 30_000, 1 << 20), cache: RangeCache::new(1 << 20) }
     }
 
     fn check(&self, b: &BatchInfo, raw: &[u8]) -> Result<(), KafkaError> {
@@ -492,7 +479,7 @@ mod tests {
         let mut object = vec![0u8];
         object.extend_from_slice(&batch);
         storage.put_new("wal/a", Bytes::from(object)).await.unwrap();
-        let reader = Reader { storage, cache: RangeCache::new(1 << 20), gap: 0 };
+        let reader = Reader::for_tests(storage, 0);
         reader.cache.put("wal/a", 1, Bytes::from(batch.clone()));
         let info = BatchInfo {
             batch_id: 1,
@@ -535,7 +522,7 @@ mod tests {
     async fn serve(object: &[u8], batches: &[BatchInfo]) -> Result<Bytes, KafkaError> {
         let storage = Storage::new(&StorageConfig::Memory).unwrap();
         storage.put_new("wal/a", Bytes::copy_from_slice(object)).await.unwrap();
-        let reader = Reader { storage, cache: RangeCache::new(1 << 20), gap: u64::MAX };
+        let reader = Reader::for_tests(storage, u64::MAX);
         let gathered = reader.gather(batches.iter()).await;
         reader.assemble(batches, &gathered)
     }
@@ -631,7 +618,7 @@ mod tests {
         let (object, len) = segment();
         let storage = Storage::new(&StorageConfig::Memory).unwrap();
         storage.put_new("wal/a", Bytes::from(object)).await.unwrap();
-        let reader = Reader { storage, cache: RangeCache::new(1 << 20), gap: 0 };
+        let reader = Reader::for_tests(storage, 0);
         reader.cache.put("wal/a", 1, Bytes::from_static(b"short"));
         let b = info(1, len as i64, 10, 12);
         let gathered = reader.gather([&b].into_iter()).await;

@@ -72,6 +72,11 @@ pub struct Metrics {
     pub coordinate_cache_entries: Gauge,
     pub coordinate_cache_hits: Counter,
     pub coordinate_cache_misses: Counter,
+    /// Object reads (`fetch::reads`): ranges awaited from another fetch's GET; catch-up reads and
+    /// their bytes in flight under the budget.
+    pub fetch_reads_joined: Counter,
+    pub catch_up_reads: Counter,
+    pub catch_up_read_bytes_in_flight: Gauge,
     /// Fetches parked until data arrives, their wake-ups, and the partitions whose marks this
     /// broker keeps (`cluster::marks`); watch streams (re)opened and resets received.
     pub fetches_parked: Gauge,
@@ -211,6 +216,21 @@ impl Metrics {
                 "diskless_broker_coordinate_cache_misses",
                 "Fetched partitions with data to read whose batches were asked of the coordinator cluster (FindBatches)",
                 Counter::default()
+            ),
+            fetch_reads_joined: reg!(
+                "diskless_broker_fetch_reads_joined",
+                "Object reads a fetch awaited from another fetch's GET of the same range instead of reading again",
+                Counter::default()
+            ),
+            catch_up_reads: reg!(
+                "diskless_broker_catch_up_reads",
+                "Object GETs of old data (appended more than fetch.catch_up_age_ms ago), held to the catch-up budget",
+                Counter::default()
+            ),
+            catch_up_read_bytes_in_flight: reg!(
+                "diskless_broker_catch_up_read_bytes_in_flight",
+                "Bytes of catch-up reads under way (at most fetch.catch_up_bytes_in_flight)",
+                Gauge::default()
             ),
             fetches_parked: reg!(
                 "diskless_broker_fetches_parked",
