@@ -70,4 +70,8 @@ fn the_data_path_phase_measures_latency_and_idle_consumers_through_a_broker() {
     assert_eq!(idle.iter().map(|i| i["consumers"].as_u64().unwrap()).collect::<Vec<_>>(), vec![0, 10]);
     // The consumers' long polls were answered (at their max_wait_ms).
     assert!(idle[1]["fetches_per_s"].as_f64().unwrap() > 0.0, "{json:#}");
+    // The replay: every consumer read the whole topic (4 MiB each), through catch-up GETs.
+    let replay = &json["replay"];
+    assert!(replay["mib_replayed"].as_f64().unwrap() >= 10.0 * 4.0, "{json:#}");
+    assert!(replay["catch_up_gets"].as_f64().unwrap() > 0.0, "{json:#}");
 }
