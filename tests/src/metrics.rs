@@ -37,3 +37,18 @@ pub fn metric_sum(text: &str, name: &str) -> Option<f64> {
 pub fn metric_value(text: &str, series: &str) -> Option<f64> {
     text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
+
+/// FindBatches served by the running nodes of `c` so far (their `/metrics`).
+pub async fn find_batches_served(c: &crate::Cluster) -> f64 {
+    let mut total = 0.0;
+    for id in c.running() {
+        let Some(addr) = c.metrics_addr(id) else { continue };
+        let Ok((_, text)) = scrape(addr).await else { continue };
+        total += text
+            .lines()
+            .filter(|l| l.starts_with("diskless_grpc_requests_total{") && l.contains("/FindBatches\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    total
+}

@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use diskless_proto::v1::find_batches_response::BatchInfo;
+use diskless_proto::v1::AppendedBatch;
 
 type Tp = ([u8; 16], i32);
 
@@ -39,6 +40,20 @@ pub struct Coordinate {
 
 impl Coordinate {
     pub fn from_batch_info(b: &BatchInfo, object_key: Arc<str>) -> Coordinate {
+        Coordinate {
+            object_key,
+            magic: b.magic,
+            byte_offset: b.byte_offset,
+            byte_size: b.byte_size,
+            base_offset: b.base_offset,
+            last_offset: b.last_offset,
+            log_append_timestamp: b.log_append_timestamp,
+            batch_max_timestamp: b.batch_max_timestamp,
+            timestamp_type: b.timestamp_type,
+        }
+    }
+
+    pub fn from_appended(b: &AppendedBatch, object_key: Arc<str>) -> Coordinate {
         Coordinate {
             object_key,
             magic: b.magic,

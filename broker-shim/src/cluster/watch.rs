@@ -108,21 +108,7 @@ impl ClusterClient {
                 let key: Arc<str> = Arc::from(a.object_key.as_str());
                 for b in &a.batches {
                     let Ok(topic_id) = <[u8; 16]>::try_from(b.topic_id.as_slice()) else { continue };
-                    self.coordinates.insert(
-                        topic_id,
-                        b.partition_index,
-                        Coordinate {
-                            object_key: key.clone(),
-                            magic: b.magic,
-                            byte_offset: b.byte_offset,
-                            byte_size: b.byte_size,
-                            base_offset: b.base_offset,
-                            last_offset: b.last_offset,
-                            log_append_timestamp: b.log_append_timestamp,
-                            batch_max_timestamp: b.batch_max_timestamp,
-                            timestamp_type: b.timestamp_type,
-                        },
-                    );
+                    self.coordinates.insert(topic_id, b.partition_index, Coordinate::from_appended(b, key.clone()));
                 }
             }
             for c in &msg.changes {

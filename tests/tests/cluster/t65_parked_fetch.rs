@@ -13,21 +13,6 @@ use diskless_cluster_tests::*;
 /// Long enough that an answer before it can only be a wake-up.
 const MAX_WAIT_MS: i32 = 20_000;
 
-/// FindBatches served by the running nodes so far.
-async fn find_batches_served(c: &Cluster) -> f64 {
-    let mut total = 0.0;
-    for id in c.running() {
-        let Some(addr) = c.metrics_addr(id) else { continue };
-        let Ok((_, text)) = scrape(addr).await else { continue };
-        total += text
-            .lines()
-            .filter(|l| l.starts_with("diskless_grpc_requests_total{") && l.contains("/FindBatches\""))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>();
-    }
-    total
-}
-
 /// The end of `parked/0` (asked again while the cluster elects).
 async fn end_of(client: &mut KafkaClient) -> i64 {
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -14,21 +14,6 @@ use diskless_proto::broker::{DeleteRecordsRequest, DeleteTopicRequest};
 const TOPIC: &str = "cached";
 const OFFSET_OUT_OF_RANGE: i16 = 1;
 
-/// FindBatches served by the running nodes so far.
-async fn find_batches_served(c: &Cluster) -> f64 {
-    let mut total = 0.0;
-    for id in c.running() {
-        let Some(addr) = c.metrics_addr(id) else { continue };
-        let Ok((_, text)) = scrape(addr).await else { continue };
-        total += text
-            .lines()
-            .filter(|l| l.starts_with("diskless_grpc_requests_total{") && l.contains("/FindBatches\""))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>();
-    }
-    total
-}
-
 async fn produce_one(producer: &mut KafkaClient, value: &str) -> i64 {
     let batch = bytes::Bytes::from(batch_of(&[value.to_string()]));
     let deadline = Instant::now() + Duration::from_secs(60);
