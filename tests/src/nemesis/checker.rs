@@ -16,13 +16,17 @@
 //!   acknowledged DeleteRecords set before it began;
 //! - **deleted-topic-present** / **created-topic-missing**: the final topic list against the
 //!   acknowledged topic creations and deletions;
-//! - **final-read-failed**: the final read of a partition could not be done.
+//! - **final-read-failed**: the final read of a partition could not be done;
+//! - **tail-missed**: a tail consumer (long polls, reading on after the workload stops until it
+//!   has caught up or the run's tail bound passes) never read an acknowledged record at or above
+//!   its partition's final log start: a parked fetch not woken, or a cache answer that left a
+//!   record out.
 //!
 //! Unknown outcomes may be present or absent, but never twice nor at a wrong offset. The live
 //! checks (digests, objects, availability, crashes) are done on the running system by `settle`
 //! and reported as [`Anomaly`]s too. It must not talk to the system.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::history::{Body, Event, Op, ProducerSeq, Res, FINAL};
 
@@ -297,6 +301,8 @@ pub fn check(events: &[Event]) -> Vec<Anomaly> {
         }
     }
 
+    out.extend(tail_missed(&ops, &final_bounds, &final_failed));
+
     // ---- strict reads: linearizable against acknowledgements, never going back
     let mut delete_acks: HashMap<Tp, Vec<(u64, i64)>> = HashMap::new();
     for o in &ops {
@@ -429,6 +435,67 @@ pub fn check(events: &[Event]) -> Vec<Anomaly> {
     }
 
     out.sort();
+    out
+}
+
+/// Every tail consumer (a process whose reads wait) read every record acknowledged to the
+/// workload at or above the final log start of each partition it followed (the final phase's own
+/// writes come after the tail phase).
+fn tail_missed(
+    ops: &[OpRecord],
+    final_bounds: &HashMap<Tp, (Option<i64>, Option<i64>)>,
+    final_failed: &BTreeSet<Tp>,
+) -> Vec<Anomaly> {
+    // Per tail process: the partitions it followed, and every (partition, offset) it read.
+    let mut followed: BTreeMap<u32, (u64, BTreeSet<Tp>)> = BTreeMap::new();
+    let mut read: HashMap<u32, HashSet<(Tp, i64)>> = HashMap::new();
+    for o in ops {
+        let Op::Read { topic, partition, wait_ms, target, .. } = &o.op else { continue };
+        if *wait_ms <= 0 {
+            continue;
+        }
+        let tp = (topic.clone(), *partition);
+        followed.entry(o.process).or_insert_with(|| (*target, BTreeSet::new())).1.insert(tp.clone());
+        if let Some(Res::Records { records, .. }) = o.ok() {
+            let got = read.entry(o.process).or_default();
+            for (off, _, _) in records {
+                got.insert((tp.clone(), *off));
+            }
+        }
+    }
+    let mut acked: Vec<(Tp, i64)> = vec![];
+    for o in ops.iter().filter(|o| o.process != FINAL) {
+        if let (Op::Produce { topic, partition, values, .. }, Some(Res::Offset { offset })) = (&o.op, o.ok()) {
+            acked.extend((0..values.len() as i64).map(|i| ((topic.clone(), *partition), offset + i)));
+        }
+    }
+    let mut out = vec![];
+    for (process, (broker, tps)) in &followed {
+        let got = read.get(process);
+        let mut missed: BTreeMap<&Tp, Vec<i64>> = BTreeMap::new();
+        for (tp, offset) in &acked {
+            if !tps.contains(tp) || final_failed.contains(tp) {
+                continue;
+            }
+            let Some((Some(start), _)) = final_bounds.get(tp) else { continue };
+            if offset >= start && !got.is_some_and(|g| g.contains(&(tp.clone(), *offset))) {
+                missed.entry(tp).or_default().push(*offset);
+            }
+        }
+        for (tp, mut offsets) in missed {
+            offsets.sort_unstable();
+            out.push(Anomaly::new(
+                "tail-missed",
+                format!(
+                    "{}/{}: the tail consumer of broker {broker} (process {process}) never read {} acknowledged records, first at offsets {:?}",
+                    tp.0,
+                    tp.1,
+                    offsets.len(),
+                    &offsets[..offsets.len().min(5)]
+                ),
+            ));
+        }
+    }
     out
 }
 

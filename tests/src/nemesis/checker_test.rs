@@ -25,7 +25,11 @@ fn produce(h: &History, p: u32, tp: (&str, i32), values: &[&str], producer: Opti
 }
 
 fn read(h: &History, p: u32, tp: (&str, i32), from: i64, records: &[(i64, &str)], hw: i64) {
-    let op = Op::Read { via: Via::Grpc, target: 0, topic: tp.0.into(), partition: tp.1, offset: from };
+    read_waiting(h, p, tp, from, records, hw, 0);
+}
+
+fn read_waiting(h: &History, p: u32, tp: (&str, i32), from: i64, records: &[(i64, &str)], hw: i64, wait_ms: i32) {
+    let op = Op::Read { via: Via::Kafka, target: 1, topic: tp.0.into(), partition: tp.1, offset: from, wait_ms };
     tick();
     let id = h.invoke(p, op);
     tick();
@@ -137,10 +141,35 @@ fn acknowledged_deletions_hold_and_failed_final_reads_are_reported() {
     h.complete(1, id, Outcome::Ok(Res::Offset { offset: 1 }));
     list(&h, 2, T, -2, 0);
     final_state(&h, T, 0, &[(0, "a"), (1, "b")], 2);
-    let id = h.invoke(FINAL, Op::Read { via: Via::Grpc, target: 0, topic: "u".into(), partition: 0, offset: 0 });
+    let id =
+        h.invoke(FINAL, Op::Read { via: Via::Grpc, target: 0, topic: "u".into(), partition: 0, offset: 0, wait_ms: 0 });
     h.complete(FINAL, id, Outcome::Fail("storage error".into()));
     // The reader, the final strict read and the final log start all missed the deletion.
     assert_eq!(kinds(&h), vec!["final-read-failed", "stale-log-start", "stale-log-start", "stale-log-start"]);
+}
+
+#[test]
+fn a_tail_consumer_must_read_every_acknowledged_record_above_the_final_log_start() {
+    const U: (&str, i32) = ("t", 1);
+    let h = History::in_memory();
+    produce(&h, 1, T, &["a", "b", "c"], None, Outcome::Ok(Res::Offset { offset: 0 }));
+    produce(&h, 1, U, &["d"], None, Outcome::Ok(Res::Offset { offset: 0 }));
+    // Process 7 follows both partitions but never reads offset 2 of T; process 8 reads all of T
+    // and follows nothing else; plain reads do not count as a tail.
+    read_waiting(&h, 7, T, 0, &[(0, "a"), (1, "b")], 3, 500);
+    read_waiting(&h, 7, U, 0, &[(0, "d")], 1, 500);
+    read_waiting(&h, 8, T, 0, &[(0, "a"), (1, "b"), (2, "c")], 3, 500);
+    read(&h, 9, U, 0, &[], 1);
+    final_state(&h, T, 0, &[(0, "a"), (1, "b"), (2, "c")], 3);
+    final_state(&h, U, 0, &[(0, "d")], 1);
+    assert_eq!(kinds(&h), vec!["tail-missed"]);
+
+    // Offset 0, below the final log start, need not have been read.
+    let h = History::in_memory();
+    produce(&h, 1, T, &["a", "b"], None, Outcome::Ok(Res::Offset { offset: 0 }));
+    read_waiting(&h, 7, T, 1, &[(1, "b")], 2, 500);
+    final_state(&h, T, 1, &[(1, "b")], 2);
+    assert_eq!(kinds(&h), Vec::<String>::new());
 }
 
 #[test]

@@ -51,13 +51,16 @@ pub enum Op {
         values: Vec<String>,
         producer: Option<ProducerSeq>,
     },
-    /// Records of one partition from `offset` on.
+    /// Records of one partition from `offset` on. `wait_ms` > 0: a tail consumer's long poll
+    /// (a Fetch that may park up to that long for data), one of several partitions asked together.
     Read {
         via: Via,
         target: u64,
         topic: String,
         partition: i32,
         offset: i64,
+        #[serde(default)]
+        wait_ms: i32,
     },
     /// A strict (linearizable) ListOffsets: latest (-1) or earliest (-2).
     ListOffsets {
@@ -99,7 +102,7 @@ impl Op {
             Op::Produce { via, producer, .. } => {
                 (if producer.is_some() { "produce-idempotent" } else { "produce" }, via)
             }
-            Op::Read { via, .. } => ("read", via),
+            Op::Read { via, wait_ms, .. } => (if *wait_ms > 0 { "tail-read" } else { "read" }, via),
             Op::ListOffsets { via, timestamp, .. } => {
                 (if *timestamp == -2 { "list-offsets-earliest" } else { "list-offsets-latest" }, via)
             }
@@ -181,6 +184,16 @@ pub enum Body {
     Note {
         text: String,
     },
+}
+
+impl Body {
+    fn ended(id: u64, outcome: Outcome) -> Body {
+        match outcome {
+            Outcome::Ok(res) => Body::Ok { id, res },
+            Outcome::Fail(error) => Body::Fail { id, error },
+            Outcome::Unknown(error) => Body::Info { id, error },
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -266,12 +279,19 @@ impl History {
     /// Records how operation `id` ended.
     pub fn complete(&self, p: u32, id: u64, outcome: Outcome) {
         let mut inner = self.lock();
-        let body = match outcome {
-            Outcome::Ok(res) => Body::Ok { id, res },
-            Outcome::Fail(error) => Body::Fail { id, error },
-            Outcome::Unknown(error) => Body::Info { id, error },
-        };
-        let e = Event { t: self.now(), p, body };
+        let e = Event { t: self.now(), p, body: Body::ended(id, outcome) };
+        Self::push(&mut inner, e);
+    }
+
+    /// Records a whole operation once it has ended: its invoke at `invoked` (from [`History::now`]
+    /// when it was sent), then its outcome. For the tail consumers' many reads, whose empty
+    /// answers are not worth a line: an operation recorded so may follow later events in the file.
+    pub fn ended(&self, p: u32, op: Op, invoked: u64, outcome: Outcome) {
+        let mut inner = self.lock();
+        let id = inner.next_id;
+        inner.next_id += 1;
+        Self::push(&mut inner, Event { t: invoked, p, body: Body::Invoke { id, op } });
+        let e = Event { t: self.now(), p, body: Body::ended(id, outcome) };
         Self::push(&mut inner, e);
     }
 

@@ -2,7 +2,8 @@
 //! connection, one request at a time (so a timeout leaves nothing half-read behind: the caller
 //! drops the client and connects again). ApiVersions (on connect, checking the versions we use),
 //! Metadata, InitProducerId, Produce (acks=-1, the caller's record batch bytes as they are, so an
-//! idempotent retry re-sends the same bytes), Fetch and ListOffsets.
+//! idempotent retry re-sends the same bytes), Fetch (one partition, or several in one long poll)
+//! and ListOffsets.
 //!
 //! It must not retry or interpret errors: callers (the workload) do what real clients do.
 
@@ -145,6 +146,32 @@ impl KafkaClient {
         offset: i64,
         max_wait_ms: i32,
     ) -> anyhow::Result<Fetched> {
+        let mut got = self.fetch_many(&[(topic.to_string(), partition, offset)], max_wait_ms).await?;
+        got.pop().context("the fetch answer names no partition")
+    }
+
+    /// Fetches several partitions in one request, each from its offset (up to 256 KiB each, 1 MiB
+    /// in all), waiting up to `max_wait_ms` for a first byte of any, as a consumer's long poll
+    /// does: one answer per partition asked, in the order asked.
+    pub async fn fetch_many(
+        &mut self,
+        wanted: &[(String, i32, i64)],
+        max_wait_ms: i32,
+    ) -> anyhow::Result<Vec<Fetched>> {
+        let mut topics: Vec<fetch_request::FetchTopic> = vec![];
+        for (topic, partition, offset) in wanted {
+            let p = fetch_request::FetchPartition::default()
+                .with_partition(*partition)
+                .with_fetch_offset(*offset)
+                .with_log_start_offset(-1)
+                .with_partition_max_bytes(256 << 10);
+            match topics.iter_mut().find(|t| t.topic.0.as_str() == topic.as_str()) {
+                Some(t) => t.partitions.push(p),
+                None => {
+                    topics.push(fetch_request::FetchTopic::default().with_topic(name(topic)).with_partitions(vec![p]))
+                }
+            }
+        }
         let req = FetchRequest::default()
             .with_replica_id(BrokerId(-1))
             .with_max_wait_ms(max_wait_ms)
@@ -152,23 +179,27 @@ impl KafkaClient {
             .with_max_bytes(1 << 20)
             .with_isolation_level(0)
             .with_session_epoch(-1)
-            .with_topics(vec![fetch_request::FetchTopic::default().with_topic(name(topic)).with_partitions(vec![
-                fetch_request::FetchPartition::default()
-                    .with_partition(partition)
-                    .with_fetch_offset(offset)
-                    .with_log_start_offset(-1)
-                    .with_partition_max_bytes(256 << 10),
-            ])]);
+            .with_topics(topics);
         let r = self.call(&req, FETCH_V).await?;
         anyhow::ensure!(r.error_code == 0, "fetch error {}", r.error_code);
-        let p =
-            r.responses.first().and_then(|t| t.partitions.first()).context("the fetch answer names no partition")?;
-        Ok(Fetched {
-            error_code: p.error_code,
-            high_watermark: p.high_watermark,
-            log_start_offset: p.log_start_offset,
-            records: p.records.clone().unwrap_or_default(),
-        })
+        wanted
+            .iter()
+            .map(|(topic, partition, _)| {
+                let p = r
+                    .responses
+                    .iter()
+                    .filter(|t| t.topic.0.as_str() == topic.as_str())
+                    .flat_map(|t| t.partitions.iter())
+                    .find(|p| p.partition_index == *partition)
+                    .with_context(|| format!("the fetch answer leaves out {topic}/{partition}"))?;
+                Ok(Fetched {
+                    error_code: p.error_code,
+                    high_watermark: p.high_watermark,
+                    log_start_offset: p.log_start_offset,
+                    records: p.records.clone().unwrap_or_default(),
+                })
+            })
+            .collect()
     }
 
     /// ListOffsets of one partition at `timestamp` (-1 latest, -2 earliest): `(error code, offset)`.

@@ -40,6 +40,14 @@ use rng::Rng;
 use system::{Shape, System};
 use workload::{Ctx, Mix, Topic};
 
+/// How long after the workload stops (every fault healed) each tail consumer must have read
+/// every acknowledged record: more than the availability bound, as recovery comes first.
+pub const TAIL_BOUND: Duration = Duration::from_secs(60);
+
+/// `retention.bytes` of the last long-lived topic: a partition keeps about this much (the
+/// workload writes some hundreds of KiB per partition in a short run).
+pub const RETENTION_BYTES: i64 = 32 << 10;
+
 /// The process number topic creation at setup is recorded under.
 pub const SETUP: u32 = u32::MAX - 1;
 
@@ -57,6 +65,9 @@ pub struct Config {
     /// Long-lived topics and their partitions.
     pub topics: usize,
     pub partitions: i32,
+    /// The last long-lived topic's `retention.bytes` (with more than one topic): the coordinators'
+    /// retention moves its log start while everything else runs.
+    pub retention_bytes: Option<i64>,
     /// Keep every file (history, logs, data) even when the run passes.
     pub keep: bool,
     /// The command that replays this run (for the summary).
@@ -75,6 +86,7 @@ impl Config {
             mix: Mix::default(),
             topics: 2,
             partitions: 4,
+            retention_bytes: Some(RETENTION_BYTES),
             keep: false,
             replay: format!(
                 "DISKLESS_NEMESIS_SEED={seed} cargo test -p diskless-cluster-tests --test cluster t90_nemesis::"
@@ -102,6 +114,7 @@ pub async fn run(config: Config) -> anyhow::Result<RunResult> {
         snapshot_after_entries: 500,
         entries_kept_after_snapshot: 50,
         leader_balance_ms: 2_000,
+        retention_check_ms: 2_000,
         ..crate::Options::default()
     };
     let system = Arc::new(System::start(config.shape.clone(), options).await?);
@@ -109,10 +122,18 @@ pub async fn run(config: Config) -> anyhow::Result<RunResult> {
     let history = Arc::new(History::create(&history_path)?);
     history.note(format!("seed {} shape {:?} faults {:?}", config.seed, config.shape, config.faults));
 
-    let topics = create_topics(&system, &history, config.topics, config.partitions).await?;
+    let topics = create_topics(&system, &history, config.topics, config.partitions, config.retention_bytes).await?;
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let ctx = Arc::new(Ctx { history: history.clone(), system: system.clone(), topics, stop });
-    let workers = spawn_workers(&ctx, &config.mix, &root_rng);
+    let (tail_stop_tx, tail_stop) = tokio::sync::watch::channel(false);
+    let ctx = Arc::new(Ctx {
+        history: history.clone(),
+        system: system.clone(),
+        topics,
+        stop,
+        tail_stop,
+        tail_positions: Default::default(),
+    });
+    let (workers, tails) = spawn_workers(&ctx, &config.mix, &root_rng);
 
     history.note("fault phase");
     let started = Instant::now();
@@ -126,6 +147,23 @@ pub async fn run(config: Config) -> anyhow::Result<RunResult> {
         // A worker ends after its current request (bounded by the request timeout).
         if tokio::time::timeout(Duration::from_secs(60), w).await.is_err() {
             history.note("a worker did not stop within 60 s");
+        }
+    }
+    if !tails.is_empty() {
+        // Every fault is healed and nothing is produced any more: the tail consumers must now
+        // reach the end of every partition (the checker names any record one of them missed).
+        history.note("tail phase");
+        match workload::tail::caught_up(&ctx, TAIL_BOUND).await {
+            Some(took) => {
+                history.note(format!("tail consumers caught up {} ms after the workload stopped", took.as_millis()))
+            }
+            None => history.note(format!("tail consumers not caught up within {TAIL_BOUND:?} of the workload's stop")),
+        }
+        let _ = tail_stop_tx.send(true);
+        for w in tails {
+            if tokio::time::timeout(Duration::from_secs(60), w).await.is_err() {
+                history.note("a tail consumer did not stop within 60 s");
+            }
         }
     }
     let settled = settle::settle(&ctx).await;
@@ -168,16 +206,26 @@ pub async fn run(config: Config) -> anyhow::Result<RunResult> {
     Ok(RunResult { summary, anomalies, faults, kept })
 }
 
-/// Creates the long-lived topics through broker 0 (retrying while the cluster settles).
-async fn create_topics(system: &System, history: &History, n: usize, partitions: i32) -> anyhow::Result<Vec<Topic>> {
+/// Creates the long-lived topics through broker 0 (retrying while the cluster settles); the last
+/// of several with `retention_bytes`.
+async fn create_topics(
+    system: &System,
+    history: &History,
+    n: usize,
+    partitions: i32,
+    retention_bytes: Option<i64>,
+) -> anyhow::Result<Vec<Topic>> {
     let mut out = vec![];
     for i in 0..n {
         let name = format!("nemesis-{i}");
+        let retention_bytes = retention_bytes.filter(|_| n > 1 && i == n - 1);
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let op = Op::CreateTopic { via: Via::Grpc, target: 0, topic: name.clone(), partitions };
             let id = history.invoke(SETUP, op);
-            let req = CreateTopicRequest { name: name.clone(), partitions, retention_ms: None, retention_bytes: None };
+            // No retention by time: the workload's records carry a fixed timestamp of 2023, so
+            // the default 7 days would delete everything it writes.
+            let req = CreateTopicRequest { name: name.clone(), partitions, retention_ms: Some(-1), retention_bytes };
             match tokio::time::timeout(Duration::from_secs(30), system.broker(0).create_topic(req)).await {
                 Ok(Ok(r)) if r.get_ref().error_code == 0 => {
                     let id_bytes: [u8; 16] = r.get_ref().topic_id.as_slice().try_into()?;
@@ -201,7 +249,11 @@ async fn create_topics(system: &System, history: &History, n: usize, partitions:
     Ok(out)
 }
 
-fn spawn_workers(ctx: &Arc<Ctx>, mix: &Mix, rng: &Rng) -> Vec<tokio::task::JoinHandle<()>> {
+type Workers = Vec<tokio::task::JoinHandle<()>>;
+
+/// Starts the workload: the workers that stop with the fault phase, and the tail consumers, which
+/// read on until they have caught up.
+fn spawn_workers(ctx: &Arc<Ctx>, mix: &Mix, rng: &Rng) -> (Workers, Workers) {
     let mut handles = vec![];
     let mut process = 0u32;
     let mut next = || {
@@ -234,5 +286,12 @@ fn spawn_workers(ctx: &Arc<Ctx>, mix: &Mix, rng: &Rng) -> Vec<tokio::task::JoinH
         let (p, r) = next();
         handles.push(tokio::spawn(workload::admin(ctx.clone(), p, r)));
     }
-    handles
+    let mut tails = vec![];
+    if mix.tail_consumers {
+        for broker in 0..ctx.system.brokers.len() {
+            let (p, _) = next();
+            tails.push(tokio::spawn(workload::tail_consumer(ctx.clone(), p, broker)));
+        }
+    }
+    (handles, tails)
 }

@@ -47,7 +47,7 @@ pub async fn read(
     offset: i64,
     process: u32,
 ) -> (Outcome, Option<i64>) {
-    let op = Op::Read { via, target: broker as u64, topic: topic.into(), partition, offset };
+    let op = Op::Read { via, target: broker as u64, topic: topic.into(), partition, offset, wait_ms: 0 };
     let id = ctx.history.invoke(process, op);
     let fetched: Result<(i32, String, i64, i64, Bytes), Outcome> = match via {
         Via::Kafka => match kafka_client(ctx, kafka, broker).await {

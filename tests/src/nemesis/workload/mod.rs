@@ -9,19 +9,22 @@
 //! - Consumers reading every partition, mostly from where they stopped, sometimes from the start.
 //! - Strict readers: ListOffsets (latest, earliest) through a coordinator node and a broker.
 //! - An admin client: DeleteRecords on the long-lived topics, topic create / produce / delete.
+//! - Tail consumers, one per broker: Kafka long polls over every long-lived partition, reading on
+//!   after the rest stops until the run ends the tail phase.
 //!
 //! Every value is unique (`<process>-<n>-<i>`, key `k<value>`), so the checker can tell each
 //! record's origin. It must not judge results: it records them.
 //!
 //! The files, one per client kind: `produce` (producers), `consume` (consumers and the recorded
 //! read they share with the others), `strict` (strict readers and the recorded ListOffsets),
-//! `admin` (the admin client and the recorded topic operations). This one holds what they share:
+//! `admin` (the admin client and the recorded topic operations), `tail` (tail consumers). This one holds what they share:
 //! the topics, the mix of workers, the context, the request timeout and the Kafka connections.
 
 mod admin;
 mod consume;
 mod produce;
 mod strict;
+pub mod tail;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +40,7 @@ pub use admin::{admin, list_topics};
 pub use consume::{consumer, decode, read};
 pub use produce::producer;
 pub use strict::{list_offsets_broker, list_offsets_coordinator, strict_reader};
+pub use tail::{tail_consumer, TailPositions, WAIT_MS as TAIL_WAIT_MS};
 
 /// A topic the workload writes to.
 #[derive(Debug, Clone)]
@@ -57,6 +61,8 @@ pub struct Mix {
     pub kafka_consumers: usize,
     pub strict_readers: usize,
     pub admin: bool,
+    /// One tail consumer per broker.
+    pub tail_consumers: bool,
 }
 
 impl Default for Mix {
@@ -70,6 +76,7 @@ impl Default for Mix {
             kafka_consumers: 1,
             strict_readers: 2,
             admin: true,
+            tail_consumers: true,
         }
     }
 }
@@ -81,6 +88,9 @@ pub struct Ctx {
     /// The long-lived topics (never deleted).
     pub topics: Vec<Topic>,
     pub stop: watch::Receiver<bool>,
+    /// Ends the tail consumers, which read on after `stop` until they have caught up.
+    pub tail_stop: watch::Receiver<bool>,
+    pub tail_positions: TailPositions,
 }
 
 impl Ctx {
@@ -91,6 +101,15 @@ impl Ctx {
     /// Sleeps, returning early when the run stops.
     async fn pause(&self, d: Duration) {
         let mut stop = self.stop.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(d) => {}
+            _ = stop.wait_for(|s| *s) => {}
+        }
+    }
+
+    /// Sleeps, returning early when the tail phase ends.
+    async fn pause_tail(&self, d: Duration) {
+        let mut stop = self.tail_stop.clone();
         tokio::select! {
             _ = tokio::time::sleep(d) => {}
             _ = stop.wait_for(|s| *s) => {}
