@@ -251,6 +251,27 @@ for entries, what in [([("cleanup.policy", "compact", SET)], "cleanup.policy=com
                       ([("no.such.config", "1", SET)], "an unknown config")]:
     check(alter(entries) == "INVALID_CONFIG", f"IncrementalAlterConfigs refuses {what} with INVALID_CONFIG")
 check(described()["retention.bytes"].value == "1048576", "a refused alteration changed nothing")
+
+
+def create_error(config):
+    """The error code name of a CreateTopics with `config` (None: created)."""
+    fs = admin.create_topics([NewTopic("refused-" + "-".join(config).replace(".", "-"), num_partitions=1,
+                                       replication_factor=1, config={"diskless.enable": "true", **config})])
+    try:
+        list(fs.values())[0].result(timeout=30)
+        return None
+    except KafkaException as e:
+        return e.args[0].name()
+
+
+# CreateTopics refuses what AlterConfigs refuses, by name: a setting asked for is never dropped.
+for config, what in [({"segment.bytes": "1000"}, "a Kafka config diskless topics do not honour"),
+                     ({"min.insync.replicas": "2"}, "min.insync.replicas"),
+                     ({"no.such.config": "1"}, "an unknown config"),
+                     ({"cleanup.policy": "compact"}, "cleanup.policy=compact")]:
+    got = create_error(config)
+    check(got == "INVALID_CONFIG", f"CreateTopics refuses {what} with INVALID_CONFIG ({got})")
+check(create_error({"cleanup.policy": "delete"}) is None, "CreateTopics takes cleanup.policy=delete")
 check(alter([("retention.ms", None, DELETE)]) is None and described()["retention.ms"].value == "604800000"
       and source(described()["retention.ms"]) == ConfigSource.DEFAULT_CONFIG.value, "DELETE retention.ms: back to the default")
 check(described(admin_b)["retention.bytes"].value == "1048576", "the other broker describes the same configs")

@@ -422,13 +422,20 @@ fn plan(
             ("diskless.enable", _) => {
                 return Err(invalid(format!("diskless.enable cannot be changed: topic {} is diskless", t.name)))
             }
-            (n, _) if KAFKA_TOPIC_CONFIGS.contains(&n) => {
-                return Err(invalid(format!("{n} is not supported on diskless topics")))
-            }
-            (n, _) => return Err(invalid(format!("Unknown topic config name: {n}"))),
+            (n, _) => return Err(not_honoured(n)),
         }
     }
     Ok((out, reset))
+}
+
+/// The refusal of a topic config a diskless topic does not keep: one of Kafka's (named as not
+/// supported) or a name Kafka does not know (its `Unknown topic config name`).
+pub(super) fn not_honoured(name: &str) -> KafkaError {
+    if KAFKA_TOPIC_CONFIGS.contains(&name) {
+        invalid(format!("{name} is not supported on diskless topics"))
+    } else {
+        invalid(format!("Unknown topic config name: {name}"))
+    }
 }
 
 /// Applies one topic's alteration (unless `validate_only`); the error to answer.

@@ -2,7 +2,8 @@
 //! repeated: a topic change's outcome may be unknown). Diskless topics only
 //! (`diskless.enable=true`); the settings kept are those AlterConfigs keeps (retention,
 //! `max.message.bytes`, the timestamp settings: `configs.rs`, checked the same way),
-//! `cleanup.policy` other than delete is refused, Kafka's other configs are ignored. CreatePartitions is KIP-1164's DisklessCreatePartitions with the topic's own id, with
+//! `cleanup.policy` other than delete is refused, and so is any other config, by name, as
+//! AlterConfigs refuses it (a setting asked for is never dropped silently). CreatePartitions is KIP-1164's DisklessCreatePartitions with the topic's own id, with
 //! Kafka's checks and messages (`ReplicationControlManager.createPartitions`); the catalog cache
 //! forgets a topic whose partitions changed or that was deleted. Authorized as Kafka's `KafkaApis`
 //! does: CreateTopics CREATE on the cluster or the topic, CreatePartitions ALTER, DeleteTopics
@@ -38,7 +39,9 @@ fn topic_configs(t: &create_topics_request::CreatableTopic, ceiling: usize) -> R
                     "Invalid value {value} for configuration cleanup.policy: diskless topics support only delete (no compaction)"
                 )))
             }
-            other => tracing::debug!(config = other, "topic config ignored by diskless topics"),
+            "cleanup.policy" => {}
+            // Refused as AlterConfigs refuses it: a setting asked for is never dropped silently.
+            other => return Err(super::configs::not_honoured(other)),
         }
     }
     if !diskless {
