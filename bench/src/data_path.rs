@@ -273,8 +273,11 @@ async fn latency_until(
     let padding = vec![b'x'; 100];
     while Instant::now() < until && !*done.borrow() {
         tick.tick().await;
-        in_flight.acquire().await?.forget();
+        // The record exists from its tick: waiting for a free in-flight slot is part of its
+        // latency, as a client's delivery report counts its time queued.
+        let created = Instant::now();
         let mut value = (epoch.elapsed().as_micros() as u64).to_be_bytes().to_vec();
+        in_flight.acquire().await?.forget();
         value.extend_from_slice(&padding);
         let batch = diskless_broker_shim::records::encode(
             &[(None, Some(Bytes::from(value)))],
@@ -289,7 +292,7 @@ async fn latency_until(
         ]);
         // Stamped before the send: the answer may come before `send` returns.
         let id = tx.next_correlation();
-        sent_at.lock().unwrap_or_else(|e| e.into_inner()).insert(id, Instant::now());
+        sent_at.lock().unwrap_or_else(|e| e.into_inner()).insert(id, created);
         anyhow::ensure!(tx.send(&req, PRODUCE_V).await? == id, "correlation ids out of step");
         sent += 1;
     }

@@ -11,7 +11,8 @@ pub const MAX_BUFFER_BYTES: usize = 1 << 30;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProduceConfig {
-    /// `diskless.append.commit.interval.ms`: how long a segment stays open.
+    /// `diskless.append.commit.interval.ms`: segments close on a fixed grid of this interval, so a
+    /// batch waits at most this long for its segment to close, half of it on average.
     pub commit_interval_ms: u64,
     /// `diskless.append.buffer.max.bytes`: a segment is closed when it reaches this size.
     pub buffer_max_bytes: usize,

@@ -9,6 +9,8 @@
 //! - A batch is validated record by record before it is enqueued (`crate::validate`: Kafka's
 //!   checks and codes); a refused one is never uploaded. The batches one call submits for a
 //!   partition are validated together and enqueued together, into one segment, or none of them is.
+//! - Segments close on a fixed grid of `commit_interval_ms` (a batch waits the rest of the current
+//!   tick), or earlier when full.
 //! - Commits go strictly in the order segments were sealed, so batches of a partition keep their
 //!   produce order across segments.
 //! - An upload failure fails every batch of the segment with a retriable error; nothing is
@@ -304,6 +306,11 @@ async fn buffer_loop(
     let interval = Duration::from_millis(config.commit_interval_ms);
     let mut open: SegmentBuilder<Reply> = SegmentBuilder::default();
     let mut deadline: Option<Instant> = None;
+    // Segments close on a fixed grid of `interval` from here rather than an interval after their
+    // first batch: a batch waits the rest of the current tick, half an interval on average, and at
+    // most one segment a tick is sealed by time, as before (docs/benchmarks.md: the lock step
+    // between a producer's in-flight requests and segments timed from their first batch).
+    let grid = Instant::now();
     let mut seq = 0u64;
     let seal_now = |open: &mut SegmentBuilder<Reply>, seq: &mut u64| {
         *seq += 1;
@@ -326,7 +333,7 @@ async fn buffer_loop(
                         deadline = None;
                     }
                     if open.is_empty() {
-                        deadline = Some(Instant::now() + interval);
+                        deadline = Some(next_tick(grid, interval, Instant::now()));
                     }
                     for (batch, header, reply) in sub.batches {
                         open.push(sub.partition, batch, header, reply);
@@ -346,6 +353,21 @@ async fn buffer_loop(
         }
         deadline = None;
         seal_now(&mut open, &mut seq).await;
+    }
+}
+
+/// The first tick of the grid `origin + k × interval` strictly after `now`.
+pub(crate) fn next_tick(origin: Instant, interval: Duration, now: Instant) -> Instant {
+    let interval_ns = interval.as_nanos().max(1);
+    let ticks = now.saturating_duration_since(origin).as_nanos() / interval_ns + 1;
+    // Past u32::MAX intervals (a year of 8 ms ticks) a segment closes an interval after its first
+    // batch instead.
+    let ticks = u32::try_from(ticks).unwrap_or(u32::MAX);
+    let at = origin + interval * ticks;
+    if at > now {
+        at
+    } else {
+        now + interval
     }
 }
 

@@ -112,3 +112,19 @@ async fn a_call_with_one_bad_batch_enqueues_none_of_its_batches() {
     assert!(fake.commits().is_empty());
     assert!(storage.list("wal/").await.unwrap().is_empty());
 }
+
+#[test]
+fn a_segment_closes_at_the_next_tick_of_the_grid_not_an_interval_after_its_first_batch() {
+    use super::next_tick;
+    use std::time::Instant;
+    let origin = Instant::now();
+    let tick = Duration::from_millis(250);
+    // Just after the origin, late in a tick, on a tick: the next tick strictly after.
+    assert_eq!(next_tick(origin, tick, origin), origin + tick);
+    assert_eq!(next_tick(origin, tick, origin + Duration::from_millis(1)), origin + tick);
+    assert_eq!(next_tick(origin, tick, origin + Duration::from_millis(249)), origin + tick);
+    assert_eq!(next_tick(origin, tick, origin + tick), origin + tick * 2);
+    assert_eq!(next_tick(origin, tick, origin + Duration::from_millis(1_130)), origin + tick * 5);
+    // Before the origin (cannot happen, but must not panic): the first tick.
+    assert_eq!(next_tick(origin + tick, tick, origin), origin + tick * 2);
+}

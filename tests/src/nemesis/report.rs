@@ -26,7 +26,10 @@ pub const CHECKS: [(&str, &str); 22] = [
     ("created-topic-missing", "an acknowledged topic creation holds"),
     ("zombie-topic", "a topic gone from the topic list is gone from every metadata partition"),
     ("final-read-failed", "every partition can be read whole after healing"),
-    ("tail-missed", "every tail consumer (long polls, through each broker) reads every acknowledged record after the heal"),
+    (
+        "tail-missed",
+        "every tail consumer (long polls, through each broker) reads every acknowledged record after the heal",
+    ),
     ("unavailable", "the cluster serves every partition again within the bound after the last fault"),
     ("digest-mismatch", "replicas at equal applied indexes have equal state digests"),
     ("replicas-diverged", "replicas reach equal applied indexes after healing"),
