@@ -6,6 +6,9 @@
 //!   librdkafka sends them (each record its own request, up to 5 in flight); produce
 //!   acknowledgement and end-to-end latency (a consumer long-polling the same partition through the
 //!   same broker; the record carries its send time), P50/P99/max;
+//! - **throughput** (`throughput`): 4 producers writing 50 MiB/s together to 4 partitions, one
+//!   consumer of them all; produce acknowledgement and end to end P50/P99, the rate reached;
+//! - **replay**: a fill, then 10 consumers reading it from the start beside the latency step;
 //! - **idle consumers**: 0, 100 and 1,000 (`--idle`) connections each long-polling the end of an
 //!   idle topic (`max_wait_ms` 500, as consumers do); FindBatches served per second by all the
 //!   nodes, and the nodes' and the broker's CPU, over a window after a warm-up. The 0 row is the
@@ -29,6 +32,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::kafka_wire::{self, call};
 use crate::ours::LocalCluster;
+
+mod moto;
+mod replay;
+mod throughput;
 
 const PRODUCE_V: i16 = 9;
 const FETCH_V: i16 = 12;
@@ -65,6 +72,17 @@ pub struct DataPathArgs {
     replay_mib: Option<u64>,
     #[arg(long, default_value_t = 10)]
     replayers: usize,
+    /// MiB/s the throughput step's producers write together (0: no throughput step).
+    #[arg(long)]
+    throughput_mib: Option<f64>,
+    #[arg(long, default_value_t = 4)]
+    throughput_producers: usize,
+    /// Seconds of the throughput step.
+    #[arg(long)]
+    throughput_seconds: Option<f64>,
+    /// The broker's object store is a moto S3 server instead of a local directory.
+    #[arg(long)]
+    s3: bool,
 }
 
 /// The broker under test, stopped when dropped.
@@ -80,19 +98,23 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 impl LocalBroker {
-    async fn start(cluster: &LocalCluster) -> anyhow::Result<LocalBroker> {
+    /// A broker of `cluster`, its objects in `storage` (a `[storage]` section; `None`: a local
+    /// directory in its own folder).
+    async fn start(cluster: &LocalCluster, storage: Option<String>) -> anyhow::Result<LocalBroker> {
         let dir = tempfile::Builder::new().prefix("diskless-bench-broker-").tempdir()?;
         let kafka = format!("127.0.0.1:{}", free_port()?);
         let metrics = format!("127.0.0.1:{}", free_port()?);
         let coordinators: Vec<String> = cluster.addrs.iter().map(|a| format!("{a:?}")).collect();
         let config = dir.path().join("broker.toml");
+        let storage = storage.unwrap_or_else(|| {
+            format!("[storage]\nkind = \"local\"\npath = {:?}\n", dir.path().join("objects").display().to_string())
+        });
         std::fs::write(
             &config,
             format!(
-                "broker_id = 1\nlisten = \"127.0.0.1:{}\"\ncoordinators = [{}]\nmetrics_addr = {metrics:?}\n\n[storage]\nkind = \"local\"\npath = {:?}\n\n[kafka]\nlisten = {kafka:?}\n\n[fetch]\ncatch_up_age_ms = {CATCH_UP_AGE_MS}\n",
+                "broker_id = 1\nlisten = \"127.0.0.1:{}\"\ncoordinators = [{}]\nmetrics_addr = {metrics:?}\n\n{storage}\n[kafka]\nlisten = {kafka:?}\n\n[fetch]\ncatch_up_age_ms = {CATCH_UP_AGE_MS}\n",
                 free_port()?,
                 coordinators.join(", "),
-                dir.path().join("objects").display().to_string(),
             ),
         )?;
         let log = std::fs::File::create(dir.path().join("broker.log"))?;
@@ -400,150 +422,6 @@ async fn broker_metric(b: &LocalBroker, name: &str) -> anyhow::Result<f64> {
         .sum())
 }
 
-struct Replay {
-    mib: f64,
-    replayers: usize,
-    fill_secs: f64,
-    replay_secs: f64,
-    gets: f64,
-    joined: f64,
-    catch_up_gets: f64,
-    tail: Latency,
-}
-
-const REPLAY_TOPIC: &str = "bench-replay";
-const REPLAY_PARTITIONS: i32 = 4;
-
-/// Writes `mib` MiB to the replay topic: 1 KiB records, 256 KiB batches, IN_FLIGHT requests in flight.
-async fn fill(addr: &str, mib: u64) -> anyhow::Result<()> {
-    create_topic(addr, REPLAY_TOPIC, REPLAY_PARTITIONS).await?;
-    let (mut tx, mut rx) = kafka_wire::connect(addr).await?;
-    let value = Bytes::from(vec![b'r'; 1024]);
-    let records: Vec<(Option<Bytes>, Option<Bytes>)> = (0..256).map(|_| (None, Some(value.clone()))).collect();
-    let batches = mib * 4;
-    let in_flight = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
-    let answers = {
-        let in_flight = in_flight.clone();
-        tokio::spawn(async move {
-            for _ in 0..batches {
-                let (_, r): (i32, ProduceResponse) = rx.recv(PRODUCE_V).await?;
-                let code = r.responses.first().and_then(|t| t.partition_responses.first()).map_or(-1, |p| p.error_code);
-                anyhow::ensure!(code == 0, "replay fill: produce error {code}");
-                in_flight.add_permits(1);
-            }
-            anyhow::Ok(())
-        })
-    };
-    for i in 0..batches {
-        in_flight.acquire().await?.forget();
-        let batch = diskless_broker_shim::records::encode(
-            &records,
-            chrono_ms(),
-            kafka_protocol::records::Compression::None,
-            diskless_broker_shim::records::NOT_IDEMPOTENT,
-        )?;
-        let p = (i % REPLAY_PARTITIONS as u64) as i32;
-        let req = ProduceRequest::default().with_acks(-1).with_timeout_ms(30_000).with_topic_data(vec![
-            produce_request::TopicProduceData::default().with_name(name(REPLAY_TOPIC)).with_partition_data(vec![
-                produce_request::PartitionProduceData::default().with_index(p).with_records(Some(batch)),
-            ]),
-        ]);
-        tx.send(&req, PRODUCE_V).await?;
-    }
-    answers.await.context("replay fill answers")??;
-    Ok(())
-}
-
-/// One consumer reading every partition of the replay topic from 0 to `ends`: bytes read.
-async fn replay_one(addr: String, ends: Vec<i64>) -> anyhow::Result<u64> {
-    let mut conn = kafka_wire::connect(&addr).await?;
-    let mut offsets = vec![0i64; ends.len()];
-    let mut bytes = 0u64;
-    while offsets.iter().zip(&ends).any(|(o, e)| o < e) {
-        let partitions = (0..ends.len())
-            .filter(|&p| offsets[p] < ends[p])
-            .map(|p| {
-                fetch_request::FetchPartition::default()
-                    .with_partition(p as i32)
-                    .with_fetch_offset(offsets[p])
-                    .with_log_start_offset(-1)
-                    .with_partition_max_bytes(1 << 20)
-            })
-            .collect();
-        let req = FetchRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_max_wait_ms(500)
-            .with_min_bytes(1)
-            .with_max_bytes(4 << 20)
-            .with_session_epoch(-1)
-            .with_topics(vec![fetch_request::FetchTopic::default()
-                .with_topic(name(REPLAY_TOPIC))
-                .with_partitions(partitions)]);
-        let r = call(&mut conn, &req, FETCH_V).await?;
-        for p in r.responses.iter().flat_map(|t| &t.partitions) {
-            anyhow::ensure!(p.error_code == 0, "replay fetch: error {}", p.error_code);
-            let Some(records) = p.records.clone().filter(|r| !r.is_empty()) else { continue };
-            bytes += records.len() as u64;
-            let last = diskless_broker_shim::records::decode(records)?.last().map(|m| m.offset);
-            if let (Some(last), Some(o)) = (last, offsets.get_mut(p.partition_index as usize)) {
-                *o = (*o).max(last + 1);
-            }
-        }
-    }
-    Ok(bytes)
-}
-
-/// Fills the replay topic, then replays it with `n` consumers at once while the latency step runs
-/// again beside them.
-async fn replay(b: &LocalBroker, mib: u64, n: usize, rate: f64) -> anyhow::Result<Replay> {
-    let start = Instant::now();
-    fill(&b.kafka, mib).await?;
-    let fill_secs = start.elapsed().as_secs_f64();
-    // Old enough to be catch-up reads.
-    tokio::time::sleep(Duration::from_millis(CATCH_UP_AGE_MS + 500)).await;
-    let mut conn = kafka_wire::connect(&b.kafka).await?;
-    let mut ends = vec![];
-    for p in 0..REPLAY_PARTITIONS {
-        ends.push(end_offset(&mut conn, REPLAY_TOPIC, p).await?);
-    }
-    let get = "diskless_broker_object_store_requests_total{operation=\"get\"}";
-    let (g0, j0, c0) = (
-        broker_metric(b, get).await?,
-        broker_metric(b, "diskless_broker_fetch_reads_joined_total").await?,
-        broker_metric(b, "diskless_broker_catch_up_reads_total").await?,
-    );
-    let started = Instant::now();
-    let replayers: Vec<_> = (0..n).map(|_| tokio::spawn(replay_one(b.kafka.clone(), ends.clone()))).collect();
-    let (done_tx, done) = tokio::sync::watch::channel(false);
-    let tail = {
-        let addr = b.kafka.clone();
-        tokio::spawn(async move { latency_until(&addr, rate, Duration::from_secs(3600), done).await })
-    };
-    let mut replayed = 0u64;
-    for r in replayers {
-        replayed += r.await.context("replayer")??;
-    }
-    let replay_secs = started.elapsed().as_secs_f64();
-    let _ = done_tx.send(true);
-    let tail = tail.await.context("tail task")??;
-    let (g1, j1, c1) = (
-        broker_metric(b, get).await?,
-        broker_metric(b, "diskless_broker_fetch_reads_joined_total").await?,
-        broker_metric(b, "diskless_broker_catch_up_reads_total").await?,
-    );
-    anyhow::ensure!(replayed > 0, "the replay read nothing");
-    Ok(Replay {
-        mib: replayed as f64 / (1 << 20) as f64,
-        replayers: n,
-        fill_secs,
-        replay_secs,
-        gets: g1 - g0,
-        joined: j1 - j0,
-        catch_up_gets: c1 - c0,
-        tail,
-    })
-}
-
 fn ms(h: &Histogram<u64>, q: f64) -> f64 {
     h.value_at_quantile(q) as f64 / 1000.0
 }
@@ -555,13 +433,27 @@ pub async fn run(a: DataPathArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&a.out)?;
     eprintln!("data path: starting a local 3-node cluster and a broker");
     let cluster = LocalCluster::start(8, None, false).await?;
-    let broker = LocalBroker::start(&cluster).await?;
+    let moto = if a.s3 { Some(moto::Moto::start("bench-data-path")?) } else { None };
+    let broker = LocalBroker::start(&cluster, moto.as_ref().map(|m| m.storage_toml("bench-data-path"))).await?;
+    let store = if moto.is_some() { "moto S3 store" } else { "local object store" };
     eprintln!("data path: latency, {} records/s for {} s", a.rate, secs.as_secs_f64());
     let lat = latency(&broker.kafka, a.rate, secs).await?;
+    let throughput_mib = a.throughput_mib.unwrap_or(if a.smoke { 5.0 } else { 50.0 });
+    let thr = if throughput_mib > 0.0 {
+        let t = Duration::from_secs_f64(a.throughput_seconds.unwrap_or(if a.smoke { 3.0 } else { 30.0 }));
+        eprintln!(
+            "data path: throughput, {} producers writing {throughput_mib} MiB/s for {} s",
+            a.throughput_producers,
+            t.as_secs_f64()
+        );
+        Some(throughput::throughput(&broker.kafka, a.throughput_producers, throughput_mib, t).await?)
+    } else {
+        None
+    };
     let replay_mib = a.replay_mib.unwrap_or(if a.smoke { 4 } else { 1024 });
     let replay = if replay_mib > 0 {
         eprintln!("data path: replay of {replay_mib} MiB by {} consumers beside the tail", a.replayers);
-        Some(replay(&broker, replay_mib, a.replayers, a.rate).await?)
+        Some(replay::replay(&broker, replay_mib, a.replayers, a.rate).await?)
     } else {
         None
     };
@@ -572,7 +464,7 @@ pub async fn run(a: DataPathArgs) -> anyhow::Result<()> {
     }
     let mut table = String::new();
     table.push_str(&format!(
-        "Data path: one broker, a local 3-node cluster, local object store, 250 ms commit interval\n\n\
+        "Data path: one broker, a local 3-node cluster, {store}, 250 ms commit interval\n\n\
          latency at {} records/s (acks=all, {} in flight), {} sent, {} errors\n\
          | figure | P50 ms | P99 ms | max ms |\n| --- | ---: | ---: | ---: |\n",
         a.rate, IN_FLIGHT, lat.sent, lat.errors
@@ -584,6 +476,28 @@ pub async fn run(a: DataPathArgs) -> anyhow::Result<()> {
             ms(h, 0.99),
             h.max() as f64 / 1000.0
         ));
+    }
+    if let Some(t) = &thr {
+        table.push_str(&format!(
+            "\nthroughput: {} producers asked for {:.0} MiB/s together (4 partitions, 256 KiB batches, \
+             {} in flight each, acks=all) for {:.1} s: {:.1} MiB/s acknowledged, {:.1} MiB/s consumed, {} errors\n\
+             | figure | P50 ms | P99 ms | max ms |\n| --- | ---: | ---: | ---: |\n",
+            t.producers,
+            t.target_mib_per_s,
+            IN_FLIGHT,
+            t.seconds,
+            t.acked_mib / t.seconds,
+            t.consumed_mib / t.seconds,
+            t.errors
+        ));
+        for (label, h) in [("produce acknowledgement", &t.ack), ("end to end", &t.e2e)] {
+            table.push_str(&format!(
+                "| {label} | {:.1} | {:.1} | {:.1} |\n",
+                ms(h, 0.5),
+                ms(h, 0.99),
+                h.max() as f64 / 1000.0
+            ));
+        }
     }
     table.push_str(
         "\nidle long-polling consumers (max_wait_ms 500)\n\
@@ -632,12 +546,23 @@ pub async fn run(a: DataPathArgs) -> anyhow::Result<()> {
     println!("{table}");
     std::fs::write(a.out.join("data-path.txt"), &table)?;
     let json = serde_json::json!({
+        "store": if a.s3 { "s3 (moto)" } else { "local" },
         "rate": a.rate,
         "seconds": secs.as_secs_f64(),
         "produce_ack_ms": {"p50": ms(&lat.ack, 0.5), "p99": ms(&lat.ack, 0.99), "max": lat.ack.max() as f64 / 1000.0},
         "end_to_end_ms": {"p50": ms(&lat.e2e, 0.5), "p99": ms(&lat.e2e, 0.99), "max": lat.e2e.max() as f64 / 1000.0},
         "sent": lat.sent,
         "errors": lat.errors,
+        "throughput": thr.as_ref().map(|t| serde_json::json!({
+            "producers": t.producers,
+            "target_mib_per_s": t.target_mib_per_s,
+            "seconds": t.seconds,
+            "acked_mib_per_s": t.acked_mib / t.seconds,
+            "consumed_mib_per_s": t.consumed_mib / t.seconds,
+            "errors": t.errors,
+            "produce_ack_ms": {"p50": ms(&t.ack, 0.5), "p99": ms(&t.ack, 0.99), "max": t.ack.max() as f64 / 1000.0},
+            "end_to_end_ms": {"p50": ms(&t.e2e, 0.5), "p99": ms(&t.e2e, 0.99), "max": t.e2e.max() as f64 / 1000.0},
+        })),
         "replay": replay.as_ref().map(|r| serde_json::json!({
             "replayers": r.replayers,
             "mib_replayed": r.mib,
