@@ -74,6 +74,11 @@ fn the_data_path_phase_measures_latency_and_idle_consumers_through_a_broker() {
     let replay = &json["replay"];
     assert!(replay["mib_replayed"].as_f64().unwrap() >= 10.0 * 4.0, "{json:#}");
     assert!(replay["catch_up_gets"].as_f64().unwrap() > 0.0, "{json:#}");
+    // The wake step: both consumers received the records, through each broker.
+    let w = &json["wake"];
+    assert!(w["records"].as_u64().unwrap() > 0, "{json:#}");
+    assert!(w["same_broker_ms"]["received"].as_u64().unwrap() > 0, "{json:#}");
+    assert!(w["other_broker_ms"]["received"].as_u64().unwrap() > 0, "{json:#}");
     // The throughput step: written without error, and the consumer read all of it.
     let t = &json["throughput"];
     assert_eq!(t["errors"].as_u64(), Some(0), "{json:#}");

@@ -8,6 +8,8 @@
 //!   same broker; the record carries its send time), P50/P99/max;
 //! - **throughput** (`throughput`): 4 producers writing 50 MiB/s together to 4 partitions, one
 //!   consumer of them all; produce acknowledgement and end to end P50/P99, the rate reached;
+//! - **wake** (`wake`): a second broker; how soon a parked fetch is answered after the commit that
+//!   fills it, through the committing broker and through the other (the watch);
 //! - **replay**: a fill, then 10 consumers reading it from the start beside the latency step;
 //! - **idle consumers**: 0, 100 and 1,000 (`--idle`) connections each long-polling the end of an
 //!   idle topic (`max_wait_ms` 500, as consumers do); FindBatches served per second by all the
@@ -36,6 +38,7 @@ use crate::ours::LocalCluster;
 mod moto;
 mod replay;
 mod throughput;
+mod wake;
 
 const PRODUCE_V: i16 = 9;
 const FETCH_V: i16 = 12;
@@ -80,6 +83,9 @@ pub struct DataPathArgs {
     /// Seconds of the throughput step.
     #[arg(long)]
     throughput_seconds: Option<f64>,
+    /// Seconds of the wake step (0: none).
+    #[arg(long)]
+    wake_seconds: Option<f64>,
     /// The broker's object store is a moto S3 server instead of a local directory.
     #[arg(long)]
     s3: bool,
@@ -90,6 +96,8 @@ struct LocalBroker {
     child: Child,
     kafka: String,
     metrics: String,
+    /// Its `[storage]` section (another broker of the same store starts with it).
+    storage: String,
     _dir: tempfile::TempDir,
 }
 
@@ -101,6 +109,11 @@ impl LocalBroker {
     /// A broker of `cluster`, its objects in `storage` (a `[storage]` section; `None`: a local
     /// directory in its own folder).
     async fn start(cluster: &LocalCluster, storage: Option<String>) -> anyhow::Result<LocalBroker> {
+        Self::start_as(cluster, 1, storage).await
+    }
+
+    /// [`LocalBroker::start`] with the broker id `broker_id`.
+    async fn start_as(cluster: &LocalCluster, broker_id: i32, storage: Option<String>) -> anyhow::Result<LocalBroker> {
         let dir = tempfile::Builder::new().prefix("diskless-bench-broker-").tempdir()?;
         let kafka = format!("127.0.0.1:{}", free_port()?);
         let metrics = format!("127.0.0.1:{}", free_port()?);
@@ -112,7 +125,7 @@ impl LocalBroker {
         std::fs::write(
             &config,
             format!(
-                "broker_id = 1\nlisten = \"127.0.0.1:{}\"\ncoordinators = [{}]\nmetrics_addr = {metrics:?}\n\n{storage}\n[kafka]\nlisten = {kafka:?}\n\n[fetch]\ncatch_up_age_ms = {CATCH_UP_AGE_MS}\n",
+                "broker_id = {broker_id}\nlisten = \"127.0.0.1:{}\"\ncoordinators = [{}]\nmetrics_addr = {metrics:?}\n\n{storage}\n[kafka]\nlisten = {kafka:?}\n\n[fetch]\ncatch_up_age_ms = {CATCH_UP_AGE_MS}\n",
                 free_port()?,
                 coordinators.join(", "),
             ),
@@ -126,7 +139,7 @@ impl LocalBroker {
             .stderr(log)
             .spawn()
             .context("start the broker")?;
-        let b = LocalBroker { child, kafka, metrics, _dir: dir };
+        let b = LocalBroker { child, kafka, metrics, storage, _dir: dir };
         let deadline = Instant::now() + Duration::from_secs(60);
         while tokio::net::TcpStream::connect(&b.kafka).await.is_err() {
             anyhow::ensure!(Instant::now() < deadline, "the broker's Kafka listener did not open in 60 s");
@@ -438,6 +451,16 @@ pub async fn run(a: DataPathArgs) -> anyhow::Result<()> {
     let store = if moto.is_some() { "moto S3 store" } else { "local object store" };
     eprintln!("data path: latency, {} records/s for {} s", a.rate, secs.as_secs_f64());
     let lat = latency(&broker.kafka, a.rate, secs).await?;
+    let wake_secs = a.wake_seconds.unwrap_or(if a.smoke { 3.0 } else { 30.0 });
+    let woke = if wake_secs > 0.0 {
+        eprintln!(
+            "data path: wake, {} records/s through broker 1 for {wake_secs} s, consumers on brokers 1 and 2",
+            a.rate
+        );
+        Some(wake::wake(&cluster, &broker, a.rate, Duration::from_secs_f64(wake_secs)).await?)
+    } else {
+        None
+    };
     let throughput_mib = a.throughput_mib.unwrap_or(if a.smoke { 5.0 } else { 50.0 });
     let thr = if throughput_mib > 0.0 {
         let t = Duration::from_secs_f64(a.throughput_seconds.unwrap_or(if a.smoke { 3.0 } else { 30.0 }));
@@ -476,6 +499,25 @@ pub async fn run(a: DataPathArgs) -> anyhow::Result<()> {
             ms(h, 0.99),
             h.max() as f64 / 1000.0
         ));
+    }
+    if let Some(w) = &woke {
+        table.push_str(&format!(
+            "\nwake: a parked fetch answered after the commit that fills it ({} records through broker 1; \
+             delay = the consumer's receive time - the producer's acknowledgement time)\n\
+             | consumer through | P50 ms | P99 ms | max ms | received before the ack |\n| --- | ---: | ---: | ---: | ---: |\n",
+            w.records
+        ));
+        for (label, h, early) in
+            [("broker 1 (its own commit)", &w.same, w.before_ack.0), ("broker 2 (the watch)", &w.other, w.before_ack.1)]
+        {
+            table.push_str(&format!(
+                "| {label} | {:.1} | {:.1} | {:.1} | {early} of {} |\n",
+                ms(h, 0.5),
+                ms(h, 0.99),
+                h.max() as f64 / 1000.0,
+                h.len()
+            ));
+        }
     }
     if let Some(t) = &thr {
         table.push_str(&format!(
@@ -553,6 +595,11 @@ pub async fn run(a: DataPathArgs) -> anyhow::Result<()> {
         "end_to_end_ms": {"p50": ms(&lat.e2e, 0.5), "p99": ms(&lat.e2e, 0.99), "max": lat.e2e.max() as f64 / 1000.0},
         "sent": lat.sent,
         "errors": lat.errors,
+        "wake": woke.as_ref().map(|w| serde_json::json!({
+            "records": w.records,
+            "same_broker_ms": {"p50": ms(&w.same, 0.5), "p99": ms(&w.same, 0.99), "max": w.same.max() as f64 / 1000.0, "received": w.same.len(), "before_ack": w.before_ack.0},
+            "other_broker_ms": {"p50": ms(&w.other, 0.5), "p99": ms(&w.other, 0.99), "max": w.other.max() as f64 / 1000.0, "received": w.other.len(), "before_ack": w.before_ack.1},
+        })),
         "throughput": thr.as_ref().map(|t| serde_json::json!({
             "producers": t.producers,
             "target_mib_per_s": t.target_mib_per_s,
