@@ -218,6 +218,7 @@ impl Conn {
                         producer_epoch: -1,
                         base_sequence: -1,
                         last_sequence: -1,
+                        is_transactional: false,
                     })
                     .collect();
                 let r = broker
@@ -335,6 +336,7 @@ impl Reader {
                         }],
                         timeout_ms: 10_000,
                         min_applied,
+                        isolation_level: 0,
                     })
                     .await?
                     .into_inner();

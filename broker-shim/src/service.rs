@@ -127,8 +127,13 @@ impl BrokerService for BrokerApi {
         let result = match self.topic_id(&r.topic).await {
             Err(e) => Err(e),
             Ok(id) => {
-                let part =
-                    FetchPartition { topic_id: id, partition: r.partition, offset: r.offset, max_bytes: r.max_bytes };
+                let part = FetchPartition {
+                    topic_id: id,
+                    partition: r.partition,
+                    offset: r.offset,
+                    max_bytes: r.max_bytes,
+                    read_committed: false,
+                };
                 self.shim.fetcher.fetch(&[part], r.max_bytes).await.map(|mut v| v.remove(0))
             }
         };

@@ -66,6 +66,7 @@ fn request(key: String, topic: &[u8], batches: usize, partitions: i32, rng: &mut
             producer_epoch: -1,
             base_sequence: -1,
             last_sequence: -1,
+            is_transactional: false,
         })
         .collect();
     CommitFileRequest {

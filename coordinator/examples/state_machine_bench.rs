@@ -285,11 +285,11 @@ fn main() {
             let view = b.db.read();
             let t = Instant::now();
             let mut budget = FetchBudget::new(i32::MAX, 10);
-            let r = b.sm.find_batches(&view, &tp, offset, i32::MAX, &mut budget).unwrap();
+            let r = b.sm.find_batches(&view, &tp, offset, i32::MAX, &mut budget, false).unwrap();
             find.record(t.elapsed().as_nanos() as u64).unwrap();
             assert!(!r.batches.is_empty());
             let t = Instant::now();
-            let r = b.sm.list_offsets(&view, &tp, (rng.u64(..) % 1_000) as i64).unwrap();
+            let r = b.sm.list_offsets(&view, &tp, (rng.u64(..) % 1_000) as i64, false).unwrap();
             lookup.record(t.elapsed().as_nanos() as u64).unwrap();
             assert!(r.is_ok());
         }

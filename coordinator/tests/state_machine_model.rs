@@ -3,7 +3,8 @@
 //! small budgets, file confirmations, fencing object keys, commits that arrive after their key was
 //! fenced or deleted, repeats of earlier commits, commit parts sent to a non-owner) are applied to
 //! the RocksDB-backed state machine (one transaction per command, through the hot-key cache, as a
-//! node does) and to the naive model in `model/`; every answer, and the final state, must agree.
+//! node does) and to the naive model in `model/`, transactional batches and their COMMIT and ABORT
+//! markers among them, read both read_uncommitted and read_committed; every answer, and the final state, must agree.
 //! Two more fresh state machines apply the same commands and must end with a byte-identical state
 //! (same digest): one without the cache, one that applies runs of several commands in one
 //! transaction (as a node applies the entries of one apply call), whose answers must agree too.
@@ -75,6 +76,8 @@ struct TBatch {
     size: i32,
     producer: Option<(u8, SeqChoice)>,
     corrupt: Option<u8>,
+    /// Transactional (a producer's batch mostly; sometimes one without a producer, refused).
+    txn: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -183,6 +186,15 @@ enum TOp {
         broker: u8,
         incarnation: u8,
     },
+    /// Producer `1000 + producer` ends its transaction on every partition where it has one open
+    /// (and on `extra`, where it may have none), with its epoch bumped (`epoch` % 8 > 1, as
+    /// transactions v2 do), kept (0), or an older one (1, refused).
+    EndTxn {
+        producer: u8,
+        commit: bool,
+        epoch: u8,
+        extra: Option<(u8, i32)>,
+    },
 }
 
 /// A broker lease: mostly valid, sometimes out of bounds.
@@ -215,15 +227,17 @@ fn tbatch() -> impl Strategy<Value = TBatch> {
             prop_oneof![4 => (1i32..7).prop_map(|k| k * 50), 1 => 1i32..300],
             prop::option::weighted(0.6, (0u8..3, seq_choice())),
             prop::option::weighted(0.05, 0u8..7),
+            prop::bool::weighted(0.3),
         ),
     )
-        .prop_map(|((topic, partition, records, lat, ts_delta), (size, producer, corrupt))| TBatch {
+        .prop_map(|((topic, partition, records, lat, ts_delta), (size, producer, corrupt, txn))| TBatch {
             topic,
             partition,
             records,
             log_append_time: lat,
             ts_delta,
             size,
+            txn: txn && (producer.is_some() || ts_delta % 5 == 0),
             producer,
             corrupt,
         })
@@ -350,6 +364,8 @@ fn top() -> impl Strategy<Value = TOp> {
         3 => (0u8..5, 0u8..3, broker_lease())
             .prop_map(|(broker, incarnation, lease_ms)| TOp::BrokerHeartbeat { broker, incarnation, lease_ms }),
         1 => (0u8..5, 0u8..3).prop_map(|(broker, incarnation)| TOp::UnregisterBroker { broker, incarnation }),
+        5 => (0u8..3, prop::bool::weighted(0.6), any::<u8>(), prop::option::weighted(0.3, (0..=TOPICS, -1i32..MAX_PARTITIONS_USED)))
+            .prop_map(|(producer, commit, epoch, extra)| TOp::EndTxn { producer, commit, epoch, extra }),
     ]
 }
 
@@ -373,8 +389,8 @@ struct Driver {
     epochs: [i16; 3],
     mp: u32,
     num_mps: u32,
-    /// The last commits sent, for repeats.
-    sent: Vec<CommitFile>,
+    /// The last commits sent (with their transactional flags), for repeats.
+    sent: Vec<CommitFileV2>,
 }
 
 impl Driver {
@@ -407,7 +423,7 @@ impl Driver {
         owners: u8,
         model: &Model,
         pending: &mut BTreeMap<(TopicPartition, i64), (i16, i32)>,
-    ) -> CommitFile {
+    ) -> CommitFileV2 {
         // A reused key is a known file's (refused) or a fenced one's (a commit that arrives after
         // its key was fenced or its object deleted: refused while the tombstone lives).
         let reusable: Vec<String> = model.known_keys().into_iter().chain(model.fenced_keys()).collect();
@@ -486,7 +502,7 @@ impl Driver {
             }
             out.push(cb);
         }
-        CommitFile {
+        let file = CommitFile {
             deadline_ms: if *slack == 7 { Some(now - 1) } else { Some(now) },
             object_key,
             object_format: 1,
@@ -494,10 +510,21 @@ impl Driver {
             uploader_broker_id: 1,
             owner_ids: self.owners(owners),
             batches: out,
+        };
+        let mut transactional: Vec<bool> = batches.iter().map(|b| b.txn).collect();
+        match slack {
+            // A flag too few (refused whole), or flags all false (the same as none).
+            -3 if !transactional.is_empty() => {
+                transactional.pop();
+            }
+            -2 => {}
+            _ if !transactional.contains(&true) => transactional.clear(),
+            _ => {}
         }
+        CommitFileV2 { file, transactional }
     }
 
-    fn sent(&mut self, c: CommitFile) -> CommitFile {
+    fn sent(&mut self, c: CommitFileV2) -> CommitFileV2 {
         self.sent.push(c.clone());
         if self.sent.len() > 16 {
             self.sent.remove(0);
@@ -569,9 +596,13 @@ impl Driver {
                 }
                 let mut c = self.sent[usize::from(*pick) % self.sent.len()].clone();
                 if *new_deadline {
-                    c.deadline_ms = Some(now);
+                    c.file.deadline_ms = Some(now);
                 }
-                Op::CommitFile(c)
+                if c.transactional.is_empty() {
+                    Op::CommitFile(c.file)
+                } else {
+                    Op::CommitFilesV2(vec![c])
+                }
             }
             TOp::DeleteRecords { parts, budget } => Op::DeleteRecords {
                 partitions: parts
@@ -674,20 +705,54 @@ impl Driver {
             TOp::Commit { batches, slack, reuse, owners } => {
                 let mut pending = BTreeMap::new();
                 let c = self.commit_file(now, batches, slack, reuse, *owners, model, &mut pending);
-                Op::CommitFile(self.sent(c))
+                let c = self.sent(c);
+                if c.transactional.is_empty() {
+                    Op::CommitFile(c.file)
+                } else {
+                    Op::CommitFilesV2(vec![c])
+                }
             }
             TOp::CommitMany(files) => {
                 // Several files in one entry, as the leader gathers concurrent commits.
                 let mut pending = BTreeMap::new();
-                Op::CommitFiles(
-                    files
-                        .iter()
-                        .map(|(b, slack, reuse, owners)| {
-                            let c = self.commit_file(now, b, slack, reuse, *owners, model, &mut pending);
-                            self.sent(c)
-                        })
-                        .collect(),
-                )
+                let files: Vec<CommitFileV2> = files
+                    .iter()
+                    .map(|(b, slack, reuse, owners)| {
+                        let c = self.commit_file(now, b, slack, reuse, *owners, model, &mut pending);
+                        self.sent(c)
+                    })
+                    .collect();
+                if files.iter().all(|f| f.transactional.is_empty()) {
+                    Op::CommitFiles(files.into_iter().map(|f| f.file).collect())
+                } else {
+                    Op::CommitFilesV2(files)
+                }
+            }
+            TOp::EndTxn { producer, commit, epoch, extra } => {
+                let pid = 1000 + i64::from(*producer);
+                let current = self.epochs[usize::from(*producer)];
+                let epoch = match epoch % 8 {
+                    0 => current,
+                    1 => (current - 1).max(0),
+                    _ => {
+                        self.epochs[usize::from(*producer)] += 1;
+                        current + 1
+                    }
+                };
+                let mut tps: Vec<TopicPartition> =
+                    model.open_txns().into_iter().filter(|(_, p)| *p == pid).map(|(t, _)| t).collect();
+                tps.extend(extra.map(|(t, p)| tp(t, p)));
+                let markers = tps
+                    .into_iter()
+                    .map(|t| TxnMarker {
+                        tp: t,
+                        producer_id: pid,
+                        producer_epoch: epoch,
+                        commit: *commit,
+                        coordinator_epoch: 1,
+                    })
+                    .collect();
+                Op::EndTransaction(markers)
             }
         };
         Some(Command { now_ms: now, op })
@@ -721,6 +786,9 @@ fn blank(o: Outcome) -> Outcome {
         Outcome::AclsCreated(v) => Outcome::AclsCreated(v.into_iter().map(b).collect()),
         Outcome::AclsDeleted(v) => {
             Outcome::AclsDeleted(v.into_iter().map(|r| r.map_err(|f| Failure::new(f.code, ""))).collect())
+        }
+        Outcome::EndTransaction(v) => {
+            Outcome::EndTransaction(v.into_iter().map(|r| r.map_err(|f| Failure::new(f.code, ""))).collect())
         }
         other => other,
     }
@@ -777,9 +845,11 @@ fn compare_reads(real: &Real, model: &Model, seed: u64, full: bool) {
         let stamps: Vec<i64> =
             specials.iter().copied().chain((0..3).map(|_| (next() % 40_000) as i64 + 980_000)).collect();
         for ts in stamps {
-            let want = model.list_offsets(t, ts).map_err(|f| f.code);
-            let got = real.sm.list_offsets(&view, t, ts).unwrap().map_err(|f| f.code);
-            assert_eq!(got, want, "ListOffsets {t} ts {ts}");
+            for committed in [false, true] {
+                let want = model.list_offsets(t, ts, committed).map_err(|f| f.code);
+                let got = real.sm.list_offsets(&view, t, ts, committed).unwrap().map_err(|f| f.code);
+                assert_eq!(got, want, "ListOffsets {t} ts {ts} read_committed {committed}");
+            }
         }
     }
     // One FindBatches request over several partitions.
@@ -799,11 +869,17 @@ fn compare_reads(real: &Real, model: &Model, seed: u64, full: bool) {
         .collect();
     let (fetch_max, max_batches) =
         if full { (i32::MAX, 0) } else { ([0, 200, 2_000, i32::MAX][(next() % 4) as usize], (next() % 4) as i32) };
-    let want = model.find_batches(fetch_max, max_batches, &reqs);
-    let mut budget = FetchBudget::new(fetch_max, max_batches);
-    for ((t, offset, max), want) in reqs.iter().zip(want) {
-        let got = real.sm.find_batches(&view, t, *offset, *max, &mut budget).unwrap();
-        assert_eq!(blank_batches(got), blank_batches(want), "FindBatches {t} at {offset} max {max}");
+    for committed in [false, true] {
+        let want = model.find_batches(fetch_max, max_batches, &reqs, committed);
+        let mut budget = FetchBudget::new(fetch_max, max_batches);
+        for ((t, offset, max), want) in reqs.iter().zip(want) {
+            let got = real.sm.find_batches(&view, t, *offset, *max, &mut budget, committed).unwrap();
+            assert_eq!(
+                blank_batches(got),
+                blank_batches(want),
+                "FindBatches {t} at {offset} max {max} read_committed {committed}"
+            );
+        }
     }
     // Files.
     let mut keys = model.known_keys();
@@ -870,8 +946,20 @@ static OFFSET_CODES: std::sync::Mutex<BTreeMap<i16, usize>> = std::sync::Mutex::
 /// Broker registry answers by Kafka error code (0 = done).
 static BROKER_CODES: std::sync::Mutex<BTreeMap<i16, usize>> = std::sync::Mutex::new(BTreeMap::new());
 static OFFSETS_EXPIRED: AtomicUsize = AtomicUsize::new(0);
+/// Transaction markers [written, nothing to end, refused].
+static MARKERS: std::sync::Mutex<[usize; 3]> = std::sync::Mutex::new([0; 3]);
 
 fn count(outcome: &Outcome) {
+    if let Outcome::EndTransaction(v) = outcome {
+        let mut m = MARKERS.lock().unwrap();
+        for r in v {
+            m[match r {
+                Ok(Some(_)) => 0,
+                Ok(None) => 1,
+                Err(_) => 2,
+            }] += 1;
+        }
+    }
     if let Outcome::Broker(r) = outcome {
         *BROKER_CODES.lock().unwrap().entry(r.as_ref().map_or_else(|f| f.code.code(), |_| 0)).or_default() += 1;
     }
@@ -1001,7 +1089,16 @@ fn state_machine_matches_the_model_and_replicas_agree_byte_for_byte() {
     );
     let brokers = BROKER_CODES.lock().unwrap().clone();
     println!("broker registry answers by error code (0 = done): {brokers:?}");
+    let markers = *MARKERS.lock().unwrap();
+    println!("transaction markers [written, nothing to end, refused]: {markers:?}");
     if cases >= 30 {
+        assert!(markers.iter().all(|&n| n > 0), "markers {markers:?}");
+        let codes = BATCH_CODES.lock().unwrap();
+        // Transactional batches refused: a producer's plain batch inside its transaction, a
+        // transactional batch without a producer.
+        for code in [48, 87] {
+            assert!(codes.get(&code).is_some_and(|n| *n > 0), "no batch refused with {code}: {codes:?}");
+        }
         assert!(n >= 10_000, "only {n} operations ran");
         // Registrations, heartbeats and refusals of a taken id and of a stale lease all happened.
         for code in [0, 77, 101] {

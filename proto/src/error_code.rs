@@ -71,11 +71,19 @@ pub enum ErrorCode {
     // The broker registry (issue 15).
     StaleBrokerEpoch = 77,
     DuplicateBrokerRegistration = 101,
+    // Transactions (issue 27).
+    InvalidTxnState = 48,
+    InvalidProducerIdMapping = 49,
+    InvalidTransactionTimeout = 50,
+    ConcurrentTransactions = 51,
+    TransactionCoordinatorFenced = 52,
+    ProducerFenced = 90,
+    TransactionAbortable = 120,
 }
 
 impl ErrorCode {
     /// Every code above, for exhaustive tests and lookups.
-    pub const ALL: [ErrorCode; 53] = [
+    pub const ALL: [ErrorCode; 60] = [
         ErrorCode::None,
         ErrorCode::UnknownServerError,
         ErrorCode::OffsetOutOfRange,
@@ -129,6 +137,13 @@ impl ErrorCode {
         ErrorCode::UnknownLeaderEpoch,
         ErrorCode::StaleBrokerEpoch,
         ErrorCode::DuplicateBrokerRegistration,
+        ErrorCode::InvalidTxnState,
+        ErrorCode::InvalidProducerIdMapping,
+        ErrorCode::InvalidTransactionTimeout,
+        ErrorCode::ConcurrentTransactions,
+        ErrorCode::TransactionCoordinatorFenced,
+        ErrorCode::ProducerFenced,
+        ErrorCode::TransactionAbortable,
     ];
 
     /// The code as Kafka's `int16`.
@@ -208,6 +223,13 @@ impl ErrorCode {
             ErrorCode::UnknownLeaderEpoch => "UNKNOWN_LEADER_EPOCH",
             ErrorCode::StaleBrokerEpoch => "STALE_BROKER_EPOCH",
             ErrorCode::DuplicateBrokerRegistration => "DUPLICATE_BROKER_REGISTRATION",
+            ErrorCode::InvalidTxnState => "INVALID_TXN_STATE",
+            ErrorCode::InvalidProducerIdMapping => "INVALID_PRODUCER_ID_MAPPING",
+            ErrorCode::InvalidTransactionTimeout => "INVALID_TRANSACTION_TIMEOUT",
+            ErrorCode::ConcurrentTransactions => "CONCURRENT_TRANSACTIONS",
+            ErrorCode::TransactionCoordinatorFenced => "TRANSACTION_COORDINATOR_FENCED",
+            ErrorCode::ProducerFenced => "PRODUCER_FENCED",
+            ErrorCode::TransactionAbortable => "TRANSACTION_ABORTABLE",
         }
     }
 
@@ -227,6 +249,7 @@ impl ErrorCode {
                 | ErrorCode::NotCoordinator
                 | ErrorCode::FencedLeaderEpoch
                 | ErrorCode::UnknownLeaderEpoch
+                | ErrorCode::ConcurrentTransactions
         )
     }
 }

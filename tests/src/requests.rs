@@ -53,6 +53,7 @@ pub fn batch(topic: &[u8], partition: i32, records: i64, at: i32, size: i32) -> 
         producer_epoch: -1,
         base_sequence: -1,
         last_sequence: -1,
+        is_transactional: false,
     }
 }
 
@@ -96,6 +97,7 @@ pub async fn all_batches(
                 }],
                 timeout_ms: 10_000,
                 min_applied: min.clone(),
+                isolation_level: 0,
             })
             .await
             .map_err(|s| s.to_string())?
@@ -127,6 +129,7 @@ pub async fn high_watermark(client: &mut Client, topic: &[u8], partition: i32) -
                 }],
             }],
             timeout_ms: 10_000,
+            isolation_level: 0,
         })
         .await
         .map_err(|s| s.to_string())?

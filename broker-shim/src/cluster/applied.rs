@@ -53,6 +53,7 @@ impl ClusterClient {
                         log_append_timestamp: r.log_append_time,
                         batch_max_timestamp: b.batch_max_timestamp,
                         timestamp_type: b.timestamp_type,
+                        marker: None,
                     },
                 );
             }

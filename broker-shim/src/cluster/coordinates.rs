@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use diskless_proto::v1::find_batches_response::BatchInfo;
-use diskless_proto::v1::AppendedBatch;
+use diskless_proto::v1::{AppendedBatch, TxnMarker};
 
 type Tp = ([u8; 16], i32);
 
@@ -36,6 +36,8 @@ pub struct Coordinate {
     pub log_append_timestamp: i64,
     pub batch_max_timestamp: i64,
     pub timestamp_type: i32,
+    /// A transaction marker (no object bytes).
+    pub marker: Option<TxnMarker>,
 }
 
 impl Coordinate {
@@ -50,6 +52,7 @@ impl Coordinate {
             log_append_timestamp: b.log_append_timestamp,
             batch_max_timestamp: b.batch_max_timestamp,
             timestamp_type: b.timestamp_type,
+            marker: b.marker,
         }
     }
 
@@ -64,6 +67,7 @@ impl Coordinate {
             log_append_timestamp: b.log_append_timestamp,
             batch_max_timestamp: b.batch_max_timestamp,
             timestamp_type: b.timestamp_type,
+            marker: b.marker,
         }
     }
 
@@ -79,13 +83,15 @@ impl Coordinate {
             log_append_timestamp: self.log_append_timestamp,
             batch_max_timestamp: self.batch_max_timestamp,
             timestamp_type: self.timestamp_type,
+            marker: self.marker,
         }
     }
 
     /// Whether these can be a batch's coordinates at all (the fetch path checks the rest).
     fn plausible(&self) -> bool {
+        let marker = self.marker.is_some() && self.last_offset == self.base_offset;
         self.byte_offset >= 0
-            && self.byte_size > 0
+            && (self.byte_size > 0 || marker)
             && self.base_offset >= 0
             && self.last_offset >= self.base_offset
             && self.last_offset < i64::MAX
@@ -270,6 +276,7 @@ mod tests {
             log_append_timestamp: 1,
             batch_max_timestamp: 2,
             timestamp_type: 0,
+            marker: None,
         }
     }
 
@@ -300,6 +307,21 @@ mod tests {
         assert_eq!(s.bytes, 200);
         assert_eq!(s.batches[1].object_key, "wal/a");
         assert_eq!((s.batches[1].byte_offset, s.batches[1].last_offset), (50, 9));
+    }
+
+    #[test]
+    fn a_transaction_marker_is_kept_and_served_though_it_has_no_bytes() {
+        let c = Coordinates::new(100);
+        let marker = TxnMarker { producer_id: 3, producer_epoch: 1, commit: true, coordinator_epoch: 0 };
+        c.insert(T, 0, batch(0, 4, 100));
+        c.insert(T, 0, Coordinate { object_key: Arc::from(""), byte_size: 0, marker: Some(marker), ..batch(5, 5, 0) });
+        // Without a marker, no bytes is no batch; a marker spans one offset.
+        c.insert(T, 0, batch(6, 6, 0));
+        c.insert(T, 0, Coordinate { marker: Some(marker), ..batch(7, 8, 0) });
+        assert_eq!(c.entries(), 2);
+        let s = c.serve(T, 0, 0, 6, 1 << 20).unwrap();
+        assert_eq!((s.batches.len(), s.bytes), (2, 100));
+        assert_eq!(s.batches[1].marker, Some(marker));
     }
 
     #[test]

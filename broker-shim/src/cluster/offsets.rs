@@ -29,10 +29,22 @@ impl ClusterClient {
     /// ListOffsets of many partitions: one request per metadata partition involved, all at once,
     /// each sent to its leader; answers in request order.
     pub async fn list_offsets(&self, asks: &[OffsetAsk]) -> Vec<Result<(i64, i64), KafkaError>> {
+        self.list_offsets_isolated(asks, false).await
+    }
+
+    /// [`ClusterClient::list_offsets`] with Kafka's isolation level: `read_committed` answers the
+    /// last stable offset for LATEST and finds nothing at or past it.
+    pub async fn list_offsets_isolated(
+        &self,
+        asks: &[OffsetAsk],
+        read_committed: bool,
+    ) -> Vec<Result<(i64, i64), KafkaError>> {
         let n = self.num_metadata_partitions;
         let parts = split_by_partition(asks, |(t, p, _)| Some(metadata_partition_for(t, (*p).max(0), n)));
         let answers = futures_util::future::join_all(
-            parts.iter().map(|(&mp, idxs)| self.list_offsets_of(mp, idxs.iter().map(|&i| asks[i]).collect())),
+            parts
+                .iter()
+                .map(|(&mp, idxs)| self.list_offsets_of(mp, idxs.iter().map(|&i| asks[i]).collect(), read_committed)),
         )
         .await;
         let mut slots: Vec<Option<Result<(i64, i64), KafkaError>>> = (0..asks.len()).map(|_| None).collect();
@@ -54,6 +66,7 @@ impl ClusterClient {
         &self,
         mp: u32,
         asks: Vec<OffsetAsk>,
+        read_committed: bool,
     ) -> Result<Vec<Result<(i64, i64), KafkaError>>, KafkaError> {
         let req = ListOffsetsRequest {
             // One topic entry per ask: the answer's entries are in request order.
@@ -68,6 +81,7 @@ impl ClusterClient {
                 })
                 .collect(),
             timeout_ms: 10_000,
+            isolation_level: i32::from(read_committed),
         };
         let answers = |r: ListOffsetsResponse| -> Vec<list_offsets_response::ListOffsetsPartitionResponse> {
             r.topics.into_iter().flat_map(|t| t.partitions).collect()

@@ -50,7 +50,7 @@ impl Fetcher {
         target: TimeTarget,
     ) -> Result<Option<(i64, i64)>, KafkaError> {
         // One batch is enough: Kafka's min-one-batch rule gives the one holding `offset`.
-        let want = FetchPartition { topic_id, partition, offset, max_bytes: 1 };
+        let want = FetchPartition { topic_id, partition, offset, max_bytes: 1, read_committed: false };
         let fetched = self.fetch(&[want], 1).await?.into_iter().next();
         let Some(fetched) = fetched else { return Ok(None) };
         if let Some(e) = fetched.error {

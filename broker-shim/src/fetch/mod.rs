@@ -9,6 +9,9 @@
 //! input: coordinates from FindBatches (negative, huge, overlapping, mismatched) and bytes from
 //! object storage are checked before any arithmetic or read with them, each failure naming the
 //! object key and the byte offset, never a panic.
+//!
+//! A transaction marker has no object bytes: its control batch is built from what the coordinator
+//! says of it (`wal::control`).
 
 pub mod by_time;
 pub mod cache;
@@ -30,7 +33,7 @@ use crate::cluster::coordinates::Coordinate;
 use crate::cluster::ClusterClient;
 use crate::error::KafkaError;
 use crate::storage::Storage;
-use crate::wal::record_batch;
+use crate::wal::{control, record_batch};
 use cache::RangeCache;
 use reads::{Need, ObjectReads};
 
@@ -41,6 +44,9 @@ pub struct FetchPartition {
     pub partition: i32,
     pub offset: i64,
     pub max_bytes: i32,
+    /// Kafka's `read_committed`: nothing at or past the last stable offset, with the aborted
+    /// transactions of what is returned (one fetch has one isolation level: its partitions agree).
+    pub read_committed: bool,
 }
 
 /// What a fetch returns for one partition.
@@ -48,9 +54,27 @@ pub struct FetchPartition {
 pub struct Fetched {
     pub error: Option<KafkaError>,
     pub high_watermark: i64,
+    /// The high watermark when the coordinator did not say (an answer from the cache).
+    pub last_stable_offset: i64,
     pub log_start_offset: i64,
     /// Record batches, back to back, offsets injected.
     pub records: Bytes,
+    /// `read_committed`: the aborted transactions overlapping `records` (producer id, first offset).
+    pub aborted: Vec<(i64, i64)>,
+}
+
+impl Fetched {
+    /// A partition's answer with nothing read: an error, or the state a mark knows.
+    pub fn empty(error: Option<KafkaError>, high_watermark: i64, log_start_offset: i64) -> Fetched {
+        Fetched {
+            error,
+            high_watermark,
+            last_stable_offset: high_watermark,
+            log_start_offset,
+            records: Bytes::new(),
+            aborted: vec![],
+        }
+    }
 }
 
 pub struct Fetcher {
@@ -119,7 +143,9 @@ impl Fetcher {
         let mut seen = seen.to_vec();
         let mut served_any = false;
         for (i, p) in parts.iter().enumerate() {
-            let known = coordinates.enabled().then(|| marks.known(p.topic_id, p.partition)).flatten();
+            // The cache knows no last stable offset: read_committed always asks.
+            let cached = coordinates.enabled() && !p.read_committed;
+            let known = cached.then(|| marks.known(p.topic_id, p.partition)).flatten();
             if let Some(mark) = known {
                 let answer = |batches| FindBatchesPartitionResponse {
                     partition_index: p.partition,
@@ -128,6 +154,8 @@ impl Fetcher {
                     log_start_offset: mark.log_start_offset,
                     high_watermark: mark.high_watermark,
                     batches,
+                    last_stable_offset: mark.high_watermark,
+                    aborted_transactions: vec![],
                 };
                 let readable = (mark.log_start_offset..=mark.high_watermark).contains(&p.offset);
                 // Nothing to read here, or no room left in the response (as Kafka, only the first
@@ -167,19 +195,17 @@ impl Fetcher {
         let mut out = Vec::with_capacity(parts.len());
         for a in answers {
             let Some(a) = a else {
-                out.push(Fetched {
-                    error: Some(KafkaError::new(ErrorCode::UnknownServerError, "no answer for the partition")),
-                    high_watermark: -1,
-                    log_start_offset: -1,
-                    records: Bytes::new(),
-                });
+                let e = KafkaError::new(ErrorCode::UnknownServerError, "no answer for the partition");
+                out.push(Fetched::empty(Some(e), -1, -1));
                 continue;
             };
             let mut f = Fetched {
                 error: KafkaError::from_wire(a.error_code, a.error_message.clone()),
                 high_watermark: a.high_watermark,
+                last_stable_offset: a.last_stable_offset,
                 log_start_offset: a.log_start_offset,
                 records: Bytes::new(),
+                aborted: a.aborted_transactions.iter().map(|t| (t.producer_id, t.first_offset)).collect(),
             };
             if f.error.is_none() {
                 match self.reader.assemble(&a.batches, &gathered) {
@@ -227,6 +253,7 @@ impl Fetcher {
             // Bounds only the wait for `min_applied`: a replica seconds behind is left for another.
             timeout_ms: 3_000,
             min_applied,
+            isolation_level: i32::from(parts.iter().any(|p| p.read_committed)),
         };
         let mut attempts = 0;
         let r = loop {
@@ -316,6 +343,9 @@ impl Reader {
         let mut g = Gathered::default();
         let mut needed: Vec<Need> = vec![];
         for b in batches {
+            if b.marker.is_some() {
+                continue;
+            }
             // Bad coordinates are read from nowhere: `assemble` fails their partition.
             let Ok(range) = coordinates(b) else { continue };
             let at = range.start;
@@ -340,6 +370,10 @@ impl Reader {
     fn assemble(&self, batches: &[BatchInfo], gathered: &Gathered) -> Result<Bytes, KafkaError> {
         let mut out = BytesMut::new();
         for b in batches {
+            if let Some(m) = &b.marker {
+                out.extend_from_slice(&marker_batch(b, m)?);
+                continue;
+            }
             let Range { start: at, end } = coordinates(b).map_err(|why| {
                 tracing::error!(object = %b.object_key, at = b.byte_offset, %why, "FindBatches gave impossible coordinates");
                 KafkaError::new(
@@ -428,6 +462,29 @@ impl Reader {
     }
 }
 
+/// The control batch of a transaction marker, if the coordinator's description can be one.
+fn marker_batch(b: &BatchInfo, m: &diskless_proto::v1::TxnMarker) -> Result<Vec<u8>, KafkaError> {
+    let epoch = i16::try_from(m.producer_epoch);
+    match epoch {
+        Ok(producer_epoch) if b.base_offset >= 0 && b.last_offset == b.base_offset && m.producer_id >= 0 => {
+            let marker = control::Marker {
+                producer_id: m.producer_id,
+                producer_epoch,
+                commit: m.commit,
+                coordinator_epoch: m.coordinator_epoch,
+            };
+            Ok(control::batch(b.base_offset, b.batch_max_timestamp, &marker))
+        }
+        _ => {
+            tracing::error!(at = b.base_offset, ?m, "FindBatches gave an impossible transaction marker");
+            Err(KafkaError::new(
+                ErrorCode::CorruptMessage,
+                format!("the transaction marker at offset {} is not one a partition can hold", b.base_offset),
+            ))
+        }
+    }
+}
+
 /// The answer for each partition asked for, in order: the coordinator answers one topic of one
 /// partition per request topic; a missing answer, or one for another partition, is `None`.
 fn answers_for(
@@ -492,6 +549,7 @@ mod tests {
             log_append_timestamp: 5,
             batch_max_timestamp: 2_000,
             timestamp_type: 0,
+            marker: None,
         };
         let gathered = reader.gather([&info].into_iter()).await;
         // A concurrent fetch evicts the range before this one assembles its answer.
@@ -514,6 +572,7 @@ mod tests {
             log_append_timestamp: 5,
             batch_max_timestamp: 2_000,
             timestamp_type: 0,
+            marker: None,
         }
     }
 
@@ -540,6 +599,43 @@ mod tests {
         let mut object = vec![0u8];
         object.extend_from_slice(&batch);
         (object, batch.len())
+    }
+
+    /// A transaction marker as FindBatches describes it: no object bytes.
+    fn marker_info(offset: i64, producer_epoch: i32) -> BatchInfo {
+        BatchInfo {
+            object_key: String::new(),
+            byte_offset: 0,
+            byte_size: 0,
+            base_offset: offset,
+            last_offset: offset,
+            batch_max_timestamp: 9_000,
+            marker: Some(diskless_proto::v1::TxnMarker {
+                producer_id: 5,
+                producer_epoch,
+                commit: false,
+                coordinator_epoch: 2,
+            }),
+            ..info(0, 0, offset, offset)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_transaction_marker_is_served_as_its_control_batch_without_reading_an_object() {
+        let (object, len) = segment();
+        let out = serve(&object, &[info(1, len as i64, 10, 12), marker_info(13, 1)]).await.expect("served");
+        let data = record_batch::framed_len(&out).unwrap();
+        let control = record_batch::parse(&out[data..]).expect("a whole control batch after the data");
+        assert!(control.is_control() && control.is_transactional());
+        assert_eq!((control.base_offset, control.producer_id, control.producer_epoch), (13, 5, 1));
+        assert_eq!(control.max_timestamp, 9_000);
+        // A marker no partition can hold fails its partition, never the connection.
+        for bad in [marker_info(13, 1 << 20), BatchInfo { last_offset: 14, ..marker_info(13, 1) }, marker_info(-1, 1)] {
+            let e = serve(&object, &[bad]).await.expect_err("refused");
+            assert_eq!(e.code, ErrorCode::CorruptMessage);
+        }
+        // An empty object key without a marker is not read from anywhere either.
+        assert!(serve(&object, &[BatchInfo { marker: None, ..marker_info(13, 1) }]).await.is_err());
     }
 
     #[tokio::test]
@@ -628,7 +724,8 @@ mod tests {
 
     #[test]
     fn each_partition_asked_for_gets_exactly_one_answer_whatever_the_coordinator_sends() {
-        let part = |n| FetchPartition { topic_id: [1; 16], partition: n, offset: 0, max_bytes: 1 };
+        let part =
+            |n| FetchPartition { topic_id: [1; 16], partition: n, offset: 0, max_bytes: 1, read_committed: false };
         let answer = |topic: [u8; 16], n| FindBatchesTopicResponse {
             topic_id: topic.to_vec(),
             partitions: vec![FindBatchesPartitionResponse { partition_index: n, ..Default::default() }],

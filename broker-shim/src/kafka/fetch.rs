@@ -5,8 +5,11 @@
 //! `max_wait_ms` passes (at most 30 s), as Kafka's `DelayedFetch` waits in its purgatory. A
 //! fetch whose partitions are all known to be at its offsets (`Marks::caught_up`) parks without a
 //! first read: an idle consumer costs the coordinator cluster nothing. Every partition asked for gets
-//! one answer: an error when the fetcher gave it none. It must not read object storage or the
-//! coordinator cluster itself.
+//! one answer: an error when the fetcher gave it none. `read_committed` (v4+) reads up to the last
+//! stable offset and answers the aborted transactions of what it returns, as Kafka's
+//! `FetchIsolation.TXN_COMMITTED`; such a fetch at the last stable offset parks as one at the high
+//! watermark does (the marker that ends a transaction moves the high watermark). It must not read
+//! object storage or the coordinator cluster itself.
 
 use std::time::{Duration, Instant};
 
@@ -49,6 +52,7 @@ pub(super) async fn fetch(l: &Session, header: &RequestHeader, req: FetchRequest
         resolved: Result<FetchPartition, KafkaError>,
     }
     let mut wants = vec![];
+    let read_committed = v >= 4 && req.isolation_level == 1;
     let access = l.access().await;
     for t in &req.topics {
         let topic = l.topic(&access, Operation::Read, t.topic.as_str()).await;
@@ -61,6 +65,7 @@ pub(super) async fn fetch(l: &Session, header: &RequestHeader, req: FetchRequest
                     partition: p.partition,
                     offset: p.fetch_offset,
                     max_bytes: p.partition_max_bytes,
+                    read_committed,
                 })
             });
             wants.push(Want { topic: t.topic.clone(), partition: p.partition, resolved });
@@ -99,12 +104,9 @@ pub(super) async fn fetch(l: &Session, header: &RequestHeader, req: FetchRequest
         let known: Option<Vec<crate::fetch::Fetched>> = if first && !asks.is_empty() {
             asks.iter()
                 .map(|a| {
-                    marks.caught_up(a.topic_id, a.partition, a.offset).map(|(hwm, log_start)| crate::fetch::Fetched {
-                        error: None,
-                        high_watermark: hwm,
-                        log_start_offset: log_start,
-                        records: Bytes::new(),
-                    })
+                    marks
+                        .caught_up(a.topic_id, a.partition, a.offset)
+                        .map(|(hwm, log_start)| crate::fetch::Fetched::empty(None, hwm, log_start))
                 })
                 .collect()
         } else {
@@ -138,10 +140,15 @@ pub(super) async fn fetch(l: &Session, header: &RequestHeader, req: FetchRequest
             Ok(v) => v.iter().map(|f| f.high_watermark).collect(),
             Err(_) => vec![-1; asks.len()],
         };
-        // Batches below the high watermark not returned (every replica asked was behind the
-        // leader): the marks already say more than the read, so the wait is a short poll.
+        // Batches below the high watermark (read_committed: the last stable offset) not returned
+        // (every replica asked was behind the leader): the marks already say more than the read,
+        // so the wait is a short poll. A read_committed fetch held back by an open transaction
+        // waits for the marker, which moves the high watermark.
         let behind = match &r {
-            Ok(v) => v.iter().zip(&asks).any(|(f, a)| f.records.is_empty() && f.high_watermark > a.offset),
+            Ok(v) => v.iter().zip(&asks).any(|(f, a)| {
+                let end = if read_committed { f.last_stable_offset } else { f.high_watermark };
+                f.records.is_empty() && end > a.offset
+            }),
             Err(_) => false,
         };
         parked.get_or_insert_with(Parked::new);
@@ -158,13 +165,7 @@ pub(super) async fn fetch(l: &Session, header: &RequestHeader, req: FetchRequest
         Ok(v) => v.into_iter(),
         Err(e) => {
             // The coordinator cluster is unreachable: every partition gets the retriable error.
-            let f = crate::fetch::Fetched {
-                error: Some(e),
-                high_watermark: -1,
-                log_start_offset: -1,
-                records: Bytes::new(),
-            };
-            vec![f; asks.len()].into_iter()
+            vec![crate::fetch::Fetched::empty(Some(e), -1, -1); asks.len()].into_iter()
         }
     };
     let mut responses: Vec<fetch_response::FetchableTopicResponse> = vec![];
@@ -186,19 +187,27 @@ pub(super) async fn fetch(l: &Session, header: &RequestHeader, req: FetchRequest
                 // without one, never the connection.
                 let f = fetched.next().unwrap_or_else(|| {
                     tracing::warn!(partition = w.partition, "the fetcher answered fewer partitions than asked");
-                    crate::fetch::Fetched {
-                        error: Some(KafkaError::new(ErrorCode::UnknownServerError, "no answer for the partition")),
-                        high_watermark: -1,
-                        log_start_offset: -1,
-                        records: Bytes::new(),
-                    }
+                    let e = KafkaError::new(ErrorCode::UnknownServerError, "no answer for the partition");
+                    crate::fetch::Fetched::empty(Some(e), -1, -1)
                 });
                 let mut d = fetch_response::PartitionData::default()
                     .with_partition_index(w.partition)
                     .with_error_code(f.error.as_ref().map_or(ErrorCode::None, |e| e.code).code())
                     .with_high_watermark(f.high_watermark)
-                    .with_last_stable_offset(f.high_watermark)
+                    .with_last_stable_offset(f.last_stable_offset)
                     .with_records(Some(f.records));
+                if read_committed {
+                    let aborted = f
+                        .aborted
+                        .iter()
+                        .map(|&(producer_id, first_offset)| {
+                            fetch_response::AbortedTransaction::default()
+                                .with_producer_id(ProducerId(producer_id))
+                                .with_first_offset(first_offset)
+                        })
+                        .collect();
+                    d = d.with_aborted_transactions(Some(aborted));
+                }
                 if v >= 5 {
                     d = d.with_log_start_offset(f.log_start_offset);
                 }

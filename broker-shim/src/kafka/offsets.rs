@@ -5,10 +5,11 @@
 //! metadata partition.
 //!
 //! ListOffsets follows Kafka's `UnifiedLog.fetchOffsetByTimestamp`: EARLIEST (−2) and
-//! EARLIEST_LOCAL (−4) the log start, LATEST (−1) the high watermark (also the last stable offset:
-//! no transactions yet), LATEST_TIERED (−5) −1 (nothing is tiered); a time t the earliest *record*
+//! EARLIEST_LOCAL (−4) the log start, LATEST (−1) the high watermark (`read_committed`, v2+: the
+//! last stable offset), LATEST_TIERED (−5) −1 (nothing is tiered); a time t the earliest *record*
 //! whose timestamp is ≥ t, MAX_TIMESTAMP (−3) the first record with the largest timestamp — the
-//! coordinator finds the batch, `fetch::by_time` the record in it.
+//! coordinator finds the batch, `fetch::by_time` the record in it; with `read_committed` nothing
+//! at or past the last stable offset is found (Kafka's `ReplicaManager.fetchOffsetForTimestamp`).
 
 use kafka_protocol::messages::*;
 
@@ -30,6 +31,7 @@ async fn to_the_record(
     l: &Listener,
     (topic_id, partition, timestamp): OffsetAsk,
     found: Result<(i64, i64), KafkaError>,
+    read_committed: bool,
 ) -> Result<(i64, i64), KafkaError> {
     let target = match timestamp {
         t if t >= 0 => TimeTarget::AtOrAfter(t),
@@ -39,7 +41,10 @@ async fn to_the_record(
     let mut found = found?;
     for attempt in 0..TIME_LOOKUP_ATTEMPTS {
         if attempt > 0 {
-            found = l.shim.cluster.list_offset(topic_id, partition, timestamp).await?;
+            let again = l.shim.cluster.list_offsets_isolated(&[(topic_id, partition, timestamp)], read_committed).await;
+            found = again.into_iter().next().unwrap_or_else(|| {
+                Err(KafkaError::new(ErrorCode::UnknownServerError, "no answer for the partition"))
+            })?;
         }
         let (batch_ts, batch_offset) = found;
         if batch_offset < 0 {
@@ -80,8 +85,12 @@ pub(super) async fn list_offsets(l: &Session, header: &RequestHeader, req: ListO
     }
     let asks: Vec<OffsetAsk> =
         checked.iter().flat_map(|(_, items)| items.iter().filter_map(|i| i.ask.clone().ok())).collect();
-    let found = l.shim.cluster.list_offsets(&asks).await;
-    let exact = futures_util::future::join_all(asks.iter().zip(found).map(|(&ask, f)| to_the_record(l, ask, f))).await;
+    let read_committed = v >= 2 && req.isolation_level == 1;
+    let found = l.shim.cluster.list_offsets_isolated(&asks, read_committed).await;
+    let exact = futures_util::future::join_all(
+        asks.iter().zip(found).map(|(&ask, f)| to_the_record(l, ask, f, read_committed)),
+    )
+    .await;
     let mut exact = exact.into_iter();
     let mut topics = vec![];
     for (name, items) in checked {

@@ -472,6 +472,7 @@ async fn commit(s: Sealed, broker_id: i32, storage: &Storage, committer: &dyn Co
                 producer_epoch: i32::from(p.header.producer_epoch),
                 base_sequence: p.header.base_sequence,
                 last_sequence: p.header.last_sequence(),
+                is_transactional: p.header.is_transactional(),
             })
             .collect(),
         // The coordinator may take only the time left before the deadline.

@@ -147,7 +147,14 @@ impl Node {
             Read::ListOffsets(items) => Answer::ListOffsets(
                 items
                     .iter()
-                    .map(|(tp, ts)| sm.list_offsets(&view, tp, *ts))
+                    .map(|(tp, ts)| sm.list_offsets(&view, tp, *ts, false))
+                    .collect::<Result<_, _>>()
+                    .map_err(failed)?,
+            ),
+            Read::ListOffsetsCommitted(items) => Answer::ListOffsets(
+                items
+                    .iter()
+                    .map(|(tp, ts)| sm.list_offsets(&view, tp, *ts, true))
                     .collect::<Result<_, _>>()
                     .map_err(failed)?,
             ),

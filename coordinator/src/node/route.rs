@@ -25,8 +25,8 @@ use serde::{Deserialize, Serialize};
 use super::{Node, RouteError, CHANGE_TIMEOUT};
 use crate::raft::NodeId;
 use crate::state_machine::{
-    AclBinding, AclFilter, BrokerRecord, CommitFile, Failure, FileState, FileToDelete, GroupRecord, OffsetAndTimestamp,
-    OffsetRecord, Op, Outcome, TopicInfo, TopicPartition,
+    AclBinding, AclFilter, BrokerRecord, CommitFile, CommitFileV2, Failure, FileState, FileToDelete, GroupRecord,
+    OffsetAndTimestamp, OffsetRecord, Op, Outcome, TopicInfo, TopicPartition,
 };
 use crate::storage::codec;
 
@@ -63,6 +63,8 @@ pub enum Write {
     /// A file's part, gathered with the partition's concurrent commits ([`Node::commit`]); answered
     /// as [`Outcome::CommitFile`].
     Commit(CommitFile),
+    /// [`Write::Commit`] with each batch's transactional flag.
+    CommitV2(CommitFileV2),
 }
 
 /// A strict read, served by a metadata partition's leader once it may serve linearizable reads
@@ -86,6 +88,8 @@ pub enum Read {
     LiveBrokers,
     /// DescribeAcls: the bindings matching the filter.
     Acls(AclFilter),
+    /// ListOffsets with `read_committed` (answered as [`Answer::ListOffsets`]).
+    ListOffsetsCommitted(Vec<(TopicPartition, i64)>),
 }
 
 /// A [`Read`]'s answer (the variant of the same name).
@@ -304,6 +308,10 @@ impl Node {
                 Ok(Served::Written(outcome, index))
             }
             Routed::Write(Write::Commit(file)) => {
+                let (rs, index) = self.commit(g, file.into(), timeout).await?;
+                Ok(Served::Written(Outcome::CommitFile(rs), index))
+            }
+            Routed::Write(Write::CommitV2(file)) => {
                 let (rs, index) = self.commit(g, file, timeout).await?;
                 Ok(Served::Written(Outcome::CommitFile(rs), index))
             }

@@ -51,7 +51,7 @@ async fn apply(sm: &mut SmStore, entries: Vec<Entry>) {
 
 fn high_watermark(sm: &SmStore) -> i64 {
     sm.state_machine()
-        .list_offsets(&sm.home().current().db.read(), &tp(1, 0), -1)
+        .list_offsets(&sm.home().current().db.read(), &tp(1, 0), -1, false)
         .expect("read")
         .expect("listed")
         .offset

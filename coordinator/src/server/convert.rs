@@ -73,7 +73,7 @@ pub fn tp(topic: &[u8], partition: i32) -> Result<TopicPartition, Failure> {
     Ok(TopicPartition { topic_id: topic_id(topic)?, partition })
 }
 
-fn narrow<T: TryFrom<i32>>(v: i32, what: &str) -> Result<T, Failure> {
+pub fn narrow<T: TryFrom<i32>>(v: i32, what: &str) -> Result<T, Failure> {
     T::try_from(v).map_err(|_| Failure::new(ErrorCode::InvalidRequest, format!("{what} {v} is out of range")))
 }
 

@@ -10,8 +10,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::command::{Command, CommitFile, CommittedBatch, Failure, Op, Outcome};
+use super::command::{Command, CommitFile, CommittedBatch, Failure, Op, Outcome, TIMESTAMP_CREATE_TIME};
+use super::commit_file::MAGIC_V2;
 use super::keys::TopicPartition;
+use super::records::MarkerRecord;
 
 /// A change to one partition (or, `deleted`, to a whole topic: `partition` is then -1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +42,8 @@ pub struct AppendedBatch {
     pub log_append_time: i64,
     pub batch_max_timestamp: i64,
     pub timestamp_type: i8,
+    /// A transaction marker (no object bytes: `object_key` is empty).
+    pub marker: Option<MarkerRecord>,
 }
 
 /// What one entry changed.
@@ -75,6 +79,37 @@ pub fn changes(cmd: &Command, outcome: &Outcome) -> Changes {
         (Op::CommitFiles(files), Outcome::CommitFiles(per_file)) => {
             for (file, results) in files.iter().zip(per_file) {
                 committed(&mut by_tp, &mut batches, file, results);
+            }
+        }
+        (Op::CommitFilesV2(files), Outcome::CommitFiles(per_file)) => {
+            for (file, results) in files.iter().zip(per_file) {
+                committed(&mut by_tp, &mut batches, &file.file, results);
+            }
+        }
+        (Op::EndTransaction(markers), Outcome::EndTransaction(results)) => {
+            let no_object: Arc<str> = Arc::from("");
+            for (m, r) in markers.iter().zip(results) {
+                let Ok(Some(offset)) = r else { continue };
+                batches.push(AppendedBatch {
+                    tp: m.tp,
+                    object_key: no_object.clone(),
+                    magic: MAGIC_V2,
+                    byte_offset: 0,
+                    byte_size: 0,
+                    base_offset: *offset,
+                    last_offset: *offset,
+                    log_append_time: cmd.now_ms,
+                    batch_max_timestamp: cmd.now_ms,
+                    timestamp_type: TIMESTAMP_CREATE_TIME,
+                    marker: Some(MarkerRecord {
+                        producer_id: m.producer_id,
+                        producer_epoch: m.producer_epoch,
+                        commit: m.commit,
+                        coordinator_epoch: m.coordinator_epoch,
+                    }),
+                });
+                let e = entry(&mut by_tp, m.tp);
+                e.high_watermark = Some(e.high_watermark.map_or(offset + 1, |h| h.max(offset + 1)));
             }
         }
         (Op::DeleteRecords { .. }, Outcome::DeleteRecords(results)) => {
@@ -131,6 +166,7 @@ fn committed(
             log_append_time: c.log_append_time,
             batch_max_timestamp: b.batch_max_timestamp,
             timestamp_type: b.timestamp_type,
+            marker: None,
         });
         let e = entry(by_tp, b.tp);
         e.high_watermark = Some(e.high_watermark.map_or(hwm, |h| h.max(hwm)));
@@ -207,6 +243,28 @@ mod tests {
             c.batches.iter().map(|b| (b.tp.partition, b.base_offset, b.last_offset, &*b.object_key)).collect();
         assert_eq!(coords, vec![(0, 10, 12, "k"), (1, 0, 4, "k"), (0, 13, 14, "k")]);
         assert!(c.batches.iter().all(|b| b.log_append_time == 1 && b.byte_size == 100));
+    }
+
+    #[test]
+    fn a_written_marker_moves_the_high_watermark_and_is_announced_without_object_bytes() {
+        use crate::state_machine::command::TxnMarker;
+        let marker =
+            |p, commit| TxnMarker { tp: tp(p), producer_id: 9, producer_epoch: 2, commit, coordinator_epoch: 4 };
+        let cmd =
+            Command { now_ms: 77, op: Op::EndTransaction(vec![marker(0, true), marker(1, false), marker(2, true)]) };
+        let outcome = Outcome::EndTransaction(vec![
+            Ok(Some(12)),
+            Ok(None),
+            Err(Failure::new(ErrorCode::InvalidProducerEpoch, "")),
+        ]);
+        let c = changes(&cmd, &outcome);
+        let hwms: Vec<(i32, Option<i64>)> = c.partitions.iter().map(|p| (p.tp.partition, p.high_watermark)).collect();
+        assert_eq!(hwms, vec![(0, Some(13))], "only a written marker moves its partition");
+        assert_eq!(c.batches.len(), 1);
+        let b = &c.batches[0];
+        assert_eq!((b.base_offset, b.last_offset, b.byte_size, &*b.object_key, b.log_append_time), (12, 12, 0, "", 77));
+        let m = b.marker.expect("the marker");
+        assert_eq!((m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch), (9, 2, true, 4));
     }
 
     #[test]

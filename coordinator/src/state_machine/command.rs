@@ -95,6 +95,38 @@ pub enum Op {
     CreateAcls(Vec<AclBinding>),
     /// DeleteAcls (metadata partition 0 only).
     DeleteAcls(Vec<AclFilter>),
+    /// `CommitFiles` whose batches may be transactional; answered as `Outcome::CommitFiles`.
+    /// Proposed instead of `CommitFiles`, which older log entries hold.
+    CommitFilesV2(Vec<CommitFileV2>),
+    /// DisklessEndTransaction: a COMMIT or ABORT marker for a producer's transaction on each
+    /// partition named (see `partition_txns`).
+    EndTransaction(Vec<TxnMarker>),
+}
+
+/// A file's commit whose batches may be transactional.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CommitFileV2 {
+    pub file: CommitFile,
+    /// Per batch, in order: whether it is transactional. Empty: none is.
+    pub transactional: Vec<bool>,
+}
+
+impl From<CommitFile> for CommitFileV2 {
+    fn from(file: CommitFile) -> Self {
+        CommitFileV2 { file, transactional: vec![] }
+    }
+}
+
+/// A transaction marker to write on one partition (Kafka's WriteTxnMarkers entry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnMarker {
+    pub tp: TopicPartition,
+    pub producer_id: i64,
+    /// The epoch the transaction ends with (transactions v2: the transaction's epoch + 1).
+    pub producer_epoch: i16,
+    /// COMMIT, else ABORT.
+    pub commit: bool,
+    pub coordinator_epoch: i32,
 }
 
 /// A broker's registration: who it is, where clients reach it, for how long.
@@ -275,6 +307,9 @@ pub enum Outcome {
     AclsCreated(Vec<Result<(), Failure>>),
     /// DeleteAcls: per filter, in request order, the bindings it matched and removed.
     AclsDeleted(Vec<Result<Vec<AclBinding>, Failure>>),
+    /// EndTransaction: per marker, in request order, the offset the marker was written at (`None`:
+    /// the producer had no open transaction there, so nothing was written).
+    EndTransaction(Vec<Result<Option<i64>, Failure>>),
 }
 
 /// Producer ids `[first, first + len)`, for one broker to hand out.
@@ -337,6 +372,8 @@ impl std::fmt::Display for Command {
             Op::EnforceRetention { .. } => "EnforceRetention",
             Op::Noop => "Noop",
             Op::CommitFiles(files) => return write!(f, "CommitFiles({} files) at {}", files.len(), self.now_ms),
+            Op::CommitFilesV2(files) => return write!(f, "CommitFiles({} files) at {}", files.len(), self.now_ms),
+            Op::EndTransaction(m) => return write!(f, "EndTransaction({} markers) at {}", m.len(), self.now_ms),
             Op::AllocateProducerIds { .. } => "AllocateProducerIds",
             Op::FenceObjects { object_keys } => {
                 return write!(f, "FenceObjects({} keys) at {}", object_keys.len(), self.now_ms)

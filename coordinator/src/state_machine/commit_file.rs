@@ -14,6 +14,11 @@
 //! carries exactly what the first one did (same batch count and CRC, see `checksum`): it gets the
 //! first commit's answers again, changing nothing; any other commit of a known key is refused
 //! (INVALID_REQUEST).
+//!
+//! A transactional batch must come from an idempotent producer; its first one on a partition
+//! opens the producer's transaction there, and an idempotent non-transactional batch of a producer
+//! whose transaction is open there is refused (INVALID_TXN_STATE), as Kafka's
+//! `ProducerAppendInfo.appendDataBatch` does (see `partition_txns`).
 
 use super::command::{
     CommitBatch, CommitFile, CommittedBatch, ErrorCode, Failure, OBJECT_FORMAT_WAL_MULTI_SEGMENT,
@@ -22,7 +27,7 @@ use super::command::{
 use super::keys::META_NEXT_BATCH_ID;
 use super::producer_state::{self, Verdict};
 use super::records::{BatchRecordRef, CommitRecord, FileRecord, StoredResult, BATCH_ID_COUNTER_BITS};
-use super::{tables, time_index, StateMachine};
+use super::{partition_txns, tables, time_index, StateMachine};
 use crate::storage::{StorageError, Txn};
 
 /// The longest object key accepted.
@@ -30,11 +35,13 @@ pub const MAX_OBJECT_KEY_LEN: usize = 1024;
 /// Record batch format v2, the only one diskless topics store.
 pub const MAGIC_V2: i8 = 2;
 
+/// Commits one file; `transactional` says per batch whether it is transactional (empty: none is).
 pub fn apply(
     sm: &StateMachine,
     txn: &mut Txn<'_>,
     now: i64,
     c: &CommitFile,
+    transactional: &[bool],
 ) -> Result<Vec<Result<CommittedBatch, Failure>>, StorageError> {
     let keys = &sm.keys;
     if c.deadline_ms.is_some_and(|d| now > d) {
@@ -44,7 +51,7 @@ pub fn apply(
         );
         return Ok(c.batches.iter().map(|_| Err(late.clone())).collect());
     }
-    if let Err(f) = validate_file(sm, c) {
+    if let Err(f) = validate_file(sm, c, transactional) {
         return Ok(c.batches.iter().map(|_| Err(f.clone())).collect());
     }
     if let Some(t) = tables::fenced(txn, keys, &c.object_key)? {
@@ -57,7 +64,7 @@ pub fn apply(
         );
         return Ok(c.batches.iter().map(|_| Err(gone.clone())).collect());
     }
-    let checksum = checksum(c);
+    let checksum = checksum(c, transactional);
     if let Some(file) = tables::file(txn, keys, &c.object_key)? {
         let first: Option<CommitRecord> = tables::get(txn, &keys.commit_results(&c.object_key))?;
         return match first {
@@ -80,8 +87,9 @@ pub fn apply(
     let mut next_batch_id: u64 = tables::get(txn, &keys.meta(META_NEXT_BATCH_ID))?.unwrap_or(0);
     let mut live_bytes = 0i64;
     let mut results = Vec::with_capacity(c.batches.len());
-    for b in &c.batches {
-        let r = commit_batch(sm, txn, now, c, b, &mut next_batch_id)?;
+    for (i, b) in c.batches.iter().enumerate() {
+        let is_txn = transactional.get(i).copied().unwrap_or(false);
+        let r = commit_batch(sm, txn, now, c, b, is_txn, &mut next_batch_id)?;
         if let Ok(ok) = &r {
             if !ok.is_duplicate {
                 live_bytes += i64::from(b.size);
@@ -127,8 +135,9 @@ pub fn apply(
 /// always matches. A different commit is refused unless it also has the same batch count (checked
 /// beside the checksum) and its CRC collides: CRC-32C sees every change of one field of up to 32
 /// bits (a burst that short) and any odd number of flipped bits, and lets through a random other
-/// content with probability 2^-32. SHA-256 cost more than the rest of a small commit.
-fn checksum(c: &CommitFile) -> u32 {
+/// content with probability 2^-32. SHA-256 cost more than the rest of a small commit. The
+/// transactional flags are covered when one is set (so a commit without any sums as it always did).
+fn checksum(c: &CommitFile, transactional: &[bool]) -> u32 {
     let mut bytes = Vec::with_capacity(32 + c.object_key.len() + 4 * c.owner_ids.len() + 76 * c.batches.len());
     bytes.extend_from_slice(&(c.object_key.len() as u64).to_le_bytes());
     bytes.extend_from_slice(c.object_key.as_bytes());
@@ -155,6 +164,9 @@ fn checksum(c: &CommitFile) -> u32 {
         bytes.extend_from_slice(&b.producer_epoch.to_le_bytes());
         bytes.extend_from_slice(&b.base_sequence.to_le_bytes());
         bytes.extend_from_slice(&b.last_sequence.to_le_bytes());
+    }
+    if transactional.contains(&true) {
+        bytes.extend(transactional.iter().map(|&t| u8::from(t)));
     }
     crc32c::crc32c(&bytes)
 }
@@ -200,6 +212,7 @@ fn commit_batch(
     now: i64,
     c: &CommitFile,
     b: &CommitBatch,
+    is_txn: bool,
     next_batch_id: &mut u64,
 ) -> Result<Result<CommittedBatch, Failure>, StorageError> {
     let keys = &sm.keys;
@@ -233,6 +246,19 @@ fn commit_batch(
             Verdict::Reject(f) => return Ok(Err(f)),
         }
     }
+    if is_txn && !idempotent {
+        return Ok(Err(Failure::new(
+            ErrorCode::InvalidRecord,
+            format!("a transactional batch for {} has no producer id", b.tp),
+        )));
+    }
+    let open_txn = if idempotent { partition_txns::open(txn, keys, &b.tp, b.producer_id)? } else { None };
+    if open_txn.is_some() && !is_txn {
+        return Ok(Err(Failure::new(
+            ErrorCode::InvalidTxnState,
+            format!("producer {} has a transaction open on {}: expected a transactional batch", b.producer_id, b.tp),
+        )));
+    }
 
     let base = part.high_watermark;
     let Some(new_hwm) = base.checked_add(record_count) else {
@@ -265,6 +291,9 @@ fn commit_batch(
         let updated = producer_state::record(producer, b, base, now);
         tables::put(txn, keys.producer(&b.tp, b.producer_id), &updated)?;
     }
+    if is_txn && open_txn.is_none() {
+        partition_txns::begin(txn, keys, &b.tp, b.producer_id, b.producer_epoch, base)?;
+    }
     Ok(Ok(CommittedBatch {
         assigned_base_offset: base,
         log_append_time: now,
@@ -273,8 +302,15 @@ fn commit_batch(
     }))
 }
 
-fn validate_file(sm: &StateMachine, c: &CommitFile) -> Result<(), Failure> {
+fn validate_file(sm: &StateMachine, c: &CommitFile, transactional: &[bool]) -> Result<(), Failure> {
     let bad = |m: String| Err(Failure::new(ErrorCode::InvalidRequest, m));
+    if !transactional.is_empty() && transactional.len() != c.batches.len() {
+        return bad(format!(
+            "{} transactional flags for {} batches; a flag per batch, or none",
+            transactional.len(),
+            c.batches.len()
+        ));
+    }
     if c.object_key.is_empty() || c.object_key.len() > MAX_OBJECT_KEY_LEN {
         return bad(format!("an object key has 1 to {MAX_OBJECT_KEY_LEN} bytes, not {}", c.object_key.len()));
     }

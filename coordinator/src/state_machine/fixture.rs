@@ -140,6 +140,44 @@ impl Fixture {
         self.commit(vec![b]).1.remove(0)
     }
 
+    /// Commits `batches` (each with its transactional flag) in a new file, as `CommitFilesV2`.
+    pub fn commit_txn(&mut self, batches: Vec<(CommitBatch, bool)>) -> Vec<Result<CommittedBatch, Failure>> {
+        let key = self.fresh_key();
+        let mut at = 0;
+        let (mut bs, flags): (Vec<CommitBatch>, Vec<bool>) = batches.into_iter().unzip();
+        for b in &mut bs {
+            b.byte_offset = at;
+            at += b.size.max(0);
+        }
+        let file = CommitFile {
+            deadline_ms: None,
+            object_key: key,
+            object_format: OBJECT_FORMAT_WAL_MULTI_SEGMENT,
+            file_size: i64::from(at),
+            uploader_broker_id: 1,
+            owner_ids: vec![self.sm.metadata_partition() as i32],
+            batches: bs,
+        };
+        let Outcome::CommitFiles(mut r) =
+            self.apply(Op::CommitFilesV2(vec![CommitFileV2 { file, transactional: flags }]))
+        else {
+            panic!("wrong outcome")
+        };
+        r.remove(0)
+    }
+
+    /// One transactional batch of producer `pid`.
+    pub fn commit_in_txn(&mut self, b: CommitBatch) -> Result<CommittedBatch, Failure> {
+        self.commit_txn(vec![(b, true)]).remove(0)
+    }
+
+    /// EndTransaction with one marker: the offset it was written at, if any.
+    pub fn end_txn(&mut self, tp: TopicPartition, pid: i64, epoch: i16, commit: bool) -> Result<Option<i64>, Failure> {
+        let m = TxnMarker { tp, producer_id: pid, producer_epoch: epoch, commit, coordinator_epoch: 3 };
+        let Outcome::EndTransaction(mut r) = self.apply(Op::EndTransaction(vec![m])) else { panic!("wrong outcome") };
+        r.remove(0)
+    }
+
     pub fn delete_records(&mut self, tp: TopicPartition, offset: i64, budget: u32) -> Result<i64, Failure> {
         let op = Op::DeleteRecords { partitions: vec![DeleteRecordsPartition { tp, offset }], budget };
         let Outcome::DeleteRecords(mut r) = self.apply(op) else { panic!("wrong outcome") };
@@ -188,12 +226,23 @@ impl Fixture {
     }
 
     pub fn list_offsets(&self, tp: TopicPartition, ts: i64) -> Result<OffsetAndTimestamp, Failure> {
-        self.sm.list_offsets(&self.db.read(), &tp, ts).expect("read")
+        self.sm.list_offsets(&self.db.read(), &tp, ts, false).expect("read")
+    }
+
+    /// ListOffsets with `read_committed`.
+    pub fn list_committed(&self, tp: TopicPartition, ts: i64) -> Result<OffsetAndTimestamp, Failure> {
+        self.sm.list_offsets(&self.db.read(), &tp, ts, true).expect("read")
     }
 
     pub fn find(&self, tp: TopicPartition, offset: i64, max_bytes: i32) -> PartitionBatches {
         let mut budget = FetchBudget::new(i32::MAX, 0);
-        self.sm.find_batches(&self.db.read(), &tp, offset, max_bytes, &mut budget).expect("read")
+        self.sm.find_batches(&self.db.read(), &tp, offset, max_bytes, &mut budget, false).expect("read")
+    }
+
+    /// FindBatches with `read_committed`.
+    pub fn find_committed(&self, tp: TopicPartition, offset: i64) -> PartitionBatches {
+        let mut budget = FetchBudget::new(i32::MAX, 0);
+        self.sm.find_batches(&self.db.read(), &tp, offset, i32::MAX, &mut budget, true).expect("read")
     }
 
     pub fn describe(&self, key: &str) -> FileState {

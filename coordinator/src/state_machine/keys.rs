@@ -14,6 +14,10 @@
 //! | `B` | batches | topic id, partition, **last** offset | `BatchRecord` |
 //! | `I` | timestamp index chunks | topic id, partition, level, last offset | `IndexChunk` |
 //! | `S` | producer state | topic id, partition, producer id | `ProducerRecord` |
+//! | `U` | open transactions by producer | topic id, partition, producer id | `OpenTxnRecord` |
+//! | `V` | open transactions by first offset (the first is the last stable offset) | topic id, partition, first offset | producer id (`i64`) |
+//! | `E` | aborted transactions (Kafka's transaction index) | topic id, partition, **marker** offset | `AbortedTxnRecord` |
+//! | `C` | transaction markers (control batches without object bytes) | topic id, partition, offset | `MarkerRecord` |
 //! | `F` | files | object key | `FileRecord` |
 //! | `R` | a file's commit answers | object key | `CommitRecord` |
 //! | `D` | files to delete | marked time (sign-flipped), object key | empty |
@@ -45,6 +49,10 @@ pub const PARTITION: u8 = b'P';
 pub const BATCH: u8 = b'B';
 pub const INDEX: u8 = b'I';
 pub const PRODUCER: u8 = b'S';
+pub const OPEN_TXN: u8 = b'U';
+pub const OPEN_TXN_BY_OFFSET: u8 = b'V';
+pub const ABORTED_TXN: u8 = b'E';
+pub const MARKER: u8 = b'C';
 pub const FILE: u8 = b'F';
 pub const TO_DELETE: u8 = b'D';
 pub const COMMIT_RESULTS: u8 = b'R';
@@ -214,7 +222,7 @@ impl Keys {
         self.tp(tag, tp, 0)
     }
 
-    /// The offset suffix of a `B` or `I` key.
+    /// The offset suffix of a `B`, `I`, `V`, `E` or `C` key.
     pub fn decode_offset_suffix(key: &[u8]) -> Option<i64> {
         let tail = key.get(key.len().checked_sub(8)?..)?;
         Some(i64::from_be_bytes(tail.try_into().ok()?))
@@ -237,6 +245,34 @@ impl Keys {
     pub fn producer(&self, tp: &TopicPartition, producer_id: i64) -> Vec<u8> {
         let mut k = self.tp(PRODUCER, tp, 8);
         k.extend_from_slice(&producer_id.to_be_bytes());
+        k
+    }
+
+    /// A producer's open transaction on `tp` (`U`).
+    pub fn open_txn(&self, tp: &TopicPartition, producer_id: i64) -> Vec<u8> {
+        let mut k = self.tp(OPEN_TXN, tp, 8);
+        k.extend_from_slice(&producer_id.to_be_bytes());
+        k
+    }
+
+    /// The open transaction of `tp` that starts at `first_offset` (`V`).
+    pub fn open_txn_by_offset(&self, tp: &TopicPartition, first_offset: i64) -> Vec<u8> {
+        let mut k = self.tp(OPEN_TXN_BY_OFFSET, tp, 8);
+        k.extend_from_slice(&first_offset.to_be_bytes());
+        k
+    }
+
+    /// An aborted transaction of `tp`, by the offset of its ABORT marker (`E`).
+    pub fn aborted_txn(&self, tp: &TopicPartition, marker_offset: i64) -> Vec<u8> {
+        let mut k = self.tp(ABORTED_TXN, tp, 8);
+        k.extend_from_slice(&marker_offset.to_be_bytes());
+        k
+    }
+
+    /// The transaction marker of `tp` at `offset` (`C`).
+    pub fn marker(&self, tp: &TopicPartition, offset: i64) -> Vec<u8> {
+        let mut k = self.tp(MARKER, tp, 8);
+        k.extend_from_slice(&offset.to_be_bytes());
         k
     }
 

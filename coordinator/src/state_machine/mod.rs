@@ -25,6 +25,7 @@ mod delete_records;
 mod delete_topics;
 mod files;
 mod groups;
+pub mod partition_txns;
 mod producer_ids;
 mod producer_state;
 mod purge;
@@ -51,6 +52,8 @@ pub(crate) mod fixture;
 #[cfg(test)]
 mod groups_test;
 #[cfg(test)]
+mod partition_txns_test;
+#[cfg(test)]
 mod producer_ids_test;
 #[cfg(test)]
 mod queries_test;
@@ -61,16 +64,16 @@ mod retention_test;
 
 pub use acls::{AclBinding, AclFilter, ACL_AUTHORITY, MAX_ACLS_PER_OP};
 pub use command::{
-    AlterTopic, AlterTopicV2, Command, CommitBatch, CommitFile, CommitOffsets, CommittedBatch, CreateTopic,
-    CreateTopicV2, DeleteRecordsPartition, ErrorCode, Failure, FenceAnswer, NamedListener, OffsetCommit, Op, Outcome,
-    ProducerIdBlock, RegisterBroker, RetentionReport,
+    AlterTopic, AlterTopicV2, Command, CommitBatch, CommitFile, CommitFileV2, CommitOffsets, CommittedBatch,
+    CreateTopic, CreateTopicV2, DeleteRecordsPartition, ErrorCode, Failure, FenceAnswer, NamedListener, OffsetCommit,
+    Op, Outcome, ProducerIdBlock, RegisterBroker, RetentionReport, TxnMarker,
 };
 pub use create_partitions::{validate_topic_name, MAX_PARTITIONS};
 pub use files::{FileState, FileToDelete, MAX_FILES_TO_DELETE};
 pub use keys::TopicPartition;
 pub use producer_ids::{MAX_PRODUCER_ID_BLOCK, PRODUCER_ID_AUTHORITY};
 pub use queries::{FetchBudget, OffsetAndTimestamp, PartitionBatches, MAX_BATCHES_PER_FETCH};
-pub use records::BatchRecord;
+pub use records::{BatchRecord, MarkerRecord};
 pub use records::{BrokerRecord, GroupRecord, MemberRecord, OffsetRecord};
 pub use registry::{MAX_BROKER_LEASE_MS, REGISTRY_AUTHORITY};
 pub use time_index::FANOUT as TIME_INDEX_FANOUT;
@@ -154,14 +157,22 @@ impl StateMachine {
             Op::DeleteTopics { topic_ids, budget } => {
                 Outcome::Topics(delete_topics::apply(self, txn, now, topic_ids, *budget)?)
             }
-            Op::CommitFile(c) => Outcome::CommitFile(commit_file::apply(self, txn, now, c)?),
+            Op::CommitFile(c) => Outcome::CommitFile(commit_file::apply(self, txn, now, c, &[])?),
             Op::CommitFiles(files) => {
                 let mut out = Vec::with_capacity(files.len());
                 for c in files {
-                    out.push(commit_file::apply(self, txn, now, c)?);
+                    out.push(commit_file::apply(self, txn, now, c, &[])?);
                 }
                 Outcome::CommitFiles(out)
             }
+            Op::CommitFilesV2(files) => {
+                let mut out = Vec::with_capacity(files.len());
+                for c in files {
+                    out.push(commit_file::apply(self, txn, now, &c.file, &c.transactional)?);
+                }
+                Outcome::CommitFiles(out)
+            }
+            Op::EndTransaction(markers) => Outcome::EndTransaction(partition_txns::apply(self, txn, now, markers)?),
             Op::DeleteRecords { partitions, budget } => {
                 Outcome::DeleteRecords(delete_records::apply(self, txn, now, partitions, *budget)?)
             }
@@ -211,17 +222,19 @@ impl StateMachine {
         })
     }
 
-    /// DisklessListOffsets for one partition.
+    /// DisklessListOffsets for one partition (`read_committed`: bounded by the last stable offset).
     pub fn list_offsets(
         &self,
         view: &dyn KvRead,
         tp: &TopicPartition,
         timestamp: i64,
+        read_committed: bool,
     ) -> Result<Result<OffsetAndTimestamp, Failure>, StorageError> {
-        queries::list_offsets(view, &self.keys, tp, timestamp)
+        queries::list_offsets(view, &self.keys, tp, timestamp, read_committed)
     }
 
-    /// DisklessFindBatches for one partition, sharing `budget` with the request's other partitions.
+    /// DisklessFindBatches for one partition, sharing `budget` with the request's other partitions
+    /// (`read_committed`: below the last stable offset, with the aborted transactions).
     pub fn find_batches(
         &self,
         view: &dyn KvRead,
@@ -229,8 +242,9 @@ impl StateMachine {
         offset: i64,
         max_partition_fetch_bytes: i32,
         budget: &mut FetchBudget,
+        read_committed: bool,
     ) -> Result<PartitionBatches, StorageError> {
-        queries::find_batches(view, &self.keys, tp, offset, max_partition_fetch_bytes, budget)
+        queries::find_batches(view, &self.keys, tp, offset, max_partition_fetch_bytes, budget, read_committed)
     }
 
     /// An operator's figures of one partition: log start, high watermark, bytes, batches.

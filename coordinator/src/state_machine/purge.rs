@@ -4,12 +4,13 @@
 //! the batches they cut off are removed here, in queue order (topic id, partition) and offset
 //! order, each costing one unit of the command's budget, so no single log entry does unbounded
 //! work. Removing a batch takes its bytes off its file; a file left with none is marked for
-//! deletion. A deleted topic's partition then loses its producer states (a unit each) and, last,
+//! deletion; a transaction marker takes its marker record and aborted range with it. A deleted
+//! topic's partition then loses its producer states and open transactions (a unit each) and, last,
 //! its record; leaving the queue costs one unit.
 
-use super::keys::{TopicPartition, BATCH, PRODUCER, PURGE};
+use super::keys::{TopicPartition, BATCH, OPEN_TXN, OPEN_TXN_BY_OFFSET, PRODUCER, PURGE};
 use super::records::{BatchRecord, PartitionRecord};
-use super::{tables, time_index, StateMachine};
+use super::{partition_txns, tables, time_index, StateMachine};
 use crate::storage::{codec, KvRead, StorageError, Txn};
 
 /// Work done and left by one purge run.
@@ -41,7 +42,15 @@ pub fn run(
         } else {
             time_index::purge_below(txn, keys, &tp, part.log_start_offset)?;
         }
-        if !done || (part.deleted && !purge_producers(txn, sm, &tp, budget)?) || *budget == 0 {
+        let per_partition_left = |txn: &mut Txn<'_>, budget: &mut u32| -> Result<bool, StorageError> {
+            for tag in [PRODUCER, OPEN_TXN, OPEN_TXN_BY_OFFSET] {
+                if !purge_table(txn, sm, tag, &tp, budget)? {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        };
+        if !done || (part.deleted && per_partition_left(txn, budget)?) || *budget == 0 {
             tables::put(txn, keys.partition(&tp), &part)?;
             return Ok(false);
         }
@@ -102,21 +111,40 @@ fn purge_batches(
             *budget -= 1;
             progress.batches_deleted += 1;
             txn.delete(k);
-            part.byte_size -= i64::from(b.byte_size);
-            tables::release_file_bytes(txn, keys, &b.object_key, i64::from(b.byte_size), now)?;
+            forget_batch(txn, sm, tp, part, &b, now)?;
         }
     }
 }
 
-/// Deletes the producer states of `tp`, while the budget lasts. Returns whether none is left.
-fn purge_producers(
+/// What deleting a stored batch releases: its bytes from the partition and its file, or, for a
+/// transaction marker, its marker record and aborted range.
+pub fn forget_batch(
     txn: &mut Txn<'_>,
     sm: &StateMachine,
     tp: &TopicPartition,
+    part: &mut PartitionRecord,
+    b: &BatchRecord,
+    now: i64,
+) -> Result<(), StorageError> {
+    if b.is_marker() {
+        partition_txns::forget_marker(txn, &sm.keys, tp, b.base_offset);
+        return Ok(());
+    }
+    part.byte_size -= i64::from(b.byte_size);
+    tables::release_file_bytes(txn, &sm.keys, &b.object_key, i64::from(b.byte_size), now)
+}
+
+/// Deletes the keys of `tp` in table `tag` (producer states, open transactions), while the budget
+/// lasts. Returns whether none is left.
+fn purge_table(
+    txn: &mut Txn<'_>,
+    sm: &StateMachine,
+    tag: u8,
+    tp: &TopicPartition,
     budget: &mut u32,
 ) -> Result<bool, StorageError> {
-    let from = sm.keys.tp_start(PRODUCER, tp);
-    let to = sm.keys.tp_end(PRODUCER, tp);
+    let from = sm.keys.tp_start(tag, tp);
+    let to = sm.keys.tp_end(tag, tp);
     loop {
         let mut doomed = Vec::new();
         let page = (*budget as usize).clamp(1, 1024);

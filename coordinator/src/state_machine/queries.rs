@@ -2,10 +2,16 @@
 //!
 //! Whether a view is fresh enough (leader after ReadIndex, or a replica that has applied a given
 //! index) is the caller's business; these functions only read.
+//!
+//! `read_committed` (Kafka's `IsolationLevel.READ_COMMITTED`) bounds both by the partition's last
+//! stable offset (`partition_txns`): ListOffsets answers it for LATEST and finds nothing at or past
+//! it (Kafka's `ReplicaManager.fetchOffsetForTimestamp`); FindBatches returns no batch that starts
+//! at or past it, and names the aborted transactions of the range it returns.
 
 use super::command::{ErrorCode, Failure};
 use super::keys::{Keys, TopicPartition};
-use super::records::{BatchRecord, PartitionRecord};
+use super::partition_txns::{self, AbortedTxn};
+use super::records::{BatchRecord, MarkerRecord, PartitionRecord};
 use super::{tables, time_index};
 use crate::storage::{codec, KvRead, StorageError};
 
@@ -41,18 +47,22 @@ pub fn list_offsets(
     keys: &Keys,
     tp: &TopicPartition,
     timestamp: i64,
+    read_committed: bool,
 ) -> Result<Result<OffsetAndTimestamp, Failure>, StorageError> {
     let Some(part) = partition(view, keys, tp)? else { return Ok(Err(unknown(tp))) };
+    // The first offset a consumer of this isolation may not read yet.
+    let fetchable_end =
+        if read_committed { partition_txns::last_stable_offset(view, keys, tp, &part)? } else { part.high_watermark };
     let at = |offset| Ok(Ok(OffsetAndTimestamp { offset, timestamp: -1 }));
     let found = |f: Option<time_index::Found>| {
-        Ok(Ok(f.map_or(NONE_FOUND, |f| OffsetAndTimestamp {
+        Ok(Ok(f.filter(|f| f.base_offset < fetchable_end).map_or(NONE_FOUND, |f| OffsetAndTimestamp {
             offset: f.base_offset.max(part.log_start_offset),
             timestamp: f.timestamp,
         })))
     };
     match timestamp {
         EARLIEST | EARLIEST_LOCAL => at(part.log_start_offset),
-        LATEST => at(part.high_watermark),
+        LATEST => at(fetchable_end),
         LATEST_TIERED => Ok(Ok(NONE_FOUND)),
         MAX_TIMESTAMP => found(time_index::max_timestamp(view, keys, tp, part.log_start_offset)?),
         t if t >= 0 => found(time_index::first_at_or_after(view, keys, tp, part.log_start_offset, t)?),
@@ -98,12 +108,20 @@ pub struct PartitionBatches {
     /// -1 when the partition is unknown.
     pub log_start_offset: i64,
     pub high_watermark: i64,
+    /// -1 when the partition is unknown.
+    pub last_stable_offset: i64,
     pub batches: Vec<BatchRecord>,
+    /// The transaction markers among `batches` (those without object bytes), by offset.
+    pub markers: Vec<(i64, MarkerRecord)>,
+    /// `read_committed`: the aborted transactions overlapping the batches returned.
+    pub aborted: Vec<AbortedTxn>,
 }
 
 /// The batches of `tp` holding `offset` and after, within the budget: the first partition with
 /// data always gets at least one batch (Kafka's min-one-message rule); after that, batches are
 /// taken in order while they fit both this partition's and the request's remaining bytes.
+/// `read_committed`: only batches below the last stable offset, with the aborted transactions
+/// they overlap.
 pub fn find_batches(
     view: &dyn KvRead,
     keys: &Keys,
@@ -111,21 +129,30 @@ pub fn find_batches(
     offset: i64,
     max_partition_fetch_bytes: i32,
     budget: &mut FetchBudget,
+    read_committed: bool,
 ) -> Result<PartitionBatches, StorageError> {
     let Some(part) = partition(view, keys, tp)? else {
         return Ok(PartitionBatches {
             error: Some(unknown(tp)),
             log_start_offset: -1,
             high_watermark: -1,
+            last_stable_offset: -1,
             batches: vec![],
+            markers: vec![],
+            aborted: vec![],
         });
     };
+    let last_stable_offset = partition_txns::last_stable_offset(view, keys, tp, &part)?;
     let mut out = PartitionBatches {
         error: None,
         log_start_offset: part.log_start_offset,
         high_watermark: part.high_watermark,
+        last_stable_offset,
         batches: vec![],
+        markers: vec![],
+        aborted: vec![],
     };
+    let end = if read_committed { last_stable_offset } else { i64::MAX };
     if offset < part.log_start_offset || offset > part.high_watermark {
         out.error = Some(Failure::new(
             ErrorCode::OffsetOutOfRange,
@@ -145,6 +172,9 @@ pub fn find_batches(
             return Ok(false);
         }
         let b: BatchRecord = codec::decode(k, v)?;
+        if b.base_offset >= end {
+            return Ok(false);
+        }
         let min_one = out.batches.is_empty() && !budget.returned_any;
         if taken + i64::from(b.byte_size) > limit && !min_one {
             return Ok(false);
@@ -156,6 +186,18 @@ pub fn find_batches(
     })?;
     budget.remaining_bytes = (budget.remaining_bytes - taken).max(0);
     budget.returned_any |= !out.batches.is_empty();
+    for b in out.batches.iter().filter(|b| b.is_marker()) {
+        let m = partition_txns::marker(view, keys, tp, b.base_offset)?.ok_or_else(|| StorageError::Corrupt {
+            key: crate::storage::display_key(&keys.batch(tp, b.last_offset)),
+            reason: "a batch without object bytes has no marker record".into(),
+        })?;
+        out.markers.push((b.base_offset, m));
+    }
+    if read_committed {
+        if let Some(last) = out.batches.last() {
+            out.aborted = partition_txns::aborted_in(view, keys, tp, offset, last.last_offset + 1)?;
+        }
+    }
     Ok(out)
 }
 

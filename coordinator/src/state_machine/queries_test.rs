@@ -164,7 +164,7 @@ fn find_batches_respects_byte_and_count_limits_with_min_one() {
     }
     let view = f.db.read();
     let find = |budget: &mut FetchBudget, p, max_bytes| {
-        f.sm.find_batches(&view, &tp(1, p), 0, max_bytes, budget).unwrap().batches.len()
+        f.sm.find_batches(&view, &tp(1, p), 0, max_bytes, budget, false).unwrap().batches.len()
     };
     // Partition limit.
     assert_eq!(find(&mut FetchBudget::new(10_000, 0), 0, 250), 2);

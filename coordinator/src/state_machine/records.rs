@@ -87,6 +87,11 @@ impl BatchRecordRef<'_> {
 }
 
 impl BatchRecord {
+    /// A transaction marker: a control batch with no object bytes (see [`MarkerRecord`]).
+    pub fn is_marker(&self) -> bool {
+        self.object_key.is_empty()
+    }
+
     /// The timestamp the batch counts as for time lookups and retention: the log append time for
     /// LogAppendTime batches, the batch's max timestamp for CreateTime ones.
     pub fn effective_timestamp(&self) -> i64 {
@@ -121,6 +126,38 @@ pub struct ProducerBatch {
     pub last_sequence: i32,
     pub assigned_base_offset: i64,
     pub log_append_time: i64,
+}
+
+/// A producer's open transaction on one partition (table `U`): where it began.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenTxnRecord {
+    /// The offset of the transaction's first batch on this partition.
+    pub first_offset: i64,
+    /// The epoch of that batch.
+    pub producer_epoch: i16,
+}
+
+/// An aborted transaction of one partition (table `E`, keyed by its ABORT marker's offset):
+/// Kafka's `AbortedTxn`, which `read_committed` consumers need to skip its records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AbortedTxnRecord {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    /// The partition's last stable offset once this transaction had ended (a fetch's search for
+    /// aborted transactions stops at the first marker whose value reaches the fetch's end).
+    pub last_stable_offset: i64,
+}
+
+/// A transaction marker (table `C`): the control batch at its offset holds no object bytes (its
+/// `BatchRecord` has an empty object key); the broker builds it from this when it is fetched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MarkerRecord {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// COMMIT, else ABORT.
+    pub commit: bool,
+    /// The epoch of the transaction coordinator that wrote it (in the control record's value).
+    pub coordinator_epoch: i32,
 }
 
 /// A WAL segment object as this metadata partition knows it.

@@ -7,23 +7,26 @@
 //! stopped, identically on every replica), one budget unit per partition examined and per batch
 //! deleted. From a partition's start, a batch goes while its effective timestamp is older than
 //! `now - retention.ms`, or while the partition would still hold at least `retention.bytes` without
-//! it (Kafka's rule for segments); the first batch that stays ends the partition's turn. The log
-//! start offset follows the deleted batches.
+//! it (Kafka's rule for segments); the first batch that stays ends the partition's turn, and so
+//! does the first batch of an open transaction (retention never cuts into a transaction that can
+//! still commit; the transaction coordinator's timeout bounds how long it can hold retention back).
+//! The log start offset follows the deleted batches.
 //!
 //! After a complete pass over the partitions, the same kind of walk (its own cursor, one unit per
 //! state examined) expires idempotent-producer states whose last append is `producer.id.
-//! expiration.ms` old, as Kafka does, so producer churn does not grow the state forever; then the
-//! next command starts a new pass over the partitions. Time is the command's.
+//! expiration.ms` old, as Kafka does, so producer churn does not grow the state forever (never a
+//! producer with a transaction open on the partition); then the next command starts a new pass
+//! over the partitions. Time is the command's.
 
 use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
 use super::command::RetentionReport;
-use super::keys::{TopicPartition, BATCH, META_PRODUCER_CURSOR, META_RETENTION_CURSOR, PARTITION, PRODUCER};
+use super::keys::{Keys, TopicPartition, BATCH, META_PRODUCER_CURSOR, META_RETENTION_CURSOR, PARTITION, PRODUCER};
 use super::purge::{self, Progress};
 use super::records::{BatchRecord, PartitionRecord, ProducerRecord, TopicRecord};
-use super::{files, tables, time_index, StateMachine};
+use super::{files, partition_txns, tables, time_index, StateMachine};
 use crate::storage::{codec, KvRead, StorageError, Txn};
 
 pub fn apply(
@@ -157,13 +160,25 @@ fn expire_producers(
                 return Ok(Some(k));
             }
             *budget -= 1;
-            if state.batches.last().is_none_or(|b| b.log_append_time <= expired_at_or_before) {
+            let idle = state.batches.last().is_none_or(|b| b.log_append_time <= expired_at_or_before);
+            if idle && !has_open_txn(txn, &sm.keys, &k)? {
                 txn.delete(k);
                 report.producers_expired += 1;
             }
         }
         from = next;
     }
+}
+
+/// Whether the producer of producer-state key `key` has a transaction open on its partition.
+fn has_open_txn(view: &dyn KvRead, keys: &Keys, key: &[u8]) -> Result<bool, StorageError> {
+    let (Some(tp), Some(producer_id)) = (keys.decode_tp(key), Keys::decode_offset_suffix(key)) else {
+        return Err(StorageError::Corrupt {
+            key: crate::storage::display_key(key),
+            reason: "malformed producer state key".into(),
+        });
+    };
+    Ok(partition_txns::open(view, keys, &tp, producer_id)?.is_some())
 }
 
 /// The key-order successor of `tp` (the next possible partition of the same topic).
@@ -209,6 +224,7 @@ fn trim(
 ) -> Result<bool, StorageError> {
     let keys = &sm.keys;
     let expired_before = if topic.retention_ms >= 0 { Some(now.saturating_sub(topic.retention_ms)) } else { None };
+    let first_unstable = partition_txns::first_unstable(txn, keys, tp)?.unwrap_or(i64::MAX);
     let mut changed = false;
     let mut finished = true;
     'pages: loop {
@@ -225,7 +241,7 @@ fn trim(
             let too_old = expired_before.is_some_and(|t| b.effective_timestamp() < t);
             let too_big =
                 topic.retention_bytes >= 0 && part.byte_size - i64::from(b.byte_size) >= topic.retention_bytes;
-            if !(too_old || too_big) {
+            if !(too_old || too_big) || b.last_offset >= first_unstable {
                 break 'pages;
             }
             if *budget == 0 {
@@ -235,9 +251,8 @@ fn trim(
             *budget -= 1;
             report.batches_deleted += 1;
             txn.delete(k);
-            part.byte_size -= i64::from(b.byte_size);
+            purge::forget_batch(txn, sm, tp, part, &b, now)?;
             part.log_start_offset = part.log_start_offset.max(b.last_offset + 1);
-            tables::release_file_bytes(txn, keys, &b.object_key, i64::from(b.byte_size), now)?;
             changed = true;
         }
     }

@@ -31,8 +31,25 @@ struct Partition {
     hwm: i64,
     bytes: i64,
     deleted: bool,
-    /// Stored batches in offset order (including ones below the log start not purged yet).
+    /// Stored batches in offset order (including ones below the log start not purged yet);
+    /// transaction markers among them (no object key).
     batches: Vec<BatchRecord>,
+    /// Open transactions: producer id -> (first offset, epoch); and the same by first offset
+    /// (purged apart, as the two tables are).
+    open: BTreeMap<i64, (i64, i16)>,
+    open_by_offset: BTreeMap<i64, i64>,
+    /// Markers by offset.
+    markers: BTreeMap<i64, MarkerRecord>,
+    /// Aborted transactions by marker offset: (producer id, first offset, last stable offset then).
+    aborted: BTreeMap<i64, (i64, i64, i64)>,
+}
+
+impl Partition {
+    /// The last stable offset: the oldest open transaction's start, else the high watermark; never
+    /// below the log start.
+    fn stable(&self) -> i64 {
+        self.open.values().map(|o| o.0).min().map_or(self.hwm, |o| o.min(self.hwm)).max(self.lso)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -49,9 +66,9 @@ struct File {
     live: i64,
     marked: Option<i64>,
     committed_at: i64,
-    /// The commit that recorded the file (its deadline cleared) and what it answered per batch
-    /// (`Err` keeps only the code), for repeats.
-    first: CommitFile,
+    /// The commit that recorded the file (its deadline cleared, with its transactional flags, none
+    /// when no batch was) and what it answered per batch (`Err` keeps only the code), for repeats.
+    first: (CommitFile, Vec<bool>),
     answers: Vec<Result<CommittedBatch, ErrorCode>>,
 }
 
@@ -146,8 +163,14 @@ impl Model {
                 self.purge(now, &mut budget.clone());
                 Outcome::Topics(r)
             }
-            Op::CommitFile(c) => Outcome::CommitFile(self.commit(now, c)),
-            Op::CommitFiles(files) => Outcome::CommitFiles(files.iter().map(|c| self.commit(now, c)).collect()),
+            Op::CommitFile(c) => Outcome::CommitFile(self.commit(now, c, &[])),
+            Op::CommitFiles(files) => Outcome::CommitFiles(files.iter().map(|c| self.commit(now, c, &[])).collect()),
+            Op::CommitFilesV2(files) => {
+                Outcome::CommitFiles(files.iter().map(|c| self.commit(now, &c.file, &c.transactional)).collect())
+            }
+            Op::EndTransaction(markers) => {
+                Outcome::EndTransaction(markers.iter().map(|m| self.end_txn(now, m)).collect())
+            }
             Op::DeleteRecords { partitions, budget } => {
                 let r = partitions.iter().map(|p| (p.tp, self.delete_records(p))).collect();
                 self.purge(now, &mut budget.clone());
@@ -306,8 +329,7 @@ impl Model {
                 *budget -= 1;
                 deleted += 1;
                 let b = self.parts.get_mut(&tp).unwrap().batches.remove(0);
-                self.parts.get_mut(&tp).unwrap().bytes -= i64::from(b.byte_size);
-                self.release(&b.object_key, i64::from(b.byte_size), now);
+                self.forget(&tp, &b, now);
             }
             if self.parts[&tp].deleted {
                 let mine: Vec<_> = self.producers.keys().filter(|(t, _)| *t == tp).copied().collect();
@@ -317,6 +339,21 @@ impl Model {
                     }
                     *budget -= 1;
                     self.producers.remove(&k);
+                }
+                let part = self.parts.get_mut(&tp).unwrap();
+                while let Some((&pid, _)) = part.open.iter().next() {
+                    if *budget == 0 {
+                        return (false, deleted);
+                    }
+                    *budget -= 1;
+                    part.open.remove(&pid);
+                }
+                while let Some((&first, _)) = part.open_by_offset.iter().next() {
+                    if *budget == 0 {
+                        return (false, deleted);
+                    }
+                    *budget -= 1;
+                    part.open_by_offset.remove(&first);
                 }
             }
             if *budget == 0 {
@@ -328,6 +365,79 @@ impl Model {
                 self.parts.remove(&tp);
             }
         }
+    }
+
+    /// A deleted batch's bytes off its partition and file, or a marker's records.
+    fn forget(&mut self, tp: &TopicPartition, b: &BatchRecord, now: i64) {
+        let part = self.parts.get_mut(tp).unwrap();
+        if b.object_key.is_empty() {
+            part.markers.remove(&b.base_offset);
+            part.aborted.remove(&b.base_offset);
+            return;
+        }
+        part.bytes -= i64::from(b.byte_size);
+        self.release(&b.object_key, i64::from(b.byte_size), now);
+    }
+
+    /// EndTransaction, one marker.
+    fn end_txn(&mut self, now: i64, m: &TxnMarker) -> Result<Option<i64>, Failure> {
+        if m.producer_id < 0 || m.producer_epoch < 0 {
+            return fail(ErrorCode::InvalidRequest);
+        }
+        if self.live(&m.tp).is_none() {
+            return fail(ErrorCode::UnknownTopicOrPartition);
+        }
+        let key = (m.tp, m.producer_id);
+        if self.producers.get(&key).is_some_and(|p| m.producer_epoch < p.epoch) {
+            return fail(ErrorCode::InvalidProducerEpoch);
+        }
+        let id = (i64::from(self.metadata_partition) << 47) | self.next_batch_id;
+        let part = self.parts.get_mut(&m.tp).unwrap();
+        let written = match part.open.remove(&m.producer_id) {
+            None => None,
+            Some((first, _)) => {
+                part.open_by_offset.remove(&first);
+                let at = part.hwm;
+                self.next_batch_id += 1;
+                part.batches.push(BatchRecord {
+                    batch_id: id,
+                    object_key: String::new(),
+                    magic: 2,
+                    byte_offset: 0,
+                    byte_size: 0,
+                    base_offset: at,
+                    last_offset: at,
+                    log_append_time: now,
+                    batch_max_timestamp: now,
+                    timestamp_type: 0,
+                });
+                part.markers.insert(
+                    at,
+                    MarkerRecord {
+                        producer_id: m.producer_id,
+                        producer_epoch: m.producer_epoch,
+                        commit: m.commit,
+                        coordinator_epoch: m.coordinator_epoch,
+                    },
+                );
+                part.hwm += 1;
+                if !m.commit {
+                    let stable = part.open.values().map(|o| o.0).min().unwrap_or(part.hwm);
+                    part.aborted.insert(at, (m.producer_id, first, stable));
+                }
+                Some(at)
+            }
+        };
+        let fenced_at = written.unwrap_or(part.hwm);
+        if self.producers.get(&key).is_none_or(|p| p.epoch != m.producer_epoch) {
+            self.producers.insert(key, Producer { epoch: m.producer_epoch, batches: vec![(-1, -1, fenced_at, now)] });
+        }
+        Ok(written)
+    }
+
+    /// Every (partition, producer) with an open transaction.
+    pub fn open_txns(&self) -> Vec<(TopicPartition, i64)> {
+        self.parts.iter().flat_map(|(tp, p)| p.open.keys().map(move |pid| (*tp, *pid))).collect()
     }
 
     fn delete_records(&mut self, p: &DeleteRecordsPartition) -> Result<i64, Failure> {
@@ -462,7 +572,8 @@ impl Model {
                 return r;
             }
             budget -= 1;
-            if self.producers[&k].batches.last().is_none_or(|b| now - b.3 >= expiration) {
+            let open = self.parts.get(&k.0).is_some_and(|p| p.open.contains_key(&k.1));
+            if self.producers[&k].batches.last().is_none_or(|b| now - b.3 >= expiration) && !open {
                 self.producers.remove(&k);
                 r.producers_expired += 1;
             }
@@ -496,7 +607,8 @@ impl Model {
                 let Some(b) = part.batches.first() else { break };
                 let old = t.retention_ms >= 0 && eff(b) < now.saturating_sub(t.retention_ms);
                 let big = t.retention_bytes >= 0 && part.bytes - i64::from(b.byte_size) >= t.retention_bytes;
-                if !(old || big) {
+                let unstable = part.open.values().any(|o| b.last_offset >= o.0);
+                if !(old || big) || unstable {
                     break;
                 }
                 if *budget == 0 {
@@ -507,16 +619,15 @@ impl Model {
                 r.batches_deleted += 1;
                 let part = self.parts.get_mut(&tp).unwrap();
                 let b = part.batches.remove(0);
-                part.bytes -= i64::from(b.byte_size);
                 part.lso = part.lso.max(b.last_offset + 1);
-                self.release(&b.object_key, i64::from(b.byte_size), now);
+                self.forget(&tp, &b, now);
             }
         }
         self.cursor = None;
         true
     }
 
-    fn commit(&mut self, now: i64, c: &CommitFile) -> Vec<Result<CommittedBatch, Failure>> {
+    fn commit(&mut self, now: i64, c: &CommitFile, flags: &[bool]) -> Vec<Result<CommittedBatch, Failure>> {
         if c.deadline_ms.is_some_and(|d| now > d) {
             return c.batches.iter().map(|_| fail(ErrorCode::RequestTimedOut)).collect();
         }
@@ -527,15 +638,16 @@ impl Model {
             || c.object_key.len() > 1024
             || c.object_format != 1
             || c.file_size < 0
-            || owners_bad;
+            || owners_bad
+            || (!flags.is_empty() && flags.len() != c.batches.len());
         if file_bad {
             return c.batches.iter().map(|_| fail(ErrorCode::InvalidRequest)).collect();
         }
         if self.fenced.contains_key(&c.object_key) {
             return c.batches.iter().map(|_| fail(ErrorCode::KafkaStorageError)).collect();
         }
-        let mut same = c.clone();
-        same.deadline_ms = None;
+        let mut same = (c.clone(), if flags.contains(&true) { flags.to_vec() } else { vec![] });
+        same.0.deadline_ms = None;
         if let Some(f) = self.files.get(&c.object_key) {
             if f.first != same {
                 return c.batches.iter().map(|_| fail(ErrorCode::InvalidRequest)).collect();
@@ -557,8 +669,8 @@ impl Model {
         }
         let mut live = 0;
         let mut out = vec![];
-        for b in &c.batches {
-            let r = self.commit_batch(now, c, b);
+        for (i, b) in c.batches.iter().enumerate() {
+            let r = self.commit_batch(now, c, b, flags.get(i).copied().unwrap_or(false));
             if matches!(r, Ok(CommittedBatch { is_duplicate: false, .. })) {
                 live += i64::from(b.size);
             }
@@ -579,7 +691,13 @@ impl Model {
         out
     }
 
-    fn commit_batch(&mut self, now: i64, c: &CommitFile, b: &CommitBatch) -> Result<CommittedBatch, Failure> {
+    fn commit_batch(
+        &mut self,
+        now: i64,
+        c: &CommitFile,
+        b: &CommitBatch,
+        txn: bool,
+    ) -> Result<CommittedBatch, Failure> {
         if b.magic != 2 || !(0..=1).contains(&b.timestamp_type) {
             return fail(ErrorCode::CorruptMessage);
         }
@@ -632,6 +750,13 @@ impl Model {
                 }
             }
         }
+        if txn && !idem {
+            return fail(ErrorCode::InvalidRecord);
+        }
+        let open = part.open.contains_key(&b.producer_id);
+        if idem && open && !txn {
+            return fail(ErrorCode::InvalidTxnState);
+        }
         let base = part.hwm;
         let id = (i64::from(self.metadata_partition) << 47) | self.next_batch_id;
         self.next_batch_id += 1;
@@ -651,6 +776,10 @@ impl Model {
         p.batches.push(rec);
         p.hwm += count;
         p.bytes += i64::from(b.size);
+        if txn && !open {
+            p.open.insert(b.producer_id, (base, b.producer_epoch));
+            p.open_by_offset.insert(base, b.producer_id);
+        }
         let lso = p.lso;
         if idem {
             let entry = self.producers.entry(key).or_insert(Producer { epoch: b.producer_epoch, batches: vec![] });
@@ -673,16 +802,20 @@ impl Model {
 
     // ------------------------------------------------------------------ queries
 
-    pub fn list_offsets(&self, tp: &TopicPartition, ts: i64) -> Result<OffsetAndTimestamp, Failure> {
+    /// ListOffsets; `committed`: read_committed. Markers count as batches (their time is when they
+    /// were written).
+    pub fn list_offsets(&self, tp: &TopicPartition, ts: i64, committed: bool) -> Result<OffsetAndTimestamp, Failure> {
         let Some(p) = self.live(tp) else { return fail(ErrorCode::UnknownTopicOrPartition) };
+        let end = if committed { p.stable() } else { p.hwm };
         let none = OffsetAndTimestamp { offset: -1, timestamp: -1 };
         let live: Vec<&BatchRecord> = p.batches.iter().filter(|b| b.last_offset >= p.lso).collect();
         let pick = |b: Option<&&BatchRecord>| {
-            b.map_or(none, |b| OffsetAndTimestamp { offset: b.base_offset.max(p.lso), timestamp: eff(b) })
+            b.filter(|b| b.base_offset < end)
+                .map_or(none, |b| OffsetAndTimestamp { offset: b.base_offset.max(p.lso), timestamp: eff(b) })
         };
         match ts {
             -2 | -4 => Ok(OffsetAndTimestamp { offset: p.lso, timestamp: -1 }),
-            -1 => Ok(OffsetAndTimestamp { offset: p.hwm, timestamp: -1 }),
+            -1 => Ok(OffsetAndTimestamp { offset: end, timestamp: -1 }),
             -5 => Ok(none),
             -3 => {
                 let mut best: Option<&&BatchRecord> = None;
@@ -698,12 +831,13 @@ impl Model {
         }
     }
 
-    /// FindBatches over several partitions sharing the request limits.
+    /// FindBatches over several partitions sharing the request limits; `committed`: read_committed.
     pub fn find_batches(
         &self,
         fetch_max_bytes: i32,
         max_batches: i32,
         reqs: &[(TopicPartition, i64, i32)],
+        committed: bool,
     ) -> Vec<PartitionBatches> {
         let mut remaining = i64::from(fetch_max_bytes.max(0));
         let mut any = false;
@@ -716,12 +850,23 @@ impl Model {
                     error: Some(Failure::new(ErrorCode::UnknownTopicOrPartition, "")),
                     log_start_offset: -1,
                     high_watermark: -1,
+                    last_stable_offset: -1,
                     batches: vec![],
+                    markers: vec![],
+                    aborted: vec![],
                 });
                 continue;
             };
-            let mut r =
-                PartitionBatches { error: None, log_start_offset: p.lso, high_watermark: p.hwm, batches: vec![] };
+            let mut r = PartitionBatches {
+                error: None,
+                log_start_offset: p.lso,
+                high_watermark: p.hwm,
+                last_stable_offset: p.stable(),
+                batches: vec![],
+                markers: vec![],
+                aborted: vec![],
+            };
+            let end = if committed { p.stable() } else { i64::MAX };
             if offset < p.lso || offset > p.hwm {
                 r.error = Some(Failure::new(ErrorCode::OffsetOutOfRange, ""));
             } else if max_part < 0 {
@@ -730,7 +875,7 @@ impl Model {
                 let limit = i64::from(max_part).min(remaining);
                 let mut taken = 0;
                 for b in p.batches.iter().filter(|b| b.last_offset >= offset) {
-                    if r.batches.len() >= per || left == 0 {
+                    if r.batches.len() >= per || left == 0 || b.base_offset >= end {
                         break;
                     }
                     let first = r.batches.is_empty() && !any;
@@ -743,6 +888,23 @@ impl Model {
                 }
                 remaining = (remaining - taken).max(0);
                 any |= !r.batches.is_empty();
+                r.markers = r
+                    .batches
+                    .iter()
+                    .filter(|b| b.object_key.is_empty())
+                    .map(|b| (b.base_offset, p.markers[&b.base_offset]))
+                    .collect();
+                if let (true, Some(last)) = (committed, r.batches.last()) {
+                    let upper = last.last_offset + 1;
+                    for (_, &(pid, first, stable)) in p.aborted.range(offset.max(0)..) {
+                        if first < upper {
+                            r.aborted.push(partition_txns::AbortedTxn { producer_id: pid, first_offset: first });
+                        }
+                        if stable >= upper {
+                            break;
+                        }
+                    }
+                }
             }
             out.push(r);
         }
@@ -786,10 +948,11 @@ impl Model {
         self.producers.get(&(*tp, pid)).and_then(|p| p.batches.last().map(|b| (p.epoch, b.0, b.1)))
     }
 
+    /// A producer's batches a retry may repeat (not the entry a marker leaves).
     pub fn producer_history(&self, tp: &TopicPartition, pid: i64) -> Vec<(i16, i32, i32)> {
         self.producers
             .get(&(*tp, pid))
-            .map(|p| p.batches.iter().map(|b| (p.epoch, b.0, b.1)).collect())
+            .map(|p| p.batches.iter().filter(|b| b.0 >= 0).map(|b| (p.epoch, b.0, b.1)).collect())
             .unwrap_or_default()
     }
 

@@ -118,6 +118,7 @@ async fn zombies(ctx: &Arc<Ctx>, live: &[Topic]) -> Vec<Anomaly> {
                     }],
                 }],
                 timeout_ms: 10_000,
+                isolation_level: 0,
             };
             // Asked until a node answers for the partition's metadata partition (any node
             // forwards).
@@ -401,6 +402,7 @@ async fn objects(ctx: &Arc<Ctx>, topics: &[Topic]) -> Vec<Anomaly> {
                     }],
                     timeout_ms: 10_000,
                     min_applied: vec![],
+                    isolation_level: 0,
                 };
                 let r = match tokio::time::timeout(Duration::from_secs(15), client.find_batches(req)).await {
                     Ok(Ok(r)) => r.into_inner(),

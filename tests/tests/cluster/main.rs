@@ -13,6 +13,7 @@ mod t11_wiped_node;
 mod t12_topic_convergence;
 mod t13_forwarding;
 mod t14_acls;
+mod t15_end_transaction;
 mod t20_leader_crash;
 mod t21_degraded_error_codes;
 mod t22_retention_clock;

@@ -24,6 +24,7 @@ async fn high_watermarks(c: &Cluster, via: u64, topic: &[u8]) -> Vec<Option<i64>
                 .collect(),
         }],
         timeout_ms: 2_000,
+        isolation_level: 0,
     };
     match client.list_offsets(req).await {
         Ok(r) => r.into_inner().topics[0].partitions.iter().map(|p| (p.error_code == 0).then_some(p.offset)).collect(),

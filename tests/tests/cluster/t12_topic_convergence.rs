@@ -24,6 +24,7 @@ async fn codes(c: &Cluster, via: u64, topic: &[u8]) -> Vec<i32> {
                     .collect(),
             }],
             timeout_ms: 5_000,
+            isolation_level: 0,
         })
         .await
         .expect("list offsets")

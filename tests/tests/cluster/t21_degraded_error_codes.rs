@@ -42,6 +42,7 @@ async fn without_a_quorum_every_answer_is_retriable() {
                         .collect(),
                 }],
                 timeout_ms: 10_000,
+                isolation_level: 0,
             })
             .await
             .expect("list offsets")

@@ -57,6 +57,7 @@ async fn log_start(c: &Cluster, topic: &[u8]) -> i64 {
                 partitions: vec![list_offsets_request::ListOffsetsPartition { partition_index: 0, timestamp: -2 }],
             }],
             timeout_ms: 10_000,
+            isolation_level: 0,
         })
         .await
         .expect("list offsets")

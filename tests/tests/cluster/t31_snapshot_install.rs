@@ -136,6 +136,7 @@ async fn a_replica_caught_mid_install_answers_no_find_batches_from_its_half_repl
                 }],
                 timeout_ms: 1_000,
                 min_applied: vec![],
+                isolation_level: 0,
             })
             .await
             .expect("find batches")

@@ -52,6 +52,7 @@ async fn a_follower_read_with_a_minimum_index_sees_the_callers_own_commit() {
             }],
             timeout_ms: 5000,
             min_applied: vec![],
+            isolation_level: 0,
         })
         .await
         .unwrap()
@@ -95,6 +96,7 @@ async fn a_minimum_index_of_a_group_the_request_does_not_read_does_not_delay_it(
             }],
             timeout_ms: 20_000,
             min_applied,
+            isolation_level: 0,
         })
         .await
         .unwrap()

@@ -31,6 +31,7 @@ async fn find_all(c: &Cluster, via: u64) -> Vec<(i32, usize)> {
             }],
             timeout_ms: 1_000,
             min_applied: vec![],
+            isolation_level: 0,
         })
         .await
         .expect("find batches")

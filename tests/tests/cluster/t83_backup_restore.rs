@@ -78,6 +78,7 @@ async fn earliest(client: &mut Client, t: u8, p: i32) -> (i32, i64) {
                 partitions: vec![list_offsets_request::ListOffsetsPartition { partition_index: p, timestamp: -2 }],
             }],
             timeout_ms: 10_000,
+            isolation_level: 0,
         })
         .await
         .expect("ListOffsets")

@@ -18,7 +18,7 @@ use super::request::{hop_of, timeout_of};
 use super::CoordinatorApi;
 use crate::node::{RouteError, Write};
 use crate::server::convert::{self, failure_fields, part_failure};
-use crate::state_machine::{CommitBatch, CommitFile, CommittedBatch, Failure, Outcome};
+use crate::state_machine::{CommitBatch, CommitFile, CommitFileV2, CommittedBatch, Failure, Outcome};
 
 fn commit_error(f: &Failure) -> commit_file_response::CommitBatchResult {
     let (error_code, error_message) = failure_fields(f);
@@ -82,6 +82,11 @@ impl CoordinatorApi {
             parts.insert(owner.map_or(0, |&o| o as u32), vec![]);
         }
         let outs = join_all(parts.iter().map(|(&g, idxs)| {
+            let mut transactional: Vec<bool> =
+                idxs.iter().filter(|&&i| batches[i].is_ok()).map(|&i| req.batches[i].is_transactional).collect();
+            if !transactional.contains(&true) {
+                transactional.clear();
+            }
             let file = CommitFile {
                 deadline_ms: None, // set by Node::commit
                 object_key: req.object_key.clone(),
@@ -91,7 +96,7 @@ impl CoordinatorApi {
                 owner_ids: owner_ids.clone(),
                 batches: idxs.iter().filter_map(|&i| batches[i].clone().ok()).collect(),
             };
-            self.node.on_leader(g, Write::Commit(file), timeout, hop)
+            self.node.on_leader(g, Write::CommitV2(CommitFileV2 { file, transactional }), timeout, hop)
         }))
         .await;
         let mut applied = vec![];

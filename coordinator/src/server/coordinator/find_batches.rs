@@ -19,7 +19,41 @@ use super::request::timeout_of;
 use super::CoordinatorApi;
 use crate::node::RouteError;
 use crate::server::convert::{self, route_failure, route_status};
-use crate::state_machine::FetchBudget;
+use crate::state_machine::{BatchRecord, FetchBudget, MarkerRecord};
+
+/// Kafka's `IsolationLevel.READ_COMMITTED`.
+pub const READ_COMMITTED: i32 = 1;
+
+/// A transaction marker on the wire.
+pub fn marker_info(m: &MarkerRecord) -> TxnMarker {
+    TxnMarker {
+        producer_id: m.producer_id,
+        producer_epoch: i32::from(m.producer_epoch),
+        commit: m.commit,
+        coordinator_epoch: m.coordinator_epoch,
+    }
+}
+
+fn batch_info(b: BatchRecord, markers: &[(i64, MarkerRecord)]) -> find_batches_response::BatchInfo {
+    let marker = if b.is_marker() {
+        markers.iter().find(|(at, _)| *at == b.base_offset).map(|(_, m)| marker_info(m))
+    } else {
+        None
+    };
+    find_batches_response::BatchInfo {
+        batch_id: b.batch_id,
+        object_key: b.object_key,
+        magic: i32::from(b.magic),
+        byte_offset: i64::from(b.byte_offset),
+        byte_size: i64::from(b.byte_size),
+        base_offset: b.base_offset,
+        last_offset: b.last_offset,
+        log_append_timestamp: b.log_append_time,
+        batch_max_timestamp: b.batch_max_timestamp,
+        timestamp_type: i32::from(b.timestamp_type),
+        marker,
+    }
+}
 
 impl CoordinatorApi {
     pub(super) async fn serve_find_batches(
@@ -76,6 +110,7 @@ impl CoordinatorApi {
         let views: BTreeMap<u32, crate::storage::ReadView<'_>> =
             placed.iter().map(|(g, p)| (*g, p.db.read())).collect();
         let mut budget = FetchBudget::new(req.fetch_max_bytes, req.max_batches_per_partition);
+        let read_committed = req.isolation_level == READ_COMMITTED;
         let mut involved = BTreeSet::new();
         // A replica that is stale, not a member, stopped, or caught mid-install answers nothing
         // from its state (retriable: another node's replica may serve).
@@ -98,7 +133,14 @@ impl CoordinatorApi {
                             None => {
                                 let sm = node.state_machine(g).map_err(|e| route_status(&e))?;
                                 Ok(sm
-                                    .find_batches(view, &tp, p.offset, p.max_partition_fetch_bytes, &mut budget)
+                                    .find_batches(
+                                        view,
+                                        &tp,
+                                        p.offset,
+                                        p.max_partition_fetch_bytes,
+                                        &mut budget,
+                                        read_committed,
+                                    )
                                     .map_err(|e| Status::internal(format!("reading metadata partition {g}: {e}")))?)
                             }
                         }
@@ -112,6 +154,8 @@ impl CoordinatorApi {
                         log_start_offset: -1,
                         high_watermark: -1,
                         batches: vec![],
+                        last_stable_offset: -1,
+                        aborted_transactions: vec![],
                     },
                     Ok(pb) => find_batches_response::FindBatchesPartitionResponse {
                         partition_index: p.partition_index,
@@ -119,22 +163,16 @@ impl CoordinatorApi {
                         error_message: pb.error.map(|f| f.message),
                         log_start_offset: pb.log_start_offset,
                         high_watermark: pb.high_watermark,
-                        batches: pb
-                            .batches
-                            .into_iter()
-                            .map(|b| find_batches_response::BatchInfo {
-                                batch_id: b.batch_id,
-                                object_key: b.object_key,
-                                magic: i32::from(b.magic),
-                                byte_offset: i64::from(b.byte_offset),
-                                byte_size: i64::from(b.byte_size),
-                                base_offset: b.base_offset,
-                                last_offset: b.last_offset,
-                                log_append_timestamp: b.log_append_time,
-                                batch_max_timestamp: b.batch_max_timestamp,
-                                timestamp_type: i32::from(b.timestamp_type),
+                        last_stable_offset: pb.last_stable_offset,
+                        aborted_transactions: pb
+                            .aborted
+                            .iter()
+                            .map(|a| find_batches_response::AbortedTransaction {
+                                producer_id: a.producer_id,
+                                first_offset: a.first_offset,
                             })
                             .collect(),
+                        batches: pb.batches.into_iter().map(|b| batch_info(b, &pb.markers)).collect(),
                     },
                 });
             }

@@ -27,6 +27,7 @@
 //! | `consumer_groups` | StoreGroup, CommitOffsets, FetchOffsets, ListGroups, DeleteGroups, DeleteOffsets |
 //! | `broker_registry` | RegisterBroker, BrokerHeartbeat, UnregisterBroker, ListBrokers |
 //! | `acls` | CreateAcls, DescribeAcls, DeleteAcls |
+//! | `transactions` | EndTransaction |
 //! | `watch` | WatchPartitions (this node's replica's changes, streamed; never forwarded) |
 //!
 //! This module must not decide where a part runs (that is `node::route`) nor apply rules of the
@@ -43,6 +44,7 @@ mod offsets;
 mod producer_ids;
 mod request;
 mod topics;
+mod transactions;
 mod watch;
 
 use std::sync::Arc;
@@ -97,6 +99,13 @@ impl CoordinatorService for CoordinatorApi {
 
     async fn commit_file(&self, r: Request<CommitFileRequest>) -> Result<Response<CommitFileResponse>, Status> {
         self.serve_commit_file(r).await
+    }
+
+    async fn end_transaction(
+        &self,
+        r: Request<EndTransactionRequest>,
+    ) -> Result<Response<EndTransactionResponse>, Status> {
+        self.serve_end_transaction(r).await
     }
 
     async fn delete_records(

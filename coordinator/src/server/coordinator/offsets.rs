@@ -1,5 +1,5 @@
 //! A partition's offsets: ListOffsets (a strict read on each metadata partition's leader: earliest,
-//! latest, by timestamp, max timestamp) and DeleteRecords (the log start moved at once, the
+//! latest, by timestamp, max timestamp; `read_committed` bounded by the last stable offset) and DeleteRecords (the log start moved at once, the
 //! batches below purged later), each per topic-partition through the fan-out.
 //!
 //! Owns these calls' wire conversions. The rules are the state machine's (`state_machine::queries`,
@@ -78,6 +78,7 @@ impl CoordinatorApi {
         let hop = hop_of(&request);
         let req = request.into_inner();
         let timeout = timeout_of(req.timeout_ms);
+        let read_committed = req.isolation_level == super::find_batches::READ_COMMITTED;
         let flat: Vec<Result<(TopicPartition, i64), Failure>> = req
             .topics
             .iter()
@@ -90,7 +91,9 @@ impl CoordinatorApi {
                 &flat,
                 |(tp, _)| tp,
                 |g, items| async move {
-                    match self.read(g, Read::ListOffsets(items), timeout, hop).await? {
+                    let read =
+                        if read_committed { Read::ListOffsetsCommitted(items) } else { Read::ListOffsets(items) };
+                    match self.read(g, read, timeout, hop).await? {
                         Answer::ListOffsets(rs) => {
                             Ok(rs.into_iter().map(|r| r.map(|o| (o.timestamp, o.offset))).collect())
                         }

@@ -87,6 +87,7 @@ pub async fn list_offsets_coordinator(
             partitions: vec![c::list_offsets_request::ListOffsetsPartition { partition_index: partition, timestamp }],
         }],
         timeout_ms: 10_000,
+        isolation_level: 0,
     };
     let mut client = ctx.system.coordinator(node);
     let outcome = match tokio::time::timeout(REQUEST_TIMEOUT, client.list_offsets(req)).await {
