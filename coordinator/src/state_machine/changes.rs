@@ -10,8 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::command::{Command, CommitFile, CommittedBatch, Failure, Op, Outcome, TIMESTAMP_CREATE_TIME};
-use super::commit_file::MAGIC_V2;
+use super::command::{Command, CommitFile, CommittedBatch, Failure, Op, Outcome, MAGIC_V2, TIMESTAMP_CREATE_TIME};
 use super::keys::TopicPartition;
 use super::records::MarkerRecord;
 

@@ -246,6 +246,9 @@ pub struct CommitBatch {
     pub last_sequence: i32,
 }
 
+/// Record batch format v2, the only one diskless topics store.
+pub const MAGIC_V2: i8 = 2;
+
 /// Timestamp types of a record batch.
 pub const TIMESTAMP_CREATE_TIME: i8 = 0;
 pub const TIMESTAMP_LOG_APPEND_TIME: i8 = 1;

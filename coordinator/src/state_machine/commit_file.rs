@@ -21,7 +21,7 @@
 //! `ProducerAppendInfo.appendDataBatch` does (see `partition_txns`).
 
 use super::command::{
-    CommitBatch, CommitFile, CommittedBatch, ErrorCode, Failure, OBJECT_FORMAT_WAL_MULTI_SEGMENT,
+    CommitBatch, CommitFile, CommittedBatch, ErrorCode, Failure, MAGIC_V2, OBJECT_FORMAT_WAL_MULTI_SEGMENT,
     TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME,
 };
 use super::keys::META_NEXT_BATCH_ID;
@@ -32,8 +32,6 @@ use crate::storage::{StorageError, Txn};
 
 /// The longest object key accepted.
 pub const MAX_OBJECT_KEY_LEN: usize = 1024;
-/// Record batch format v2, the only one diskless topics store.
-pub const MAGIC_V2: i8 = 2;
 
 /// Commits one file; `transactional` says per batch whether it is transactional (empty: none is).
 pub fn apply(

@@ -27,8 +27,7 @@
 //! It must not decide a transaction's outcome, nor know which partitions a transaction spans:
 //! that is the transaction coordinator's.
 
-use super::command::{ErrorCode, Failure, TxnMarker, TIMESTAMP_CREATE_TIME};
-use super::commit_file::MAGIC_V2;
+use super::command::{ErrorCode, Failure, TxnMarker, MAGIC_V2, TIMESTAMP_CREATE_TIME};
 use super::keys::{Keys, TopicPartition, ABORTED_TXN, META_NEXT_BATCH_ID, OPEN_TXN_BY_OFFSET};
 use super::records::{
     AbortedTxnRecord, BatchRecordRef, MarkerRecord, OpenTxnRecord, PartitionRecord, ProducerBatch, ProducerRecord,
