@@ -33,11 +33,30 @@ pub fn encode(
     compression: Compression,
     idem: Idempotence,
 ) -> anyhow::Result<Bytes> {
+    encode_batch(records, timestamp, compression, idem, false)
+}
+
+/// [`encode`] with the batch's transactional bit set, as a transactional producer sends it.
+pub fn encode_transactional(
+    records: &[(Option<Bytes>, Option<Bytes>)],
+    timestamp: i64,
+    idem: Idempotence,
+) -> anyhow::Result<Bytes> {
+    encode_batch(records, timestamp, Compression::None, idem, true)
+}
+
+fn encode_batch(
+    records: &[(Option<Bytes>, Option<Bytes>)],
+    timestamp: i64,
+    compression: Compression,
+    idem: Idempotence,
+    transactional: bool,
+) -> anyhow::Result<Bytes> {
     let recs: Vec<Record> = records
         .iter()
         .enumerate()
         .map(|(i, (k, v))| Record {
-            transactional: false,
+            transactional,
             control: false,
             delete_horizon: false,
             partition_leader_epoch: -1,

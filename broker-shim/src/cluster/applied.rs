@@ -37,6 +37,9 @@ impl ClusterClient {
             let g = metadata_partition_for(&topic_id, b.partition_index, n);
             let Some(at) = resp.applied.iter().find(|a| a.metadata_partition == g) else { continue };
             let hwm = r.assigned_base_offset.saturating_add(b.last_offset - b.base_offset + 1);
+            if b.is_transactional {
+                self.marks.observe_transactional(topic_id, b.partition_index, at.index);
+            }
             if !r.is_duplicate {
                 // Before the mark moves: a fetch it wakes finds the batch here.
                 let key = key.get_or_insert_with(|| Arc::from(req.object_key.as_str())).clone();
@@ -54,6 +57,7 @@ impl ClusterClient {
                         batch_max_timestamp: b.batch_max_timestamp,
                         timestamp_type: b.timestamp_type,
                         marker: None,
+                        transactional: Some(b.is_transactional),
                     },
                 );
             }

@@ -10,8 +10,11 @@
 //! partition's log start passing it (DeleteRecords, retention) or its topic's deletion — which the
 //! caller checks against the trusted marks before serving; entries below a learned log start and
 //! those of a deleted topic are dropped. Bounded by entries (the oldest inserted go first), with a
-//! gauge. Hostile input (a coordinate no batch can have) is not kept. Decides nothing about Kafka
-//! semantics.
+//! gauge. Hostile input (a coordinate no batch can have) is not kept. A `read_committed` fetch is
+//! served only batches known not to be transactional (this broker's own, or announced so by a
+//! watch: FindBatches does not say), and only while its partition has no transaction open (the
+//! marks' `settled`), so it never needs the last stable offset or aborted transactions the cache
+//! does not know. Decides nothing about Kafka semantics.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -38,6 +41,9 @@ pub struct Coordinate {
     pub timestamp_type: i32,
     /// A transaction marker (no object bytes).
     pub marker: Option<TxnMarker>,
+    /// Whether the batch is transactional, when known (`None`: learned from FindBatches, which
+    /// does not say).
+    pub transactional: Option<bool>,
 }
 
 impl Coordinate {
@@ -53,6 +59,7 @@ impl Coordinate {
             batch_max_timestamp: b.batch_max_timestamp,
             timestamp_type: b.timestamp_type,
             marker: b.marker,
+            transactional: if b.marker.is_some() { Some(true) } else { None },
         }
     }
 
@@ -68,7 +75,13 @@ impl Coordinate {
             batch_max_timestamp: b.batch_max_timestamp,
             timestamp_type: b.timestamp_type,
             marker: b.marker,
+            transactional: Some(b.is_transactional || b.marker.is_some()),
         }
+    }
+
+    /// Known to hold records every reader may see (not transactional, not a marker).
+    fn plain(&self) -> bool {
+        self.transactional == Some(false) && self.marker.is_none()
     }
 
     fn batch_info(&self) -> BatchInfo {
@@ -177,7 +190,8 @@ impl Coordinates {
 
     /// The batches of `topic_id`/`partition` from the one holding `offset`, back to back, below
     /// `high_watermark`, as many as fit in `max_bytes` (the first always); `None` when the batch
-    /// holding `offset` is not here.
+    /// holding `offset` is not here. `plain_only` (a `read_committed` fetch of a partition with no
+    /// open transaction): only batches known not to be transactional, up to the first other.
     pub fn serve(
         &self,
         topic_id: [u8; 16],
@@ -185,6 +199,7 @@ impl Coordinates {
         offset: i64,
         high_watermark: i64,
         max_bytes: i64,
+        plain_only: bool,
     ) -> Option<Served> {
         let g = self.inner();
         let p = g.parts.get(&(topic_id, partition))?;
@@ -192,10 +207,13 @@ impl Coordinates {
         if first.last_offset < offset || first.last_offset >= high_watermark || offset < p.floor {
             return None;
         }
+        if plain_only && !first.plain() {
+            return None;
+        }
         let mut out = Served { batches: vec![], bytes: 0 };
         let mut next = first.base_offset;
         for (&base, b) in p.batches.range(first.base_offset..) {
-            if base != next || b.last_offset >= high_watermark {
+            if base != next || b.last_offset >= high_watermark || (plain_only && !b.plain()) {
                 break;
             }
             if !out.batches.is_empty() && out.bytes.saturating_add(b.byte_size) > max_bytes {
@@ -277,6 +295,7 @@ mod tests {
             batch_max_timestamp: 2,
             timestamp_type: 0,
             marker: None,
+            transactional: Some(false),
         }
     }
 
@@ -291,19 +310,23 @@ mod tests {
             c.insert(T, 0, batch(b, l, 100));
         }
         // From inside a batch: the whole batch, as Kafka serves it.
-        assert_eq!(bases(c.serve(T, 0, 7, 31, 1 << 20)), Some(vec![5, 10, 11]), "stops at the gap 20..25");
-        assert_eq!(bases(c.serve(T, 0, 0, 10, 1 << 20)), Some(vec![0, 5]), "nothing at or past the high watermark");
-        assert_eq!(bases(c.serve(T, 0, 0, 9, 1 << 20)), Some(vec![0]), "a batch ending past it is not served");
-        assert_eq!(bases(c.serve(T, 0, 25, 31, 1 << 20)), Some(vec![25]));
+        assert_eq!(bases(c.serve(T, 0, 7, 31, 1 << 20, false)), Some(vec![5, 10, 11]), "stops at the gap 20..25");
+        assert_eq!(
+            bases(c.serve(T, 0, 0, 10, 1 << 20, false)),
+            Some(vec![0, 5]),
+            "nothing at or past the high watermark"
+        );
+        assert_eq!(bases(c.serve(T, 0, 0, 9, 1 << 20, false)), Some(vec![0]), "a batch ending past it is not served");
+        assert_eq!(bases(c.serve(T, 0, 25, 31, 1 << 20, false)), Some(vec![25]));
         // Not here: the batch holding the offset is unknown, or the partition is.
-        assert_eq!(c.serve(T, 0, 21, 31, 1 << 20), None);
-        assert_eq!(c.serve(T, 0, 31, 40, 1 << 20), None);
-        assert_eq!(c.serve(T, 1, 0, 10, 1 << 20), None);
-        assert_eq!(c.serve([8; 16], 0, 0, 10, 1 << 20), None);
+        assert_eq!(c.serve(T, 0, 21, 31, 1 << 20, false), None);
+        assert_eq!(c.serve(T, 0, 31, 40, 1 << 20, false), None);
+        assert_eq!(c.serve(T, 1, 0, 10, 1 << 20, false), None);
+        assert_eq!(c.serve([8; 16], 0, 0, 10, 1 << 20, false), None);
         // The byte limit: the first batch always, then what fits.
-        assert_eq!(bases(c.serve(T, 0, 0, 31, 1)), Some(vec![0]));
-        assert_eq!(bases(c.serve(T, 0, 0, 31, 250)), Some(vec![0, 5]));
-        let s = c.serve(T, 0, 0, 31, 250).unwrap();
+        assert_eq!(bases(c.serve(T, 0, 0, 31, 1, false)), Some(vec![0]));
+        assert_eq!(bases(c.serve(T, 0, 0, 31, 250, false)), Some(vec![0, 5]));
+        let s = c.serve(T, 0, 0, 31, 250, false).unwrap();
         assert_eq!(s.bytes, 200);
         assert_eq!(s.batches[1].object_key, "wal/a");
         assert_eq!((s.batches[1].byte_offset, s.batches[1].last_offset), (50, 9));
@@ -319,9 +342,28 @@ mod tests {
         c.insert(T, 0, batch(6, 6, 0));
         c.insert(T, 0, Coordinate { marker: Some(marker), ..batch(7, 8, 0) });
         assert_eq!(c.entries(), 2);
-        let s = c.serve(T, 0, 0, 6, 1 << 20).unwrap();
+        let s = c.serve(T, 0, 0, 6, 1 << 20, false).unwrap();
         assert_eq!((s.batches.len(), s.bytes), (2, 100));
         assert_eq!(s.batches[1].marker, Some(marker));
+    }
+
+    #[test]
+    fn a_read_committed_fetch_is_served_only_batches_known_not_to_be_transactional() {
+        let c = Coordinates::new(100);
+        let marker = TxnMarker { producer_id: 3, producer_epoch: 1, commit: false, coordinator_epoch: 0 };
+        c.insert(T, 0, batch(0, 4, 100));
+        c.insert(T, 0, Coordinate { transactional: None, ..batch(5, 6, 100) }); // from FindBatches
+        c.insert(T, 0, batch(7, 7, 100));
+        c.insert(T, 0, Coordinate { transactional: Some(true), ..batch(8, 9, 100) });
+        c.insert(T, 0, Coordinate { object_key: Arc::from(""), marker: Some(marker), ..batch(10, 10, 0) });
+        c.insert(T, 0, batch(11, 12, 100));
+        assert_eq!(bases(c.serve(T, 0, 0, 13, 1 << 20, false)), Some(vec![0, 5, 7, 8, 10, 11]));
+        assert_eq!(bases(c.serve(T, 0, 0, 13, 1 << 20, true)), Some(vec![0]), "up to what FindBatches told");
+        assert_eq!(c.serve(T, 0, 5, 13, 1 << 20, true), None);
+        assert_eq!(bases(c.serve(T, 0, 7, 13, 1 << 20, true)), Some(vec![7]));
+        assert_eq!(c.serve(T, 0, 8, 13, 1 << 20, true), None, "a transactional batch");
+        assert_eq!(c.serve(T, 0, 10, 13, 1 << 20, true), None, "a marker");
+        assert_eq!(bases(c.serve(T, 0, 11, 13, 1 << 20, true)), Some(vec![11]));
     }
 
     #[test]
@@ -341,7 +383,7 @@ mod tests {
         c.insert(T, 0, negative);
         c.insert(T, -1, batch(0, 1, 10));
         assert_eq!(c.entries(), 1);
-        assert_eq!(bases(c.serve(T, 0, 10, 100, 1 << 20)), Some(vec![10]));
+        assert_eq!(bases(c.serve(T, 0, 10, 100, 1 << 20, false)), Some(vec![10]));
     }
 
     #[test]
@@ -353,15 +395,15 @@ mod tests {
         }
         c.truncate_below(T, 0, 7);
         assert_eq!(c.entries(), 5, "the batch 0..4 went; 5..9 holds the new log start");
-        assert_eq!(c.serve(T, 0, 3, 15, 1 << 20), None);
-        assert_eq!(c.serve(T, 0, 6, 15, 1 << 20), None, "below the log start, though its batch is kept");
-        assert_eq!(bases(c.serve(T, 0, 7, 15, 1 << 20)), Some(vec![5, 10]));
+        assert_eq!(c.serve(T, 0, 3, 15, 1 << 20, false), None);
+        assert_eq!(c.serve(T, 0, 6, 15, 1 << 20, false), None, "below the log start, though its batch is kept");
+        assert_eq!(bases(c.serve(T, 0, 7, 15, 1 << 20, false)), Some(vec![5, 10]));
         // A late announcement of a batch below the log start is not kept.
         c.insert(T, 0, batch(0, 4, 100));
-        assert_eq!(c.serve(T, 0, 0, 15, 1 << 20), None);
+        assert_eq!(c.serve(T, 0, 0, 15, 1 << 20, false), None);
         c.topic_deleted(T);
         assert_eq!(c.entries(), 0);
-        assert_eq!(c.serve(T, 1, 0, 15, 1 << 20), None);
+        assert_eq!(c.serve(T, 1, 0, 15, 1 << 20, false), None);
     }
 
     #[test]
@@ -371,8 +413,8 @@ mod tests {
             c.insert(T, 0, batch(i * 2, i * 2 + 1, 10));
         }
         assert_eq!(c.entries(), 10);
-        assert_eq!(c.serve(T, 0, 0, 100, 1 << 20), None);
-        assert_eq!(bases(c.serve(T, 0, 30, 100, 1 << 20)).map(|b| b.len()), Some(10));
+        assert_eq!(c.serve(T, 0, 0, 100, 1 << 20, false), None);
+        assert_eq!(bases(c.serve(T, 0, 30, 100, 1 << 20, false)).map(|b| b.len()), Some(10));
         // Many entries dropped by log starts, then many inserted: the order queue stays bounded.
         for round in 0..50i64 {
             for i in 0..10 {

@@ -8,6 +8,10 @@
 //! watch delivers every change, no retention since) lets a caught-up fetch park without reading
 //! at all ([`Marks::caught_up`]): idle consumers cost the coordinator cluster nothing.
 //!
+//! A mark is also *settled* while its partition has no transaction open: a read showed its last
+//! stable offset at its high watermark, and no transactional batch or marker was seen since
+//! ([`Marks::settled`]); a `read_committed` fetch may then be served from the coordinate cache.
+//!
 //! Per metadata partition there is also a reset signal, raised when its watch could not account for
 //! every change (a reset from the node, a lost stream): parked fetches then read again, and while
 //! the watch is down they read every [`POLL_WHILE_BLIND`]. Memory: one entry per partition that
@@ -41,11 +45,32 @@ pub struct Mark {
     /// The trust epoch of the partition's metadata partition in which this mark was known to be
     /// the partition's whole state (0: never): see [`Marks::caught_up`].
     trusted: u64,
+    /// The index of the last read that showed no transaction open (0: none).
+    stable_read: u64,
+    /// The index of the last transactional batch or marker seen, or read showing an open
+    /// transaction (0: none).
+    txn_seen: u64,
 }
 
 impl Default for Mark {
     fn default() -> Self {
-        Mark { high_watermark: -1, log_start_offset: -1, index: 0, deleted: false, trusted: 0 }
+        Mark {
+            high_watermark: -1,
+            log_start_offset: -1,
+            index: 0,
+            deleted: false,
+            trusted: 0,
+            stable_read: 0,
+            txn_seen: 0,
+        }
+    }
+}
+
+impl Mark {
+    /// What a parked fetch waits on (a change of the transaction indexes alone wakes nobody).
+    fn moved(&self, before: &Mark) -> bool {
+        (self.high_watermark, self.log_start_offset, self.index, self.deleted, self.trusted)
+            != (before.high_watermark, before.log_start_offset, before.index, before.deleted, before.trusted)
     }
 }
 
@@ -162,8 +187,9 @@ impl Marks {
 
     /// Learns a partition's whole state from a read of a replica that had applied `index`: the
     /// mark is then trusted (see [`Marks::caught_up`]) if the live watch delivers every change
-    /// after that index.
-    pub fn observe_read(&self, topic_id: [u8; 16], partition: i32, hwm: i64, log_start: i64, index: u64) {
+    /// after that index, and settled if the read's last stable offset `lso` was its high
+    /// watermark.
+    pub fn observe_read(&self, topic_id: [u8; 16], partition: i32, hwm: i64, log_start: i64, lso: i64, index: u64) {
         let g = self.owner(&(topic_id, partition));
         // Read before the state is looked at: a bump meanwhile leaves the mark untrusted.
         let epoch = self.trust[g].load(Ordering::SeqCst);
@@ -180,8 +206,31 @@ impl Marks {
             if complete && hwm >= 0 && log_start >= 0 {
                 m.trusted = epoch;
             }
-            *m != before
+            if lso >= 0 && lso == hwm {
+                m.stable_read = m.stable_read.max(index);
+            } else {
+                m.txn_seen = m.txn_seen.max(index);
+            }
+            m.moved(&before)
         });
+    }
+
+    /// A transactional batch or a marker of `tp` was appended at `index`: its mark is not settled
+    /// until a later read shows no transaction open. Called before the high watermark it reached
+    /// is observed, so a fetch that wakes on it finds the mark unsettled.
+    pub fn observe_transactional(&self, topic_id: [u8; 16], partition: i32, index: u64) {
+        let mut map = self.partitions();
+        let tx = map.entry((topic_id, partition)).or_insert_with(|| watch::channel(Mark::default()).0);
+        tx.send_if_modified(|m| {
+            m.txn_seen = m.txn_seen.max(index);
+            false
+        });
+    }
+
+    /// Whether `tp`'s known mark is settled: no transaction open as of the last read, and no
+    /// transactional batch or marker since (what serving `read_committed` from the cache relies on).
+    pub fn settled(&self, topic_id: [u8; 16], partition: i32) -> bool {
+        self.known(topic_id, partition).is_some_and(|m| m.stable_read > 0 && m.stable_read >= m.txn_seen)
     }
 
     /// The partition's high watermark and log start when a fetch at `offset` has nothing to read:
@@ -334,14 +383,14 @@ mod tests {
     fn a_read_is_trusted_only_when_the_live_watch_covers_every_change_after_it() {
         let marks = Marks::new(1);
         // No watch yet: nothing is trusted.
-        marks.observe_read(T, 0, 5, 0, 10);
+        marks.observe_read(T, 0, 5, 0, 5, 10);
         assert_eq!(marks.caught_up(T, 0, 5), None);
         marks.stream_started(0, 20);
         marks.set_live(0, true);
         // A read older than the stream's start may miss a change between the two.
-        marks.observe_read(T, 0, 5, 0, 15);
+        marks.observe_read(T, 0, 5, 0, 5, 15);
         assert_eq!(marks.caught_up(T, 0, 5), None);
-        marks.observe_read(T, 0, 5, 0, 20);
+        marks.observe_read(T, 0, 5, 0, 5, 20);
         assert_eq!(marks.caught_up(T, 0, 5), Some((5, 0)));
         // The watch moves it on: a fetch at 5 now has something to read; one at 7 has not.
         marks.observe(T, 0, Some(7), None, 21);
@@ -350,13 +399,40 @@ mod tests {
         // Retention, a reset and a lost watch each end the trust.
         marks.distrust(0);
         assert_eq!(marks.caught_up(T, 0, 7), None);
-        marks.observe_read(T, 0, 7, 2, 22);
+        marks.observe_read(T, 0, 7, 2, 7, 22);
         assert_eq!(marks.caught_up(T, 0, 7), Some((7, 2)));
         marks.reset(0, 30);
         assert_eq!(marks.caught_up(T, 0, 7), None);
-        marks.observe_read(T, 0, 7, 2, 30);
+        marks.observe_read(T, 0, 7, 2, 7, 30);
         marks.set_live(0, false);
         assert_eq!(marks.caught_up(T, 0, 7), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_mark_is_settled_from_a_read_without_open_transactions_until_one_is_seen() {
+        let marks = std::sync::Arc::new(Marks::new(1));
+        marks.stream_started(0, 0);
+        marks.set_live(0, true);
+        marks.observe_read(T, 0, 9, 0, 4, 10);
+        assert!(!marks.settled(T, 0), "a transaction is open: the last stable offset is below");
+        marks.observe_read(T, 0, 9, 0, 9, 12);
+        assert!(marks.settled(T, 0));
+        // A transactional batch (or a marker) seen on the watch unsettles it, waking nobody.
+        let w = marks.waiter([(T, 0)]);
+        let t = tokio::spawn(async move { w.wait(&[9], soon(), false).await });
+        marks.observe_transactional(T, 0, 13);
+        assert!(!marks.settled(T, 0));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!t.is_finished());
+        // A read older than what was seen does not settle it again; a newer one does.
+        marks.observe_read(T, 0, 9, 0, 9, 12);
+        assert!(!marks.settled(T, 0));
+        marks.observe_read(T, 0, 10, 0, 10, 14);
+        assert!(marks.settled(T, 0));
+        assert!(matches!(t.await.unwrap(), Woken::Moved(_)), "the high watermark moved");
+        // Not known (a lost watch): not settled either.
+        marks.set_live(0, false);
+        assert!(!marks.settled(T, 0));
     }
 
     #[tokio::test(start_paused = true)]

@@ -108,6 +108,9 @@ impl ClusterClient {
                 let key: Arc<str> = Arc::from(a.object_key.as_str());
                 for b in &a.batches {
                     let Ok(topic_id) = <[u8; 16]>::try_from(b.topic_id.as_slice()) else { continue };
+                    if b.is_transactional || b.marker.is_some() {
+                        self.marks.observe_transactional(topic_id, b.partition_index, a.index);
+                    }
                     self.coordinates.insert(topic_id, b.partition_index, Coordinate::from_appended(b, key.clone()));
                 }
             }

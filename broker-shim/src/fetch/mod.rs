@@ -143,8 +143,10 @@ impl Fetcher {
         let mut seen = seen.to_vec();
         let mut served_any = false;
         for (i, p) in parts.iter().enumerate() {
-            // The cache knows no last stable offset: read_committed always asks.
-            let cached = coordinates.enabled() && !p.read_committed;
+            // read_committed: only while no transaction is open (a settled mark), and only batches
+            // known not to be transactional; else FindBatches (the last stable offset, the
+            // aborted transactions).
+            let cached = coordinates.enabled() && (!p.read_committed || marks.settled(p.topic_id, p.partition));
             let known = cached.then(|| marks.known(p.topic_id, p.partition)).flatten();
             if let Some(mark) = known {
                 let answer = |batches| FindBatchesPartitionResponse {
@@ -165,7 +167,10 @@ impl Fetcher {
                     continue;
                 }
                 let max = i64::from(p.max_bytes.max(0)).min(budget);
-                match readable.then(|| coordinates.serve(p.topic_id, p.partition, p.offset, mark.high_watermark, max)) {
+                let served = readable.then(|| {
+                    coordinates.serve(p.topic_id, p.partition, p.offset, mark.high_watermark, max, p.read_committed)
+                });
+                match served {
                     Some(Some(served)) => {
                         m.coordinate_cache_hits.inc();
                         budget = budget.saturating_sub(served.bytes);
@@ -329,7 +334,14 @@ impl Fetcher {
                 }
             }
             if let Some(at) = r.applied.iter().find(|x| x.metadata_partition == g) {
-                marks.observe_read(p.topic_id, p.partition, a.high_watermark, a.log_start_offset, at.index);
+                marks.observe_read(
+                    p.topic_id,
+                    p.partition,
+                    a.high_watermark,
+                    a.log_start_offset,
+                    a.last_stable_offset,
+                    at.index,
+                );
             }
         }
         Ok(answers)

@@ -91,7 +91,7 @@ pub(super) static APIS: [Api; 31] = [
             })
         }),
     },
-    later!(Fetch, FetchRequest, cap(FetchRequest::VERSIONS, 12), fetch::fetch, "v13+ (topic ids only) not spoken; a fetch that must wait parks until its partitions move (this broker's commits, the cluster's watch streams); no fetch sessions (KIP-227: every fetch is a full one); `read_committed` stops at the last stable offset with the aborted transactions, always through FindBatches (not the coordinate cache)"),
+    later!(Fetch, FetchRequest, cap(FetchRequest::VERSIONS, 12), fetch::fetch, "v13+ (topic ids only) not spoken; a fetch that must wait parks until its partitions move (this broker's commits, the cluster's watch streams); no fetch sessions (KIP-227: every fetch is a full one); `read_committed` stops at the last stable offset with the aborted transactions (from the coordinate cache only while no transaction is open)"),
     later!(ListOffsets, ListOffsetsRequest, ListOffsetsRequest::VERSIONS, offsets::list_offsets, "`read_committed` answers the last stable offset for latest and finds nothing past it"),
     later!(CreateTopics, CreateTopicsRequest, CreateTopicsRequest::VERSIONS, topics::create_topics, "diskless topics only (`diskless.enable=true`); configs kept: `retention.ms`, `retention.bytes`, `max.message.bytes`, `message.timestamp.type`, `message.timestamp.before.max.ms`, `message.timestamp.after.max.ms`; `cleanup.policy=compact` and any other config refused by name (INVALID_CONFIG), as AlterConfigs refuses them; the v5+ answer's `configs` left empty"),
     later!(

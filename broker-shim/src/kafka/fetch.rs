@@ -104,8 +104,14 @@ pub(super) async fn fetch(l: &Session, header: &RequestHeader, req: FetchRequest
         let known: Option<Vec<crate::fetch::Fetched>> = if first && !asks.is_empty() {
             asks.iter()
                 .map(|a| {
+                    // read_committed: only while no transaction is open (the answer names the last
+                    // stable offset, here the high watermark). The watch announces transactional
+                    // batches only to a broker that caches coordinates.
+                    let settled = !read_committed
+                        || (l.shim.cluster.coordinates().enabled() && marks.settled(a.topic_id, a.partition));
                     marks
                         .caught_up(a.topic_id, a.partition, a.offset)
+                        .filter(|_| settled)
                         .map(|(hwm, log_start)| crate::fetch::Fetched::empty(None, hwm, log_start))
                 })
                 .collect()

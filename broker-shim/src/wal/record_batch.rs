@@ -44,8 +44,8 @@ pub enum BatchError {
     Crc { stored: u32, computed: u32 },
     #[error("record batch holds {count} records but its offset delta spans {span}")]
     RecordCount { count: i32, span: i64 },
-    #[error("transactional and control batches are not supported on diskless topics yet")]
-    Transactional,
+    #[error("a control batch is never stored in a segment (markers are built when fetched)")]
+    Control,
 }
 
 /// The header fields of a validated batch.
@@ -104,12 +104,13 @@ pub fn framed_len(bytes: &[u8]) -> Option<usize> {
 }
 
 /// Validates one whole stored batch (`bytes` is exactly the batch) and reads its header: its
-/// framing and CRC ([`parse`]), no transactional or control flag, and a record count matching its
-/// offset span. What a producer sends is checked record by record first (`crate::validate`).
+/// framing and CRC ([`parse`]), no control flag (a transactional batch is stored as any other),
+/// and a record count matching its offset span. What a producer sends is checked record by record
+/// first (`crate::validate`).
 pub fn validate(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
     let h = parse(bytes)?;
-    if h.attributes & (TRANSACTIONAL_BIT | CONTROL_BIT) != 0 {
-        return Err(BatchError::Transactional);
+    if h.attributes & CONTROL_BIT != 0 {
+        return Err(BatchError::Control);
     }
     let span = i64::from(h.last_offset_delta) + 1;
     if h.record_count <= 0 || i64::from(h.record_count) != span {

@@ -43,6 +43,9 @@ pub struct AppendedBatch {
     pub timestamp_type: i8,
     /// A transaction marker (no object bytes: `object_key` is empty).
     pub marker: Option<MarkerRecord>,
+    /// A transactional batch (its records count for `read_committed` readers only once its
+    /// transaction commits).
+    pub transactional: bool,
 }
 
 /// What one entry changed.
@@ -74,15 +77,15 @@ pub fn changes(cmd: &Command, outcome: &Outcome) -> Changes {
     let mut log_starts_moved = false;
     let mut batches = vec![];
     match (&cmd.op, outcome) {
-        (Op::CommitFile(file), Outcome::CommitFile(results)) => committed(&mut by_tp, &mut batches, file, results),
+        (Op::CommitFile(file), Outcome::CommitFile(results)) => committed(&mut by_tp, &mut batches, file, &[], results),
         (Op::CommitFiles(files), Outcome::CommitFiles(per_file)) => {
             for (file, results) in files.iter().zip(per_file) {
-                committed(&mut by_tp, &mut batches, file, results);
+                committed(&mut by_tp, &mut batches, file, &[], results);
             }
         }
         (Op::CommitFilesV2(files), Outcome::CommitFiles(per_file)) => {
             for (file, results) in files.iter().zip(per_file) {
-                committed(&mut by_tp, &mut batches, &file.file, results);
+                committed(&mut by_tp, &mut batches, &file.file, &file.transactional, results);
             }
         }
         (Op::EndTransaction(markers), Outcome::EndTransaction(results)) => {
@@ -106,6 +109,7 @@ pub fn changes(cmd: &Command, outcome: &Outcome) -> Changes {
                         commit: m.commit,
                         coordinator_epoch: m.coordinator_epoch,
                     }),
+                    transactional: true,
                 });
                 let e = entry(&mut by_tp, m.tp);
                 e.high_watermark = Some(e.high_watermark.map_or(offset + 1, |h| h.max(offset + 1)));
@@ -144,10 +148,11 @@ fn committed(
     by_tp: &mut BTreeMap<TopicPartition, PartitionChange>,
     appended: &mut Vec<AppendedBatch>,
     file: &CommitFile,
+    transactional: &[bool],
     results: &[Result<CommittedBatch, Failure>],
 ) {
     let mut key: Option<Arc<str>> = None;
-    for (b, r) in file.batches.iter().zip(results) {
+    for (i, (b, r)) in file.batches.iter().zip(results).enumerate() {
         let Ok(c) = r else { continue };
         if c.is_duplicate {
             continue;
@@ -166,6 +171,7 @@ fn committed(
             batch_max_timestamp: b.batch_max_timestamp,
             timestamp_type: b.timestamp_type,
             marker: None,
+            transactional: transactional.get(i).copied().unwrap_or(false),
         });
         let e = entry(by_tp, b.tp);
         e.high_watermark = Some(e.high_watermark.map_or(hwm, |h| h.max(hwm)));
@@ -241,7 +247,17 @@ mod tests {
         let coords: Vec<(i32, i64, i64, &str)> =
             c.batches.iter().map(|b| (b.tp.partition, b.base_offset, b.last_offset, &*b.object_key)).collect();
         assert_eq!(coords, vec![(0, 10, 12, "k"), (1, 0, 4, "k"), (0, 13, 14, "k")]);
-        assert!(c.batches.iter().all(|b| b.log_append_time == 1 && b.byte_size == 100));
+        assert!(c.batches.iter().all(|b| b.log_append_time == 1 && b.byte_size == 100 && !b.transactional));
+        // The same as CommitFilesV2 with the second batch transactional: announced as such.
+        let Op::CommitFile(file) = cmd.op else { unreachable!() };
+        let flags = vec![false, true, false, false, false];
+        let v2 = Command {
+            now_ms: 1,
+            op: Op::CommitFilesV2(vec![crate::state_machine::CommitFileV2 { file, transactional: flags }]),
+        };
+        let Outcome::CommitFile(results) = outcome else { unreachable!() };
+        let c = changes(&v2, &Outcome::CommitFiles(vec![results]));
+        assert_eq!(c.batches.iter().map(|b| b.transactional).collect::<Vec<_>>(), vec![false, true, false]);
     }
 
     #[test]

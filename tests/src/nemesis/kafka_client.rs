@@ -25,6 +25,8 @@ const LIST_OFFSETS_V: i16 = 7;
 pub struct KafkaClient {
     stream: TcpStream,
     correlation: i32,
+    /// Kafka's isolation level of its fetches: 0 read_uncommitted, 1 read_committed.
+    isolation_level: i8,
 }
 
 /// One partition's fetch answer.
@@ -34,6 +36,9 @@ pub struct Fetched {
     pub high_watermark: i64,
     pub log_start_offset: i64,
     pub records: Bytes,
+    pub last_stable_offset: i64,
+    /// `read_committed`: the aborted transactions of the range (producer id, first offset).
+    pub aborted: Vec<(i64, i64)>,
 }
 
 fn name(s: &str) -> TopicName {
@@ -45,7 +50,7 @@ impl KafkaClient {
     pub async fn connect(addr: &str) -> anyhow::Result<KafkaClient> {
         let stream = TcpStream::connect(addr).await.with_context(|| format!("connect to {addr}"))?;
         stream.set_nodelay(true)?;
-        let mut c = KafkaClient { stream, correlation: 0 };
+        let mut c = KafkaClient { stream, correlation: 0, isolation_level: 0 };
         let req = ApiVersionsRequest::default()
             .with_client_software_name(StrBytes::from_static_str("diskless-nemesis"))
             .with_client_software_version(StrBytes::from_static_str("1"));
@@ -133,6 +138,13 @@ impl KafkaClient {
     }
 
     /// Fetches one partition from `offset` (up to 256 KiB, no waiting).
+    /// Its fetches from now on read committed records only (Kafka's `read_committed`, librdkafka's
+    /// default).
+    pub fn read_committed(mut self) -> KafkaClient {
+        self.isolation_level = 1;
+        self
+    }
+
     pub async fn fetch(&mut self, topic: &str, partition: i32, offset: i64) -> anyhow::Result<Fetched> {
         self.fetch_waiting(topic, partition, offset, 0).await
     }
@@ -177,7 +189,7 @@ impl KafkaClient {
             .with_max_wait_ms(max_wait_ms)
             .with_min_bytes(1)
             .with_max_bytes(1 << 20)
-            .with_isolation_level(0)
+            .with_isolation_level(self.isolation_level)
             .with_session_epoch(-1)
             .with_topics(topics);
         let r = self.call(&req, FETCH_V).await?;
@@ -197,6 +209,13 @@ impl KafkaClient {
                     high_watermark: p.high_watermark,
                     log_start_offset: p.log_start_offset,
                     records: p.records.clone().unwrap_or_default(),
+                    last_stable_offset: p.last_stable_offset,
+                    aborted: p
+                        .aborted_transactions
+                        .iter()
+                        .flatten()
+                        .map(|a| (a.producer_id.0, a.first_offset))
+                        .collect(),
                 })
             })
             .collect()

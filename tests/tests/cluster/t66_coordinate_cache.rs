@@ -1,6 +1,7 @@
 //! The batch-coordinate cache (issue 26, item 2): a tail consumer on broker B of what broker A
 //! produces reads every record without B asking FindBatches — B learns the coordinates of A's
-//! batches from its watch — and the bytes it serves are the records produced, in order. The cache
+//! batches from its watch — and the bytes it serves are the records produced, in order, to
+//! `read_uncommitted` and `read_committed` fetches alike while no transaction is open. The cache
 //! never serves what DeleteRecords or a topic deletion removed: after A's DeleteRecords, a fetch
 //! below the new log start is out of range through A at once and through B as soon as its watch
 //! tells it; after the topic's deletion, neither broker serves it.
@@ -75,12 +76,15 @@ async fn a_tail_consumer_reads_another_brokers_batches_without_find_batches_and_
 
     // A tail consumer on b, a record at a time through a: parked at the end, woken by the watch,
     // served from the coordinates it announced. Without the cache each record costs a FindBatches.
+    // Every other read is read_committed (librdkafka's default): with no transaction open, the
+    // same.
     const RECORDS: i64 = 20;
     let before = find_batches_served(&c).await;
     let mut next = 1;
     for i in 1..=RECORDS {
         let tail = {
-            let mut consumer = KafkaClient::connect(&b_addr).await.unwrap();
+            let consumer = KafkaClient::connect(&b_addr).await.unwrap();
+            let mut consumer = if i % 2 == 0 { consumer.read_committed() } else { consumer };
             tokio::spawn(async move { consumer.fetch_waiting(TOPIC, 0, next, 10_000).await.unwrap() })
         };
         tokio::time::sleep(Duration::from_millis(50)).await;

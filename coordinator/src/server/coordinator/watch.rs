@@ -136,6 +136,7 @@ fn message(index: u64, reset: bool, entries: Vec<(u64, Changes)>, with_batches: 
                 batch_max_timestamp: b.batch_max_timestamp,
                 timestamp_type: i32::from(b.timestamp_type),
                 marker: b.marker.as_ref().map(super::find_batches::marker_info),
+                is_transactional: b.transactional,
             };
             match appended.last_mut() {
                 Some(a) if a.index == at && *a.object_key == *b.object_key => a.batches.push(batch),
