@@ -20,9 +20,13 @@
 //! - Either way the marker's epoch becomes the producer's epoch on the partition (transactions v2
 //!   bump it at every end), so a batch of the ended transaction that reaches the log late is
 //!   refused (INVALID_PRODUCER_EPOCH) instead of opening a transaction no one will end. A marker
-//!   older than the producer's epoch is refused the same way. The coordinator epoch is written into
-//!   the control record but not checked here: a transaction's outcome is decided (and fenced) in
-//!   its transactional id's state before any marker is written, so every marker of it says the same.
+//!   older than the producer's epoch is refused the same way, and so is a marker for an open
+//!   transaction that does not carry an epoch above the transaction's batches: transactions v2
+//!   end every transaction with its epoch + 1, so a deposed coordinator still retrying the markers
+//!   of transaction N (epoch E + 1) cannot end transaction N + 1, whose batches carry E + 1 too
+//!   (the fence Kafka's `checkCoordinatorEpoch` gives). The coordinator epoch is written into the
+//!   control record but not checked: the producer epoch fences, and a transaction's outcome is
+//!   decided in its transactional id's state before any marker is written.
 //!
 //! It must not decide a transaction's outcome, nor know which partitions a transaction spans:
 //! that is the transaction coordinator's.
@@ -154,6 +158,16 @@ pub fn end(
         }
     }
     let open = open(txn, keys, &m.tp, m.producer_id)?;
+    if let Some(o) = open.filter(|o| m.producer_epoch <= o.producer_epoch) {
+        return Ok(Err(Failure::new(
+            ErrorCode::InvalidProducerEpoch,
+            format!(
+                "marker of producer {} epoch {} on {}: the open transaction's batches carry epoch {} (a marker ends it \
+                 with a later one)",
+                m.producer_id, m.producer_epoch, m.tp, o.producer_epoch
+            ),
+        )));
+    }
     let written = match open {
         None => None,
         Some(o) => {

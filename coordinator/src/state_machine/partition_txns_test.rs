@@ -103,8 +103,13 @@ fn a_late_batch_of_an_ended_transaction_is_fenced_and_the_next_epoch_starts_at_s
     assert_eq!(f.end_txn(other, 7, 5, true).unwrap(), None);
     assert_eq!(f.list_offsets(other, -1).unwrap().offset, 0);
     assert_eq!(code(&f.commit_in_txn(idem(other, 7, 4, 0, 1))), ErrorCode::InvalidProducerEpoch);
-    // A marker older than the producer's epoch is refused.
+    // A marker older than the producer's epoch is refused; so is one of the open transaction's own
+    // epoch: a deposed coordinator retrying the last transaction's markers (epoch 5) cannot end
+    // the next one, whose batches carry 5 too.
     assert_eq!(code(&f.end_txn(t, 7, 4, false)), ErrorCode::InvalidProducerEpoch);
+    assert_eq!(code(&f.end_txn(t, 7, 5, false)), ErrorCode::InvalidProducerEpoch);
+    assert_eq!(f.find_committed(t, 0).last_stable_offset, 2, "the transaction is still open");
+    assert_eq!(f.end_txn(t, 7, 6, true).unwrap(), Some(3));
     assert_eq!(code(&f.end_txn(tp(1, 9), 7, 5, false)), ErrorCode::UnknownTopicOrPartition);
 }
 

@@ -391,6 +391,9 @@ impl Model {
         if self.producers.get(&key).is_some_and(|p| m.producer_epoch < p.epoch) {
             return fail(ErrorCode::InvalidProducerEpoch);
         }
+        if self.parts[&m.tp].open.get(&m.producer_id).is_some_and(|o| m.producer_epoch <= o.1) {
+            return fail(ErrorCode::InvalidProducerEpoch);
+        }
         let id = (i64::from(self.metadata_partition) << 47) | self.next_batch_id;
         let part = self.parts.get_mut(&m.tp).unwrap();
         let written = match part.open.remove(&m.producer_id) {
