@@ -219,6 +219,7 @@ impl Conn {
                         base_sequence: -1,
                         last_sequence: -1,
                         is_transactional: false,
+                        txn_number: 0,
                     })
                     .collect();
                 let r = broker

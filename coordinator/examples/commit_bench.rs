@@ -67,6 +67,7 @@ fn request(key: String, topic: &[u8], batches: usize, partitions: i32, rng: &mut
             base_sequence: -1,
             last_sequence: -1,
             is_transactional: false,
+            txn_number: 0,
         })
         .collect();
     CommitFileRequest {

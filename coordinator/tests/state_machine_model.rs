@@ -195,6 +195,14 @@ enum TOp {
         epoch: u8,
         extra: Option<(u8, i32)>,
     },
+    /// A broker stores transactional id `id`'s state at the version stored (`stale` 0), or at
+    /// another (fenced).
+    StoreTxn {
+        id: u8,
+        state: u8,
+        number: u8,
+        stale: u8,
+    },
 }
 
 /// A broker lease: mostly valid, sometimes out of bounds.
@@ -366,6 +374,8 @@ fn top() -> impl Strategy<Value = TOp> {
         1 => (0u8..5, 0u8..3).prop_map(|(broker, incarnation)| TOp::UnregisterBroker { broker, incarnation }),
         5 => (0u8..3, prop::bool::weighted(0.6), any::<u8>(), prop::option::weighted(0.3, (0..=TOPICS, -1i32..MAX_PARTITIONS_USED)))
             .prop_map(|(producer, commit, epoch, extra)| TOp::EndTxn { producer, commit, epoch, extra }),
+        3 => (0u8..3, 0u8..8, 0u8..4, prop_oneof![6 => Just(0u8), 1 => 1u8..3])
+            .prop_map(|(id, state, number, stale)| TOp::StoreTxn { id, state, number, stale }),
     ]
 }
 
@@ -387,6 +397,8 @@ struct Driver {
     now: i64,
     next_key: u32,
     epochs: [i16; 3],
+    /// Per producer, the number of its current transaction (a transactional id's counter).
+    numbers: [u64; 3],
     mp: u32,
     num_mps: u32,
     /// The last commits sent (with their transactional flags), for repeats.
@@ -511,6 +523,16 @@ impl Driver {
             owner_ids: self.owners(owners),
             batches: out,
         };
+        // The transaction's number: none (0), the producer's current one, or the one before (late).
+        let txn_numbers: Vec<u64> = batches
+            .iter()
+            .map(|b| match (b.producer.as_ref().map(|p| p.0), b.ts_delta.rem_euclid(4)) {
+                (Some(p), 1 | 2) if b.txn => self.numbers[usize::from(p)],
+                (Some(p), 3) if b.txn => self.numbers[usize::from(p)] - 1,
+                _ => 0,
+            })
+            .collect();
+        let txn_numbers = if txn_numbers.iter().all(|&n| n == 0) { vec![] } else { txn_numbers };
         let mut transactional: Vec<bool> = batches.iter().map(|b| b.txn).collect();
         match slack {
             // A flag too few (refused whole), or flags all false (the same as none).
@@ -521,7 +543,7 @@ impl Driver {
             _ if !transactional.contains(&true) => transactional.clear(),
             _ => {}
         }
-        CommitFileV2 { file, transactional }
+        CommitFileV2 { file, transactional, txn_numbers }
     }
 
     fn sent(&mut self, c: CommitFileV2) -> CommitFileV2 {
@@ -742,6 +764,15 @@ impl Driver {
                 let mut tps: Vec<TopicPartition> =
                     model.open_txns().into_iter().filter(|(_, p)| *p == pid).map(|(t, _)| t).collect();
                 tps.extend(extra.map(|(t, p)| tp(t, p)));
+                let n = &mut self.numbers[usize::from(*producer)];
+                let txn_number = match (epoch / 8) % 4 {
+                    0 => 0,
+                    3 => *n - 1,
+                    _ => {
+                        *n += 1;
+                        *n - 1
+                    }
+                };
                 let markers = tps
                     .into_iter()
                     .map(|t| TxnMarker {
@@ -750,9 +781,41 @@ impl Driver {
                         producer_epoch: epoch,
                         commit: *commit,
                         coordinator_epoch: 1,
+                        txn_number,
                     })
                     .collect();
                 Op::EndTransaction(markers)
+            }
+            TOp::StoreTxn { id, state, number, stale } => {
+                let transactional_id = if *id == 2 { String::new() } else { format!("txn-{id}") };
+                let stored = model.txn_version(&transactional_id);
+                let states = [
+                    TxnState::Empty,
+                    TxnState::Ongoing,
+                    TxnState::PrepareCommit,
+                    TxnState::PrepareAbort,
+                    TxnState::CompleteCommit,
+                    TxnState::CompleteAbort,
+                    TxnState::PrepareEpochFence,
+                    TxnState::Ongoing,
+                ];
+                let record = TxnRecord {
+                    producer_id: 1000 + i64::from(*id),
+                    producer_epoch: i16::from(*number),
+                    last_producer_id: -1,
+                    last_producer_epoch: -1,
+                    timeout_ms: 60_000,
+                    state: states[usize::from(*state) % states.len()],
+                    txn_number: u64::from(*number),
+                    partitions: (0..*number).map(|p| tp(1, i32::from(p))).collect(),
+                    groups: vec![format!("g{number}")],
+                    started_ms: 5,
+                    updated_ms: 6,
+                    owner: format!("broker-{state}"),
+                    version: 77,
+                };
+                let expected_version = stored.wrapping_add(u64::from(*stale)) % 4;
+                Op::StoreTxn { transactional_id, record, expected_version }
             }
         };
         Some(Command { now_ms: now, op })
@@ -790,6 +853,7 @@ fn blank(o: Outcome) -> Outcome {
         Outcome::EndTransaction(v) => {
             Outcome::EndTransaction(v.into_iter().map(|r| r.map_err(|f| Failure::new(f.code, ""))).collect())
         }
+        Outcome::Txn(r) => Outcome::Txn(r.map_err(|f| Failure::new(f.code, ""))),
         other => other,
     }
 }
@@ -921,6 +985,12 @@ fn compare_reads(real: &Real, model: &Model, seed: u64, full: bool) {
     assert_eq!(real.sm.topics(&view).unwrap(), model.topics(), "ListTopics");
     // Consumer groups.
     assert_eq!(real.sm.list_groups(&view).unwrap(), model.groups.list(), "ListGroups");
+    // Transactional ids.
+    let txns: Vec<(String, TxnRecord)> = model.txns().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    assert_eq!(real.sm.list_transactions(&view).unwrap(), txns, "ListTransactions");
+    for id in ["txn-0", "txn-1", ""] {
+        assert_eq!(real.sm.transaction(&view, id).unwrap().as_ref(), model.txns().get(id), "Transaction {id:?}");
+    }
     for id in GROUP_IDS {
         assert_eq!(real.sm.fetch_offsets(&view, id, None).unwrap(), model.groups.fetch_all(id), "OffsetFetch {id:?}");
         let one = [tp(1, 0)];
@@ -948,8 +1018,17 @@ static BROKER_CODES: std::sync::Mutex<BTreeMap<i16, usize>> = std::sync::Mutex::
 static OFFSETS_EXPIRED: AtomicUsize = AtomicUsize::new(0);
 /// Transaction markers [written, nothing to end, refused].
 static MARKERS: std::sync::Mutex<[usize; 3]> = std::sync::Mutex::new([0; 3]);
+/// Transaction state stores [stored, fenced, refused otherwise].
+static TXN_STORES: std::sync::Mutex<[usize; 3]> = std::sync::Mutex::new([0; 3]);
 
 fn count(outcome: &Outcome) {
+    if let Outcome::Txn(r) = outcome {
+        TXN_STORES.lock().unwrap()[match r {
+            Ok(_) => 0,
+            Err(f) if f.code == ErrorCode::TransactionCoordinatorFenced => 1,
+            Err(_) => 2,
+        }] += 1;
+    }
     if let Outcome::EndTransaction(v) = outcome {
         let mut m = MARKERS.lock().unwrap();
         for r in v {
@@ -1019,7 +1098,7 @@ fn run_case(ops: &[(TOp, u64)], mp: u32, num_mps: u32) {
     // Commands not yet applied by `batched`, with the model's answers.
     let mut run: Vec<(Command, Outcome)> = vec![];
     let mut model = Model::new(mp, num_mps);
-    let mut driver = Driver { now: 1_000_000, next_key: 0, epochs: [0; 3], mp, num_mps, sent: vec![] };
+    let mut driver = Driver { now: 1_000_000, next_key: 0, epochs: [0; 3], numbers: [1; 3], mp, num_mps, sent: vec![] };
     // Every sequence starts with two topics, so most operations find something to act on.
     let setup = (1..=2).map(|topic| {
         (
@@ -1091,8 +1170,11 @@ fn state_machine_matches_the_model_and_replicas_agree_byte_for_byte() {
     println!("broker registry answers by error code (0 = done): {brokers:?}");
     let markers = *MARKERS.lock().unwrap();
     println!("transaction markers [written, nothing to end, refused]: {markers:?}");
+    let stores = *TXN_STORES.lock().unwrap();
+    println!("transaction state stores [stored, fenced, refused]: {stores:?}");
     if cases >= 30 {
         assert!(markers.iter().all(|&n| n > 0), "markers {markers:?}");
+        assert!(stores.iter().all(|&n| n > 0), "transaction state stores {stores:?}");
         let codes = BATCH_CODES.lock().unwrap();
         // Transactional batches refused: a producer's plain batch inside its transaction, a
         // transactional batch without a producer.

@@ -54,6 +54,7 @@ pub fn batch(topic: &[u8], partition: i32, records: i64, at: i32, size: i32) -> 
         base_sequence: -1,
         last_sequence: -1,
         is_transactional: false,
+        txn_number: 0,
     }
 }
 

@@ -473,6 +473,7 @@ async fn commit(s: Sealed, broker_id: i32, storage: &Storage, committer: &dyn Co
                 base_sequence: p.header.base_sequence,
                 last_sequence: p.header.last_sequence(),
                 is_transactional: p.header.is_transactional(),
+                txn_number: 0,
             })
             .collect(),
         // The coordinator may take only the time left before the deadline.

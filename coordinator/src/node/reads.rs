@@ -180,6 +180,10 @@ impl Node {
                 Answer::LiveBrokers { brokers, now_ms, generation: sm.registry_generation(&view).map_err(failed)? }
             }
             Read::Acls(filter) => Answer::Acls(sm.describe_acls(&view, &filter).map_err(failed)?),
+            Read::Transactions(ids) => Answer::Transactions(
+                ids.iter().map(|id| sm.transaction(&view, id)).collect::<Result<_, _>>().map_err(failed)?,
+            ),
+            Read::ListTransactions => Answer::ListTransactions(sm.list_transactions(&view).map_err(failed)?),
         })
     }
 

@@ -26,7 +26,7 @@ use super::{Node, RouteError, CHANGE_TIMEOUT};
 use crate::raft::NodeId;
 use crate::state_machine::{
     AclBinding, AclFilter, BrokerRecord, CommitFile, CommitFileV2, Failure, FileState, FileToDelete, GroupRecord,
-    OffsetAndTimestamp, OffsetRecord, Op, Outcome, TopicInfo, TopicPartition,
+    OffsetAndTimestamp, OffsetRecord, Op, Outcome, TopicInfo, TopicPartition, TxnRecord,
 };
 use crate::storage::codec;
 
@@ -90,6 +90,10 @@ pub enum Read {
     Acls(AclFilter),
     /// ListOffsets with `read_committed` (answered as [`Answer::ListOffsets`]).
     ListOffsetsCommitted(Vec<(TopicPartition, i64)>),
+    /// The stored state of these transactional ids.
+    Transactions(Vec<String>),
+    /// Every transactional id of the metadata partition.
+    ListTransactions,
 }
 
 /// A [`Read`]'s answer (the variant of the same name).
@@ -103,6 +107,8 @@ pub enum Answer {
     ListConsumerGroups(Vec<(String, Option<GroupRecord>)>),
     LiveBrokers { brokers: Vec<(i32, BrokerRecord)>, now_ms: i64, generation: u64 },
     Acls(Result<Vec<AclBinding>, Failure>),
+    Transactions(Vec<Option<TxnRecord>>),
+    ListTransactions(Vec<(String, TxnRecord)>),
 }
 
 /// A change of a metadata partition's membership or leadership, made by its leader

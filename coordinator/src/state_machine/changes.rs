@@ -253,7 +253,11 @@ mod tests {
         let flags = vec![false, true, false, false, false];
         let v2 = Command {
             now_ms: 1,
-            op: Op::CommitFilesV2(vec![crate::state_machine::CommitFileV2 { file, transactional: flags }]),
+            op: Op::CommitFilesV2(vec![crate::state_machine::CommitFileV2 {
+                file,
+                transactional: flags,
+                txn_numbers: vec![],
+            }]),
         };
         let Outcome::CommitFile(results) = outcome else { unreachable!() };
         let c = changes(&v2, &Outcome::CommitFiles(vec![results]));
@@ -263,8 +267,14 @@ mod tests {
     #[test]
     fn a_written_marker_moves_the_high_watermark_and_is_announced_without_object_bytes() {
         use crate::state_machine::command::TxnMarker;
-        let marker =
-            |p, commit| TxnMarker { tp: tp(p), producer_id: 9, producer_epoch: 2, commit, coordinator_epoch: 4 };
+        let marker = |p, commit| TxnMarker {
+            tp: tp(p),
+            producer_id: 9,
+            producer_epoch: 2,
+            commit,
+            coordinator_epoch: 4,
+            txn_number: 0,
+        };
         let cmd =
             Command { now_ms: 77, op: Op::EndTransaction(vec![marker(0, true), marker(1, false), marker(2, true)]) };
         let outcome = Outcome::EndTransaction(vec![

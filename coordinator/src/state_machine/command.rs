@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::acls::{AclBinding, AclFilter};
 use super::keys::TopicPartition;
-use super::records::GroupRecord;
+use super::records::{GroupRecord, TxnRecord};
 use super::topic_settings::{SettingChange, TopicSettings};
 pub use diskless_proto::ErrorCode;
 
@@ -101,6 +101,10 @@ pub enum Op {
     /// DisklessEndTransaction: a COMMIT or ABORT marker for a producer's transaction on each
     /// partition named (see `partition_txns`).
     EndTransaction(Vec<TxnMarker>),
+    /// The broker coordinating a transactional id stores its transaction's state: applied only if
+    /// the stored version is `expected_version` (0: none stored), else
+    /// TRANSACTION_COORDINATOR_FENCED (see `transactional_ids`).
+    StoreTxn { transactional_id: String, record: TxnRecord, expected_version: u64 },
 }
 
 /// A file's commit whose batches may be transactional.
@@ -109,11 +113,14 @@ pub struct CommitFileV2 {
     pub file: CommitFile,
     /// Per batch, in order: whether it is transactional. Empty: none is.
     pub transactional: Vec<bool>,
+    /// Per batch, in order: the number of its transaction (`TxnRecord::txn_number`; 0: not
+    /// said). Empty: none said.
+    pub txn_numbers: Vec<u64>,
 }
 
 impl From<CommitFile> for CommitFileV2 {
     fn from(file: CommitFile) -> Self {
-        CommitFileV2 { file, transactional: vec![] }
+        CommitFileV2 { file, transactional: vec![], txn_numbers: vec![] }
     }
 }
 
@@ -127,6 +134,9 @@ pub struct TxnMarker {
     /// COMMIT, else ABORT.
     pub commit: bool,
     pub coordinator_epoch: i32,
+    /// The number of the transaction it ends (`TxnRecord::txn_number`; 0: not said, the epoch
+    /// alone fences).
+    pub txn_number: u64,
 }
 
 /// A broker's registration: who it is, where clients reach it, for how long.
@@ -313,6 +323,8 @@ pub enum Outcome {
     /// EndTransaction: per marker, in request order, the offset the marker was written at (`None`:
     /// the producer had no open transaction there, so nothing was written).
     EndTransaction(Vec<Result<Option<i64>, Failure>>),
+    /// StoreTxn: the record as stored (its version and times set), or why not.
+    Txn(Result<TxnRecord, Failure>),
 }
 
 /// Producer ids `[first, first + len)`, for one broker to hand out.
@@ -382,6 +394,9 @@ impl std::fmt::Display for Command {
                 return write!(f, "FenceObjects({} keys) at {}", object_keys.len(), self.now_ms)
             }
             Op::StoreGroup { .. } => "StoreGroup",
+            Op::StoreTxn { transactional_id, record, .. } => {
+                return write!(f, "StoreTxn({transactional_id}, {}) at {}", record.state.name(), self.now_ms)
+            }
             Op::CommitOffsets(c) => {
                 return write!(f, "CommitOffsets({}, {} offsets) at {}", c.group_id, c.offsets.len(), self.now_ms)
             }

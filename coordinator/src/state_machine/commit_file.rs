@@ -33,13 +33,15 @@ use crate::storage::{StorageError, Txn};
 /// The longest object key accepted.
 pub const MAX_OBJECT_KEY_LEN: usize = 1024;
 
-/// Commits one file; `transactional` says per batch whether it is transactional (empty: none is).
+/// Commits one file; `transactional` says per batch whether it is transactional (empty: none is),
+/// `txn_numbers` the number of its transaction (empty or 0: not said).
 pub fn apply(
     sm: &StateMachine,
     txn: &mut Txn<'_>,
     now: i64,
     c: &CommitFile,
     transactional: &[bool],
+    txn_numbers: &[u64],
 ) -> Result<Vec<Result<CommittedBatch, Failure>>, StorageError> {
     let keys = &sm.keys;
     if c.deadline_ms.is_some_and(|d| now > d) {
@@ -49,7 +51,7 @@ pub fn apply(
         );
         return Ok(c.batches.iter().map(|_| Err(late.clone())).collect());
     }
-    if let Err(f) = validate_file(sm, c, transactional) {
+    if let Err(f) = validate_file(sm, c, transactional, txn_numbers) {
         return Ok(c.batches.iter().map(|_| Err(f.clone())).collect());
     }
     if let Some(t) = tables::fenced(txn, keys, &c.object_key)? {
@@ -62,7 +64,7 @@ pub fn apply(
         );
         return Ok(c.batches.iter().map(|_| Err(gone.clone())).collect());
     }
-    let checksum = checksum(c, transactional);
+    let checksum = checksum(c, transactional, txn_numbers);
     if let Some(file) = tables::file(txn, keys, &c.object_key)? {
         let first: Option<CommitRecord> = tables::get(txn, &keys.commit_results(&c.object_key))?;
         return match first {
@@ -87,7 +89,8 @@ pub fn apply(
     let mut results = Vec::with_capacity(c.batches.len());
     for (i, b) in c.batches.iter().enumerate() {
         let is_txn = transactional.get(i).copied().unwrap_or(false);
-        let r = commit_batch(sm, txn, now, c, b, is_txn, &mut next_batch_id)?;
+        let in_txn = is_txn.then(|| txn_numbers.get(i).copied().unwrap_or(0));
+        let r = commit_batch(sm, txn, now, c, b, in_txn, &mut next_batch_id)?;
         if let Ok(ok) = &r {
             if !ok.is_duplicate {
                 live_bytes += i64::from(b.size);
@@ -134,8 +137,9 @@ pub fn apply(
 /// beside the checksum) and its CRC collides: CRC-32C sees every change of one field of up to 32
 /// bits (a burst that short) and any odd number of flipped bits, and lets through a random other
 /// content with probability 2^-32. SHA-256 cost more than the rest of a small commit. The
-/// transactional flags are covered when one is set (so a commit without any sums as it always did).
-fn checksum(c: &CommitFile, transactional: &[bool]) -> u32 {
+/// transactional flags are covered when one is set, and the transactions' numbers when one is not
+/// 0 (so a commit without any sums as it always did).
+fn checksum(c: &CommitFile, transactional: &[bool], txn_numbers: &[u64]) -> u32 {
     let mut bytes = Vec::with_capacity(32 + c.object_key.len() + 4 * c.owner_ids.len() + 76 * c.batches.len());
     bytes.extend_from_slice(&(c.object_key.len() as u64).to_le_bytes());
     bytes.extend_from_slice(c.object_key.as_bytes());
@@ -165,6 +169,11 @@ fn checksum(c: &CommitFile, transactional: &[bool]) -> u32 {
     }
     if transactional.contains(&true) {
         bytes.extend(transactional.iter().map(|&t| u8::from(t)));
+    }
+    if txn_numbers.iter().any(|&n| n != 0) {
+        for n in txn_numbers {
+            bytes.extend_from_slice(&n.to_le_bytes());
+        }
     }
     crc32c::crc32c(&bytes)
 }
@@ -210,10 +219,12 @@ fn commit_batch(
     now: i64,
     c: &CommitFile,
     b: &CommitBatch,
-    is_txn: bool,
+    in_txn: Option<u64>,
     next_batch_id: &mut u64,
 ) -> Result<Result<CommittedBatch, Failure>, StorageError> {
     let keys = &sm.keys;
+    // Transactional, and the number of its transaction (0: not said).
+    let (is_txn, txn_number) = (in_txn.is_some(), in_txn.unwrap_or(0));
     let record_count = match validate_batch(c, b) {
         Ok(n) => n,
         Err(f) => return Ok(Err(f)),
@@ -257,6 +268,11 @@ fn commit_batch(
             format!("producer {} has a transaction open on {}: expected a transactional batch", b.producer_id, b.tp),
         )));
     }
+    if txn_number != 0 {
+        if let Err(f) = partition_txns::check_number(b, open_txn.as_ref(), producer.as_ref(), txn_number) {
+            return Ok(Err(f));
+        }
+    }
 
     let base = part.high_watermark;
     let Some(new_hwm) = base.checked_add(record_count) else {
@@ -290,7 +306,7 @@ fn commit_batch(
         tables::put(txn, keys.producer(&b.tp, b.producer_id), &updated)?;
     }
     if is_txn && open_txn.is_none() {
-        partition_txns::begin(txn, keys, &b.tp, b.producer_id, b.producer_epoch, base)?;
+        partition_txns::begin(txn, keys, &b.tp, b.producer_id, b.producer_epoch, txn_number, base)?;
     }
     Ok(Ok(CommittedBatch {
         assigned_base_offset: base,
@@ -300,7 +316,22 @@ fn commit_batch(
     }))
 }
 
-fn validate_file(sm: &StateMachine, c: &CommitFile, transactional: &[bool]) -> Result<(), Failure> {
+fn validate_file(
+    sm: &StateMachine,
+    c: &CommitFile,
+    transactional: &[bool],
+    txn_numbers: &[u64],
+) -> Result<(), Failure> {
+    if !txn_numbers.is_empty() && txn_numbers.len() != c.batches.len() {
+        return Err(Failure::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "{} transaction numbers for {} batches; one per batch, or none",
+                txn_numbers.len(),
+                c.batches.len()
+            ),
+        ));
+    }
     let bad = |m: String| Err(Failure::new(ErrorCode::InvalidRequest, m));
     if !transactional.is_empty() && transactional.len() != c.batches.len() {
         return bad(format!(

@@ -142,9 +142,15 @@ impl Fixture {
 
     /// Commits `batches` (each with its transactional flag) in a new file, as `CommitFilesV2`.
     pub fn commit_txn(&mut self, batches: Vec<(CommitBatch, bool)>) -> Vec<Result<CommittedBatch, Failure>> {
+        self.commit_numbered(batches.into_iter().map(|(b, t)| (b, t, 0)).collect())
+    }
+
+    /// [`Fixture::commit_txn`] with each batch's transaction number.
+    pub fn commit_numbered(&mut self, batches: Vec<(CommitBatch, bool, u64)>) -> Vec<Result<CommittedBatch, Failure>> {
         let key = self.fresh_key();
         let mut at = 0;
-        let (mut bs, flags): (Vec<CommitBatch>, Vec<bool>) = batches.into_iter().unzip();
+        let txn_numbers: Vec<u64> = batches.iter().map(|b| b.2).collect();
+        let (mut bs, flags): (Vec<CommitBatch>, Vec<bool>) = batches.into_iter().map(|(b, t, _)| (b, t)).unzip();
         for b in &mut bs {
             b.byte_offset = at;
             at += b.size.max(0);
@@ -159,7 +165,7 @@ impl Fixture {
             batches: bs,
         };
         let Outcome::CommitFiles(mut r) =
-            self.apply(Op::CommitFilesV2(vec![CommitFileV2 { file, transactional: flags }]))
+            self.apply(Op::CommitFilesV2(vec![CommitFileV2 { file, transactional: flags, txn_numbers }]))
         else {
             panic!("wrong outcome")
         };
@@ -173,7 +179,19 @@ impl Fixture {
 
     /// EndTransaction with one marker: the offset it was written at, if any.
     pub fn end_txn(&mut self, tp: TopicPartition, pid: i64, epoch: i16, commit: bool) -> Result<Option<i64>, Failure> {
-        let m = TxnMarker { tp, producer_id: pid, producer_epoch: epoch, commit, coordinator_epoch: 3 };
+        self.end_numbered(tp, pid, epoch, commit, 0)
+    }
+
+    /// [`Fixture::end_txn`] with the transaction's number.
+    pub fn end_numbered(
+        &mut self,
+        tp: TopicPartition,
+        pid: i64,
+        epoch: i16,
+        commit: bool,
+        txn_number: u64,
+    ) -> Result<Option<i64>, Failure> {
+        let m = TxnMarker { tp, producer_id: pid, producer_epoch: epoch, commit, coordinator_epoch: 3, txn_number };
         let Outcome::EndTransaction(mut r) = self.apply(Op::EndTransaction(vec![m])) else { panic!("wrong outcome") };
         r.remove(0)
     }

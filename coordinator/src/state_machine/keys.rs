@@ -28,6 +28,7 @@
 //! | `K` | consumer groups (those this metadata partition holds) | group id bytes | `GroupRecord` |
 //! | `O` | committed offsets | group id (u16 length, bytes), topic id, partition | `OffsetRecord` |
 //! | `W` | committed offsets by topic | topic id, group id (u16 length, bytes) | empty |
+//! | `J` | transactional ids (those this metadata partition holds) | transactional id bytes | `TxnRecord` |
 //! | `H` | the broker registry (metadata partition 0 only) | broker id | `BrokerRecord` |
 //! | `Z` | ACL bindings (metadata partition 0 only) | resource type, pattern type, then name, principal, host (each u16 length, bytes), operation, permission | `AclBinding` |
 //! | `M` | metadata-partition values | name | per name |
@@ -66,6 +67,7 @@ pub const OFFSET: u8 = b'O';
 pub const OFFSET_BY_TOPIC: u8 = b'W';
 pub const BROKER: u8 = b'H';
 pub const ACL: u8 = b'Z';
+pub const TXN: u8 = b'J';
 pub const APPLIED: u8 = b'A';
 
 /// Names under the `M` table.
@@ -329,6 +331,18 @@ impl Keys {
         let mut k = self.start(GROUP, group_id.len());
         k.extend_from_slice(group_id.as_bytes());
         k
+    }
+
+    /// A transactional id's state (`J`).
+    pub fn txn(&self, transactional_id: &str) -> Vec<u8> {
+        let mut k = self.start(TXN, transactional_id.len());
+        k.extend_from_slice(transactional_id.as_bytes());
+        k
+    }
+
+    /// The transactional id of a `J` key.
+    pub fn decode_txn(key: &[u8]) -> Option<String> {
+        String::from_utf8(key.get(5..)?.to_vec()).ok()
     }
 
     /// The group id of a `K` key.

@@ -34,6 +34,7 @@ mod retention;
 mod tables;
 mod time_index;
 pub mod topic_settings;
+pub mod transactional_ids;
 
 #[cfg(test)]
 mod acls_test;
@@ -61,6 +62,8 @@ mod queries_test;
 mod registry_test;
 #[cfg(test)]
 mod retention_test;
+#[cfg(test)]
+mod transactional_ids_test;
 
 pub use acls::{AclBinding, AclFilter, ACL_AUTHORITY, MAX_ACLS_PER_OP};
 pub use command::{
@@ -74,7 +77,7 @@ pub use keys::TopicPartition;
 pub use producer_ids::{MAX_PRODUCER_ID_BLOCK, PRODUCER_ID_AUTHORITY};
 pub use queries::{FetchBudget, OffsetAndTimestamp, PartitionBatches, MAX_BATCHES_PER_FETCH};
 pub use records::{BatchRecord, MarkerRecord};
-pub use records::{BrokerRecord, GroupRecord, MemberRecord, OffsetRecord};
+pub use records::{BrokerRecord, GroupRecord, MemberRecord, OffsetRecord, TxnRecord, TxnState};
 pub use registry::{MAX_BROKER_LEASE_MS, REGISTRY_AUTHORITY};
 pub use time_index::FANOUT as TIME_INDEX_FANOUT;
 pub use topic_settings::{SettingChange, TopicSettings};
@@ -157,22 +160,25 @@ impl StateMachine {
             Op::DeleteTopics { topic_ids, budget } => {
                 Outcome::Topics(delete_topics::apply(self, txn, now, topic_ids, *budget)?)
             }
-            Op::CommitFile(c) => Outcome::CommitFile(commit_file::apply(self, txn, now, c, &[])?),
+            Op::CommitFile(c) => Outcome::CommitFile(commit_file::apply(self, txn, now, c, &[], &[])?),
             Op::CommitFiles(files) => {
                 let mut out = Vec::with_capacity(files.len());
                 for c in files {
-                    out.push(commit_file::apply(self, txn, now, c, &[])?);
+                    out.push(commit_file::apply(self, txn, now, c, &[], &[])?);
                 }
                 Outcome::CommitFiles(out)
             }
             Op::CommitFilesV2(files) => {
                 let mut out = Vec::with_capacity(files.len());
                 for c in files {
-                    out.push(commit_file::apply(self, txn, now, &c.file, &c.transactional)?);
+                    out.push(commit_file::apply(self, txn, now, &c.file, &c.transactional, &c.txn_numbers)?);
                 }
                 Outcome::CommitFiles(out)
             }
             Op::EndTransaction(markers) => Outcome::EndTransaction(partition_txns::apply(self, txn, now, markers)?),
+            Op::StoreTxn { transactional_id, record, expected_version } => {
+                Outcome::Txn(transactional_ids::store(self, txn, now, transactional_id, record, *expected_version)?)
+            }
             Op::DeleteRecords { partitions, budget } => {
                 Outcome::DeleteRecords(delete_records::apply(self, txn, now, partitions, *budget)?)
             }
@@ -279,6 +285,16 @@ impl StateMachine {
     /// Every group this metadata partition holds (with its record, if it has one), by id.
     pub fn list_groups(&self, view: &dyn KvRead) -> Result<Vec<(String, Option<GroupRecord>)>, StorageError> {
         groups::list(view, &self.keys)
+    }
+
+    /// The stored state of transactional id `id`, if any.
+    pub fn transaction(&self, view: &dyn KvRead, id: &str) -> Result<Option<TxnRecord>, StorageError> {
+        transactional_ids::get(view, &self.keys, id)
+    }
+
+    /// Every transactional id this metadata partition holds, in id order.
+    pub fn list_transactions(&self, view: &dyn KvRead) -> Result<Vec<(String, TxnRecord)>, StorageError> {
+        transactional_ids::list(view, &self.keys)
     }
 
     /// Every broker of the registry with its record, by id, live or not (metadata partition 0;

@@ -27,11 +27,20 @@
 //!   (the fence Kafka's `checkCoordinatorEpoch` gives). The coordinator epoch is written into the
 //!   control record but not checked: the producer epoch fences, and a transaction's outcome is
 //!   decided in its transactional id's state before any marker is written.
+//! - **Transaction numbers.** Clients of transactions v1 (librdkafka, aiokafka, KafkaJS) keep one
+//!   epoch across transactions, so the epoch cannot tell a marker of transaction N from one of
+//!   N + 1. The brokers number each transaction of a transactional id (`TxnRecord::txn_number`)
+//!   and give the number with its batches and markers: a marker ends only the open transaction of
+//!   its number (a late repeat of an ended one's marker ends nothing), and once a marker of
+//!   number N was applied for a producer on a partition (`ProducerRecord::ended_txn`), a batch of
+//!   N or older is refused (INVALID_TXN_STATE), as Kafka's verification guard (KIP-890 part 1)
+//!   refuses a batch whose transaction ended before it was appended. Unnumbered (0) batches and
+//!   markers keep the epoch rules alone.
 //!
 //! It must not decide a transaction's outcome, nor know which partitions a transaction spans:
 //! that is the transaction coordinator's.
 
-use super::command::{ErrorCode, Failure, TxnMarker, MAGIC_V2, TIMESTAMP_CREATE_TIME};
+use super::command::{CommitBatch, ErrorCode, Failure, TxnMarker, MAGIC_V2, TIMESTAMP_CREATE_TIME};
 use super::keys::{Keys, TopicPartition, ABORTED_TXN, META_NEXT_BATCH_ID, OPEN_TXN_BY_OFFSET};
 use super::records::{
     AbortedTxnRecord, BatchRecordRef, MarkerRecord, OpenTxnRecord, PartitionRecord, ProducerBatch, ProducerRecord,
@@ -60,10 +69,37 @@ pub fn begin(
     tp: &TopicPartition,
     producer_id: i64,
     producer_epoch: i16,
+    txn_number: u64,
     first_offset: i64,
 ) -> Result<(), StorageError> {
-    tables::put(txn, keys.open_txn(tp, producer_id), &OpenTxnRecord { first_offset, producer_epoch })?;
+    tables::put(txn, keys.open_txn(tp, producer_id), &OpenTxnRecord { first_offset, producer_epoch, txn_number })?;
     tables::put(txn, keys.open_txn_by_offset(tp, first_offset), &producer_id)
+}
+
+/// A transactional batch of transaction `txn_number` (not 0) of its producer: refused
+/// (INVALID_TXN_STATE) when another numbered transaction of the producer is open on the partition,
+/// or when none is and a marker already ended this transaction or a later one there (a batch that
+/// reached the log after its transaction's end must not open a transaction no marker will end).
+pub fn check_number(
+    b: &CommitBatch,
+    open: Option<&OpenTxnRecord>,
+    producer: Option<&ProducerRecord>,
+    txn_number: u64,
+) -> Result<(), Failure> {
+    match open {
+        Some(o) if o.txn_number != 0 && o.txn_number != txn_number => Err(Failure::new(
+            ErrorCode::InvalidTxnState,
+            format!(
+                "a batch of transaction {txn_number} of producer {} on {}, whose transaction {} is open",
+                b.producer_id, b.tp, o.txn_number
+            ),
+        )),
+        None if producer.is_some_and(|p| p.ended_txn >= txn_number) => Err(Failure::new(
+            ErrorCode::InvalidTxnState,
+            format!("transaction {txn_number} of producer {} has ended on {}", b.producer_id, b.tp),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The last stable offset of `tp`: the first offset of its oldest open transaction, else its high
@@ -157,8 +193,14 @@ pub fn end(
             )));
         }
     }
-    let open = open(txn, keys, &m.tp, m.producer_id)?;
-    if let Some(o) = open.filter(|o| m.producer_epoch <= o.producer_epoch) {
+    let mut open = open(txn, keys, &m.tp, m.producer_id)?;
+    let numbered = |o: &OpenTxnRecord| m.txn_number != 0 && o.txn_number != 0;
+    if open.is_some_and(|o| numbered(&o) && o.txn_number != m.txn_number) {
+        // Another transaction of the producer: a late repeat of an ended one's marker ends nothing.
+        open = None;
+    }
+    // Unnumbered, the epoch alone tells transactions apart (v2: each ends with its epoch + 1).
+    if let Some(o) = open.filter(|o| !numbered(o) && m.producer_epoch <= o.producer_epoch) {
         return Ok(Err(Failure::new(
             ErrorCode::InvalidProducerEpoch,
             format!(
@@ -226,9 +268,12 @@ pub fn end(
     let fenced_at = written.unwrap_or(part.high_watermark);
     let sentinel =
         ProducerBatch { base_sequence: -1, last_sequence: -1, assigned_base_offset: fenced_at, log_append_time: now };
+    let ended_before = producer.as_ref().map_or(0, |p| p.ended_txn);
+    let ended_txn = ended_before.max(m.txn_number);
     let updated = match producer {
-        Some(p) if p.epoch == m.producer_epoch => None,
-        _ => Some(ProducerRecord { epoch: m.producer_epoch, batches: vec![sentinel] }),
+        Some(p) if p.epoch == m.producer_epoch && ended_txn == ended_before => None,
+        Some(p) if p.epoch == m.producer_epoch => Some(ProducerRecord { ended_txn, ..p }),
+        _ => Some(ProducerRecord { epoch: m.producer_epoch, batches: vec![sentinel], ended_txn }),
     };
     if let Some(u) = updated {
         debug_assert!(u.batches.len() <= PRODUCER_BATCHES_KEPT);

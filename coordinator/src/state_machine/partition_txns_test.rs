@@ -197,6 +197,7 @@ fn a_repeat_of_a_transactional_commit_is_answered_as_the_first_and_other_flags_a
             batches: vec![idem(t, 7, 0, 0, 1)],
         },
         transactional: flags,
+        txn_numbers: vec![],
     };
     let first = f.apply(super::Op::CommitFilesV2(vec![file(vec![true])]));
     assert_eq!(f.apply(super::Op::CommitFilesV2(vec![file(vec![true])])), first);
@@ -206,4 +207,49 @@ fn a_repeat_of_a_transactional_commit_is_answered_as_the_first_and_other_flags_a
         panic!()
     };
     assert_eq!(code(&r[0][0]), ErrorCode::InvalidRequest, "a flag per batch");
+}
+
+/// Transactions v1 clients keep one epoch across transactions: the number tells them apart.
+#[test]
+fn a_numbered_marker_ends_only_its_own_transaction_and_a_late_batch_of_an_ended_one_is_refused() {
+    let mut f = Fixture::new();
+    f.create(1, 1).unwrap();
+    let t = tp(1, 0);
+    let numbered =
+        |f: &mut Fixture, seq: i32, n: u64| f.commit_numbered(vec![(idem(t, 7, 0, seq, 1), true, n)]).remove(0);
+    // Transaction 1 at epoch 0, ended by its marker at the same epoch (v1: no bump).
+    assert_eq!(numbered(&mut f, 0, 1).unwrap().assigned_base_offset, 0);
+    assert_eq!(f.end_numbered(t, 7, 0, true, 1).unwrap(), Some(1));
+    // Transaction 2, same epoch: a late repeat of transaction 1's marker ends nothing.
+    assert_eq!(numbered(&mut f, 1, 2).unwrap().assigned_base_offset, 2);
+    assert_eq!(f.end_numbered(t, 7, 0, true, 1).unwrap(), None);
+    assert_eq!(f.find_committed(t, 0).last_stable_offset, 2, "transaction 2 is still open");
+    // A batch numbered 3 while 2 is open is refused.
+    assert_eq!(numbered(&mut f, 2, 3).unwrap_err().code, ErrorCode::InvalidTxnState);
+    assert_eq!(f.end_numbered(t, 7, 0, false, 2).unwrap(), Some(3));
+    assert_eq!(f.find_committed(t, 0).last_stable_offset, 4);
+    // A batch of transaction 2 that comes after its marker is refused, not opened again.
+    assert_eq!(numbered(&mut f, 2, 2).unwrap_err().code, ErrorCode::InvalidTxnState);
+    // So is one of transaction 4 whose marker came first (it ended with nothing written here).
+    assert_eq!(f.end_numbered(t, 7, 0, true, 4).unwrap(), None);
+    assert_eq!(numbered(&mut f, 2, 4).unwrap_err().code, ErrorCode::InvalidTxnState);
+    // Transaction 5 opens and ends as usual; a timeout's abort may bump the epoch.
+    assert_eq!(numbered(&mut f, 2, 5).unwrap().assigned_base_offset, 4);
+    assert_eq!(f.end_numbered(t, 7, 1, false, 5).unwrap(), Some(5));
+    assert_eq!(numbered(&mut f, 3, 6).unwrap_err().code, ErrorCode::InvalidProducerEpoch, "fenced by the bump");
+    assert_eq!(f.find_committed(t, 0).last_stable_offset, 6);
+}
+
+#[test]
+fn a_new_epoch_keeps_the_last_ended_transaction_number() {
+    let mut f = Fixture::new();
+    f.create(1, 1).unwrap();
+    let t = tp(1, 0);
+    f.commit_numbered(vec![(idem(t, 7, 0, 0, 1), true, 1)]).remove(0).unwrap();
+    assert_eq!(f.end_numbered(t, 7, 0, true, 1).unwrap(), Some(1));
+    // A plain batch of a new epoch (InitProducerId bumped it) replaces the producer's batches...
+    f.commit_one(idem(t, 7, 1, 0, 1)).unwrap();
+    // ...but a late batch of transaction 1 at the new epoch is still refused.
+    let late = f.commit_numbered(vec![(idem(t, 7, 1, 1, 1), true, 1)]).remove(0);
+    assert_eq!(late.unwrap_err().code, ErrorCode::InvalidTxnState);
 }

@@ -104,7 +104,11 @@ pub fn record(
 ) -> ProducerRecord {
     let mut state = match state {
         Some(s) if s.epoch == batch.producer_epoch => s,
-        _ => ProducerRecord { epoch: batch.producer_epoch, batches: Vec::with_capacity(PRODUCER_BATCHES_KEPT) },
+        other => ProducerRecord {
+            epoch: batch.producer_epoch,
+            batches: Vec::with_capacity(PRODUCER_BATCHES_KEPT),
+            ended_txn: other.map_or(0, |s| s.ended_txn),
+        },
     };
     if state.batches.len() == PRODUCER_BATCHES_KEPT {
         state.batches.remove(0);

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::command::{ErrorCode, TIMESTAMP_LOG_APPEND_TIME};
+use super::keys::TopicPartition;
 use super::time_index::{OpenChunk, LEVELS};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -116,6 +117,10 @@ pub struct ProducerRecord {
     pub epoch: i16,
     /// Oldest first, at most [`PRODUCER_BATCHES_KEPT`].
     pub batches: Vec<ProducerBatch>,
+    /// The number of the last transaction a marker ended for this producer on this partition (0:
+    /// none): a late batch of it, or of an older one, is refused instead of opening a transaction
+    /// no marker will end.
+    pub ended_txn: u64,
 }
 
 pub const PRODUCER_BATCHES_KEPT: usize = 5;
@@ -135,6 +140,8 @@ pub struct OpenTxnRecord {
     pub first_offset: i64,
     /// The epoch of that batch.
     pub producer_epoch: i16,
+    /// The transaction's number (`TxnRecord::txn_number`); 0 when the commit did not say.
+    pub txn_number: u64,
 }
 
 /// An aborted transaction of one partition (table `E`, keyed by its ABORT marker's offset):
@@ -250,6 +257,79 @@ pub struct OffsetRecord {
     pub metadata: Option<String>,
     /// When it was committed (the command's "now").
     pub commit_ms: i64,
+}
+
+/// A transactional id's state (table `J` of the metadata partition its id maps to): Kafka's
+/// `TransactionMetadata`, as the broker coordinating the id last stored it. The owner decides
+/// every transition; the state machine only keeps the version (a compare-and-set) and the times.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnRecord {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// The producer id and epoch before the last bump (-1: none), so a client retrying the
+    /// InitProducerId that bumped them is answered again (KIP-360).
+    pub last_producer_id: i64,
+    pub last_producer_epoch: i16,
+    pub timeout_ms: i32,
+    pub state: TxnState,
+    /// The transaction's number, counted per transactional id: a transactional batch and its
+    /// marker carry it, so a marker ends only its own transaction on a partition.
+    pub txn_number: u64,
+    /// The partitions the transaction wrote to (AddPartitionsToTxn).
+    pub partitions: Vec<TopicPartition>,
+    /// The consumer groups whose offsets it commits (AddOffsetsToTxn).
+    pub groups: Vec<String>,
+    /// When the transaction began (the "now" of the store that made it Ongoing), -1 when none is.
+    pub started_ms: i64,
+    /// When it was last stored (the command's "now").
+    pub updated_ms: i64,
+    /// The broker (id and process incarnation) that stored it.
+    pub owner: String,
+    /// Counted by the state machine: 1 for the first store, then one more per store.
+    pub version: u64,
+}
+
+/// Kafka's `TransactionState`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TxnState {
+    Empty,
+    Ongoing,
+    PrepareCommit,
+    PrepareAbort,
+    CompleteCommit,
+    CompleteAbort,
+    /// The id was fenced by a newer producer's InitProducerId while a transaction was ongoing:
+    /// its abort is under way (Kafka's PrepareEpochFence).
+    PrepareEpochFence,
+}
+
+impl TxnState {
+    /// Kafka's name for it, as DescribeTransactions and ListTransactions answer.
+    pub fn name(self) -> &'static str {
+        match self {
+            TxnState::Empty => "Empty",
+            TxnState::Ongoing => "Ongoing",
+            TxnState::PrepareCommit => "PrepareCommit",
+            TxnState::PrepareAbort => "PrepareAbort",
+            TxnState::CompleteCommit => "CompleteCommit",
+            TxnState::CompleteAbort => "CompleteAbort",
+            TxnState::PrepareEpochFence => "PrepareEpochFence",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<TxnState> {
+        [
+            TxnState::Empty,
+            TxnState::Ongoing,
+            TxnState::PrepareCommit,
+            TxnState::PrepareAbort,
+            TxnState::CompleteCommit,
+            TxnState::CompleteAbort,
+            TxnState::PrepareEpochFence,
+        ]
+        .into_iter()
+        .find(|s| s.name() == name)
+    }
 }
 
 /// A registered broker (the registry lives in metadata partition 0): where clients reach it and

@@ -36,7 +36,8 @@ struct Partition {
     batches: Vec<BatchRecord>,
     /// Open transactions: producer id -> (first offset, epoch); and the same by first offset
     /// (purged apart, as the two tables are).
-    open: BTreeMap<i64, (i64, i16)>,
+    /// Producer id -> (first offset, epoch, transaction number).
+    open: BTreeMap<i64, (i64, i16, u64)>,
     open_by_offset: BTreeMap<i64, i64>,
     /// Markers by offset.
     markers: BTreeMap<i64, MarkerRecord>,
@@ -57,6 +58,8 @@ struct Producer {
     epoch: i16,
     /// (base seq, last seq, base offset, append time), oldest first.
     batches: Vec<(i32, i32, i64, i64)>,
+    /// The last transaction number a marker ended here.
+    ended: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -68,7 +71,7 @@ struct File {
     committed_at: i64,
     /// The commit that recorded the file (its deadline cleared, with its transactional flags, none
     /// when no batch was) and what it answered per batch (`Err` keeps only the code), for repeats.
-    first: (CommitFile, Vec<bool>),
+    first: (CommitFile, Vec<bool>, Vec<u64>),
     answers: Vec<Result<CommittedBatch, ErrorCode>>,
 }
 
@@ -79,6 +82,7 @@ pub struct Model {
     topics: BTreeMap<Uuid, Topic>,
     parts: BTreeMap<TopicPartition, Partition>,
     producers: BTreeMap<(TopicPartition, i64), Producer>,
+    txns: BTreeMap<String, TxnRecord>,
     files: BTreeMap<String, File>,
     /// Fenced object keys and when they were fenced (tombstones).
     fenced: BTreeMap<String, i64>,
@@ -118,6 +122,7 @@ impl Model {
             topics: BTreeMap::new(),
             parts: BTreeMap::new(),
             producers: BTreeMap::new(),
+            txns: BTreeMap::new(),
             files: BTreeMap::new(),
             fenced: BTreeMap::new(),
             queue: BTreeSet::new(),
@@ -165,11 +170,14 @@ impl Model {
             }
             Op::CommitFile(c) => Outcome::CommitFile(self.commit(now, c, &[])),
             Op::CommitFiles(files) => Outcome::CommitFiles(files.iter().map(|c| self.commit(now, c, &[])).collect()),
-            Op::CommitFilesV2(files) => {
-                Outcome::CommitFiles(files.iter().map(|c| self.commit(now, &c.file, &c.transactional)).collect())
-            }
+            Op::CommitFilesV2(files) => Outcome::CommitFiles(
+                files.iter().map(|c| self.commit_numbered(now, &c.file, &c.transactional, &c.txn_numbers)).collect(),
+            ),
             Op::EndTransaction(markers) => {
                 Outcome::EndTransaction(markers.iter().map(|m| self.end_txn(now, m)).collect())
+            }
+            Op::StoreTxn { transactional_id, record, expected_version } => {
+                Outcome::Txn(self.store_txn(now, transactional_id, record, *expected_version))
             }
             Op::DeleteRecords { partitions, budget } => {
                 let r = partitions.iter().map(|p| (p.tp, self.delete_records(p))).collect();
@@ -391,14 +399,19 @@ impl Model {
         if self.producers.get(&key).is_some_and(|p| m.producer_epoch < p.epoch) {
             return fail(ErrorCode::InvalidProducerEpoch);
         }
-        if self.parts[&m.tp].open.get(&m.producer_id).is_some_and(|o| m.producer_epoch <= o.1) {
+        // Numbered on both sides: only the same number ends it; else the epoch must be later.
+        let open = self.parts[&m.tp].open.get(&m.producer_id).copied();
+        let numbered = open.is_some_and(|o| m.txn_number != 0 && o.2 != 0);
+        let ends = open.is_some() && (!numbered || open.is_some_and(|o| o.2 == m.txn_number));
+        if ends && !numbered && open.is_some_and(|o| m.producer_epoch <= o.1) {
             return fail(ErrorCode::InvalidProducerEpoch);
         }
         let id = (i64::from(self.metadata_partition) << 47) | self.next_batch_id;
         let part = self.parts.get_mut(&m.tp).unwrap();
-        let written = match part.open.remove(&m.producer_id) {
+        let ended = if ends { part.open.remove(&m.producer_id) } else { None };
+        let written = match ended {
             None => None,
-            Some((first, _)) => {
+            Some((first, _, _)) => {
                 part.open_by_offset.remove(&first);
                 let at = part.hwm;
                 self.next_batch_id += 1;
@@ -432,10 +445,41 @@ impl Model {
             }
         };
         let fenced_at = written.unwrap_or(part.hwm);
-        if self.producers.get(&key).is_none_or(|p| p.epoch != m.producer_epoch) {
-            self.producers.insert(key, Producer { epoch: m.producer_epoch, batches: vec![(-1, -1, fenced_at, now)] });
+        let ended = self.producers.get(&key).map_or(0, |p| p.ended).max(m.txn_number);
+        match self.producers.get_mut(&key) {
+            Some(p) if p.epoch == m.producer_epoch => p.ended = ended,
+            _ => {
+                let batches = vec![(-1, -1, fenced_at, now)];
+                self.producers.insert(key, Producer { epoch: m.producer_epoch, batches, ended });
+            }
         }
         Ok(written)
+    }
+
+    /// StoreTxn: a compare-and-set on the version.
+    fn store_txn(&mut self, now: i64, id: &str, r: &TxnRecord, expected: u64) -> Result<TxnRecord, Failure> {
+        if id.is_empty() {
+            return fail(ErrorCode::InvalidRequest);
+        }
+        let old = self.txns.get(id);
+        if old.map_or(0, |o| o.version) != expected {
+            return fail(ErrorCode::TransactionCoordinatorFenced);
+        }
+        let same = old.is_some_and(|o| o.state == TxnState::Ongoing && o.txn_number == r.txn_number);
+        let started_ms = if r.state == TxnState::Ongoing && !same { now } else { old.map_or(-1, |o| o.started_ms) };
+        let stored = TxnRecord { started_ms, updated_ms: now, version: expected + 1, ..r.clone() };
+        self.txns.insert(id.to_string(), stored.clone());
+        Ok(stored)
+    }
+
+    /// The stored version of transactional id `id` (0: none).
+    pub fn txn_version(&self, id: &str) -> u64 {
+        self.txns.get(id).map_or(0, |t| t.version)
+    }
+
+    /// Every transactional id's state.
+    pub fn txns(&self) -> &BTreeMap<String, TxnRecord> {
+        &self.txns
     }
 
     /// Every (partition, producer) with an open transaction.
@@ -631,6 +675,16 @@ impl Model {
     }
 
     fn commit(&mut self, now: i64, c: &CommitFile, flags: &[bool]) -> Vec<Result<CommittedBatch, Failure>> {
+        self.commit_numbered(now, c, flags, &[])
+    }
+
+    fn commit_numbered(
+        &mut self,
+        now: i64,
+        c: &CommitFile,
+        flags: &[bool],
+        numbers: &[u64],
+    ) -> Vec<Result<CommittedBatch, Failure>> {
         if c.deadline_ms.is_some_and(|d| now > d) {
             return c.batches.iter().map(|_| fail(ErrorCode::RequestTimedOut)).collect();
         }
@@ -642,14 +696,16 @@ impl Model {
             || c.object_format != 1
             || c.file_size < 0
             || owners_bad
-            || (!flags.is_empty() && flags.len() != c.batches.len());
+            || (!flags.is_empty() && flags.len() != c.batches.len())
+            || (!numbers.is_empty() && numbers.len() != c.batches.len());
         if file_bad {
             return c.batches.iter().map(|_| fail(ErrorCode::InvalidRequest)).collect();
         }
         if self.fenced.contains_key(&c.object_key) {
             return c.batches.iter().map(|_| fail(ErrorCode::KafkaStorageError)).collect();
         }
-        let mut same = (c.clone(), if flags.contains(&true) { flags.to_vec() } else { vec![] });
+        let numbered = if numbers.iter().any(|&n| n != 0) { numbers.to_vec() } else { vec![] };
+        let mut same = (c.clone(), if flags.contains(&true) { flags.to_vec() } else { vec![] }, numbered);
         same.0.deadline_ms = None;
         if let Some(f) = self.files.get(&c.object_key) {
             if f.first != same {
@@ -673,7 +729,9 @@ impl Model {
         let mut live = 0;
         let mut out = vec![];
         for (i, b) in c.batches.iter().enumerate() {
-            let r = self.commit_batch(now, c, b, flags.get(i).copied().unwrap_or(false));
+            let txn = flags.get(i).copied().unwrap_or(false);
+            let number = if txn { numbers.get(i).copied().unwrap_or(0) } else { 0 };
+            let r = self.commit_batch(now, c, b, txn, number);
             if matches!(r, Ok(CommittedBatch { is_duplicate: false, .. })) {
                 live += i64::from(b.size);
             }
@@ -700,6 +758,7 @@ impl Model {
         c: &CommitFile,
         b: &CommitBatch,
         txn: bool,
+        number: u64,
     ) -> Result<CommittedBatch, Failure> {
         if b.magic != 2 || !(0..=1).contains(&b.timestamp_type) {
             return fail(ErrorCode::CorruptMessage);
@@ -760,6 +819,13 @@ impl Model {
         if idem && open && !txn {
             return fail(ErrorCode::InvalidTxnState);
         }
+        if number != 0 {
+            let other = part.open.get(&b.producer_id).is_some_and(|o| o.2 != 0 && o.2 != number);
+            let ended = !open && self.producers.get(&key).is_some_and(|p| p.ended >= number);
+            if other || ended {
+                return fail(ErrorCode::InvalidTxnState);
+            }
+        }
         let base = part.hwm;
         let id = (i64::from(self.metadata_partition) << 47) | self.next_batch_id;
         self.next_batch_id += 1;
@@ -780,12 +846,13 @@ impl Model {
         p.hwm += count;
         p.bytes += i64::from(b.size);
         if txn && !open {
-            p.open.insert(b.producer_id, (base, b.producer_epoch));
+            p.open.insert(b.producer_id, (base, b.producer_epoch, number));
             p.open_by_offset.insert(base, b.producer_id);
         }
         let lso = p.lso;
         if idem {
-            let entry = self.producers.entry(key).or_insert(Producer { epoch: b.producer_epoch, batches: vec![] });
+            let entry =
+                self.producers.entry(key).or_insert(Producer { epoch: b.producer_epoch, batches: vec![], ended: 0 });
             if entry.epoch != b.producer_epoch {
                 entry.epoch = b.producer_epoch;
                 entry.batches.clear();

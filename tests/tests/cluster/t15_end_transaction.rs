@@ -21,6 +21,7 @@ fn txn_batch(topic: &[u8], partition: i32, at: i32, epoch: i32, seq: i32) -> com
         base_sequence: seq,
         last_sequence: seq + 1,
         is_transactional: true,
+        txn_number: 0,
         ..batch(topic, partition, 2, at, 100)
     }
 }
@@ -49,6 +50,7 @@ async fn end(client: &mut Client, topic: &[u8], epoch: i32, commit: bool) -> (Ve
             producer_epoch: epoch,
             commit,
             coordinator_epoch: 5,
+            txn_number: 0,
         })
         .collect();
     let r =

@@ -87,6 +87,7 @@ async fn commit_transactional(
             base_sequence: seq,
             last_sequence: seq + n as i32 - 1,
             is_transactional: true,
+            txn_number: 0,
             batch_max_timestamp: 2_000 + n - 1,
             ..batch_of(topic_id, n, 1, batch.len() as i32)
         }],
@@ -110,6 +111,7 @@ async fn end(c: &Cluster, topic_id: &[u8], epoch: i32, commit: bool) -> i64 {
         producer_epoch: epoch,
         commit,
         coordinator_epoch: 1,
+        txn_number: 0,
     };
     let r = c
         .client(2)

@@ -84,8 +84,13 @@ impl CoordinatorApi {
         let outs = join_all(parts.iter().map(|(&g, idxs)| {
             let mut transactional: Vec<bool> =
                 idxs.iter().filter(|&&i| batches[i].is_ok()).map(|&i| req.batches[i].is_transactional).collect();
+            let mut txn_numbers: Vec<u64> =
+                idxs.iter().filter(|&&i| batches[i].is_ok()).map(|&i| req.batches[i].txn_number).collect();
             if !transactional.contains(&true) {
                 transactional.clear();
+            }
+            if txn_numbers.iter().all(|&n| n == 0) {
+                txn_numbers.clear();
             }
             let file = CommitFile {
                 deadline_ms: None, // set by Node::commit
@@ -96,7 +101,7 @@ impl CoordinatorApi {
                 owner_ids: owner_ids.clone(),
                 batches: idxs.iter().filter_map(|&i| batches[i].clone().ok()).collect(),
             };
-            self.node.on_leader(g, Write::CommitV2(CommitFileV2 { file, transactional }), timeout, hop)
+            self.node.on_leader(g, Write::CommitV2(CommitFileV2 { file, transactional, txn_numbers }), timeout, hop)
         }))
         .await;
         let mut applied = vec![];

@@ -28,6 +28,7 @@
 //! | `broker_registry` | RegisterBroker, BrokerHeartbeat, UnregisterBroker, ListBrokers |
 //! | `acls` | CreateAcls, DescribeAcls, DeleteAcls |
 //! | `transactions` | EndTransaction |
+//! | `transaction_state` | StoreTransaction, DescribeTransactions, ListTransactions |
 //! | `watch` | WatchPartitions (this node's replica's changes, streamed; never forwarded) |
 //!
 //! This module must not decide where a part runs (that is `node::route`) nor apply rules of the
@@ -44,6 +45,7 @@ mod offsets;
 mod producer_ids;
 mod request;
 mod topics;
+mod transaction_state;
 mod transactions;
 mod watch;
 
@@ -106,6 +108,27 @@ impl CoordinatorService for CoordinatorApi {
         r: Request<EndTransactionRequest>,
     ) -> Result<Response<EndTransactionResponse>, Status> {
         self.serve_end_transaction(r).await
+    }
+
+    async fn store_transaction(
+        &self,
+        r: Request<StoreTransactionRequest>,
+    ) -> Result<Response<StoreTransactionResponse>, Status> {
+        self.serve_store_transaction(r).await
+    }
+
+    async fn describe_transactions(
+        &self,
+        r: Request<DescribeTransactionsRequest>,
+    ) -> Result<Response<DescribeTransactionsResponse>, Status> {
+        self.serve_describe_transactions(r).await
+    }
+
+    async fn list_transactions(
+        &self,
+        r: Request<ListTransactionsRequest>,
+    ) -> Result<Response<ListTransactionsResponse>, Status> {
+        self.serve_list_transactions(r).await
     }
 
     async fn delete_records(

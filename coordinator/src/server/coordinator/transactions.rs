@@ -24,6 +24,7 @@ fn marker(m: &end_transaction_request::Marker) -> Result<TxnMarker, Failure> {
         producer_epoch: convert::narrow(m.producer_epoch, "producer epoch")?,
         commit: m.commit,
         coordinator_epoch: m.coordinator_epoch,
+        txn_number: m.txn_number,
     })
 }
 
