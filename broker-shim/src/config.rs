@@ -3,7 +3,7 @@
 //! Only composes: each section is defined and checked by the module that owns it — `[storage]`
 //! (`storage::config`), `[produce]` (`produce::config`), `[fetch]` (`fetch::config`),
 //! `[cleanup]` (`cleanup::config`), `[kafka]` (`kafka::config`, with `kafka::security::config`),
-//! `[groups]` (`groups::config`), `[registry]` (`registry`) — beside the broker's own keys
+//! `[groups]` (`groups::config`), `[transactions]` (`transactions::config`), `[registry]` (`registry`) — beside the broker's own keys
 //! (identity, listen address, the coordinator cluster's addresses and TLS). No module below
 //! imports this one.
 
@@ -19,6 +19,7 @@ use crate::produce::ProduceConfig;
 use crate::registry::RegistryConfig;
 use crate::shim::ShimSettings;
 use crate::storage::StorageConfig;
+use crate::transactions::TxnConfig;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -63,6 +64,9 @@ pub struct ShimConfig {
     /// This broker in the coordinator cluster's broker registry (`[registry]`: rack, lease).
     #[serde(default)]
     pub registry: RegistryConfig,
+    /// The transaction coordinator (`[transactions]`).
+    #[serde(default)]
+    pub transactions: TxnConfig,
     /// Accept `BrokerService.InjectStorageFault` (tests only): object storage goes through a
     /// wrapper that can delay, fail or hang its operations.
     #[serde(default)]
@@ -91,6 +95,7 @@ impl ShimConfig {
             cleanup: self.cleanup.clone(),
             groups: self.groups.clone(),
             registry: self.registry.clone(),
+            transactions: self.transactions.clone(),
             allow_fault_injection: self.allow_fault_injection,
             advertised: self.kafka.is_some(),
         })

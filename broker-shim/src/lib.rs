@@ -36,6 +36,7 @@ pub mod registry;
 pub mod service;
 pub mod shim;
 pub mod storage;
+pub mod transactions;
 pub mod validate;
 pub mod wal;
 

@@ -12,7 +12,8 @@ use crate::groups::GroupConfig;
 use crate::produce::ProduceConfig;
 use crate::registry::RegistryConfig;
 use crate::storage::StorageConfig;
-use crate::{cleanup, cluster, fetch, groups, metrics, produce, producer_ids, registry, storage};
+use crate::transactions::TxnConfig;
+use crate::{cleanup, cluster, fetch, groups, metrics, produce, producer_ids, registry, storage, transactions};
 
 /// What the broker's parts start from: the sections of the modules below the listeners and the
 /// broker's own keys (`ShimConfig::settings` takes them out of the configuration, checked).
@@ -27,6 +28,7 @@ pub struct ShimSettings {
     pub cleanup: CleanupConfig,
     pub groups: GroupConfig,
     pub registry: RegistryConfig,
+    pub transactions: TxnConfig,
     pub allow_fault_injection: bool,
     /// Whether the broker has Kafka listeners, and so an address to advertise in the registry.
     pub advertised: bool,
@@ -44,11 +46,13 @@ pub struct Shim {
     pub fetcher: fetch::Fetcher,
     pub cleaner: Arc<cleanup::Cleaner>,
     /// Producer ids for InitProducerId, in blocks from the coordinator cluster.
-    pub producer_ids: producer_ids::ProducerIds,
+    pub producer_ids: Arc<producer_ids::ProducerIds>,
     /// The object storage faults in force (only with `allow_fault_injection`).
     pub store_faults: Option<Arc<storage::faulty::StoreFaults>>,
     /// The consumer groups this broker coordinates.
     pub groups: Arc<groups::GroupCoordinator>,
+    /// The transactional ids this broker coordinates.
+    pub transactions: Arc<transactions::TransactionCoordinator>,
     /// This broker in the broker registry; the live brokers.
     pub registry: Arc<registry::Registry>,
     tasks: std::sync::Mutex<Option<produce::ProducerTasks>>,
@@ -92,14 +96,25 @@ impl Shim {
             cluster.clone() as Arc<dyn cleanup::CleanupClient>,
             config.produce.key_prefix.clone(),
         ));
-        let producer_ids = producer_ids::ProducerIds::new(cluster.clone(), config.broker_id);
+        let producer_ids = Arc::new(producer_ids::ProducerIds::new(cluster.clone(), config.broker_id));
+        let txn_store = transactions::ClusterTxnStore { cluster: cluster.clone(), producer_ids: producer_ids.clone() };
+        let transactions = transactions::TransactionCoordinator::new(
+            Arc::new(txn_store),
+            config.transactions.clone(),
+            config.broker_id,
+        );
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(cleaner.clone().run(stop_rx.clone()));
         // Parked fetches wake on other brokers' commits through these.
         cluster.start_watches(stop_rx.clone());
         let groups = groups::GroupCoordinator::new(cluster.clone(), config.groups.clone(), config.broker_id);
-        tokio::spawn(groups.clone().run(stop_rx));
+        tokio::spawn(groups.clone().run(stop_rx.clone()));
         let registry = registry::Registry::new(cluster.clone(), config.registry.clone(), config.broker_id);
+        // Expired transactions and ends left prepared, of the ids this broker coordinates.
+        if config.advertised {
+            let r = registry.clone();
+            tokio::spawn(transactions.clone().run(Arc::new(move |id: &str| r.owns_group(id)), stop_rx));
+        }
         tracing::info!(storage = %storage.describe, coordinators = ?config.coordinators, "broker shim started");
         Ok(Arc::new(Shim {
             broker_id: config.broker_id,
@@ -112,6 +127,7 @@ impl Shim {
             producer_ids,
             store_faults,
             groups,
+            transactions,
             registry,
             tasks: std::sync::Mutex::new(Some(tasks)),
             stop,

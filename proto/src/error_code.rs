@@ -79,11 +79,13 @@ pub enum ErrorCode {
     TransactionCoordinatorFenced = 52,
     ProducerFenced = 90,
     TransactionAbortable = 120,
+    OperationNotAttempted = 55,
+    TransactionalIdNotFound = 105,
 }
 
 impl ErrorCode {
     /// Every code above, for exhaustive tests and lookups.
-    pub const ALL: [ErrorCode; 60] = [
+    pub const ALL: [ErrorCode; 62] = [
         ErrorCode::None,
         ErrorCode::UnknownServerError,
         ErrorCode::OffsetOutOfRange,
@@ -144,6 +146,8 @@ impl ErrorCode {
         ErrorCode::TransactionCoordinatorFenced,
         ErrorCode::ProducerFenced,
         ErrorCode::TransactionAbortable,
+        ErrorCode::OperationNotAttempted,
+        ErrorCode::TransactionalIdNotFound,
     ];
 
     /// The code as Kafka's `int16`.
@@ -230,6 +234,8 @@ impl ErrorCode {
             ErrorCode::TransactionCoordinatorFenced => "TRANSACTION_COORDINATOR_FENCED",
             ErrorCode::ProducerFenced => "PRODUCER_FENCED",
             ErrorCode::TransactionAbortable => "TRANSACTION_ABORTABLE",
+            ErrorCode::OperationNotAttempted => "OPERATION_NOT_ATTEMPTED",
+            ErrorCode::TransactionalIdNotFound => "TRANSACTIONAL_ID_NOT_FOUND",
         }
     }
 

@@ -114,6 +114,11 @@ impl ClusterClient {
         self.cached().by_name.remove(name);
     }
 
+    /// The name of topic `id` in the cached catalog, if it is there.
+    pub fn cached_topic_name(&self, id: &[u8; 16]) -> Option<String> {
+        self.cached().by_name.values().find(|t| &t.id == id).map(|t| t.name.clone())
+    }
+
     fn cached(&self) -> std::sync::MutexGuard<'_, Catalog> {
         self.topics.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -18,7 +18,9 @@ use super::frame::{Malformed, Reason};
 use super::response::{encode, ready, Pending, Reply};
 use super::security::sasl;
 use super::session::Session;
-use super::{acls, configs, epochs, fetch, group_offsets, groups, metadata, offsets, produce, producer_ids, topics};
+use super::{
+    acls, configs, epochs, fetch, group_offsets, groups, metadata, offsets, produce, producer_ids, topics, transactions,
+};
 
 /// How a request is started.
 #[derive(Clone, Copy)]
@@ -72,7 +74,7 @@ macro_rules! later {
 
 /// Every API this broker answers. Produce and Fetch stop at 12, OffsetCommit and OffsetFetch at
 /// 9 (later versions name topics by id only), Metadata at 12, DescribeGroups at 5.
-pub(super) static APIS: [Api; 31] = [
+pub(super) static APIS: [Api; 36] = [
     Api {
         key: ApiKey::ApiVersions,
         versions: ApiVersionsRequest::VERSIONS,
@@ -83,7 +85,7 @@ pub(super) static APIS: [Api; 31] = [
     Api {
         key: ApiKey::Produce,
         versions: cap(ProduceRequest::VERSIONS, 12),
-        differs: "answered once the batch's segment is uploaded and committed: `acks=1` waits as `all` does (no answer for `acks=0`); transactional batches refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)",
+        differs: "answered once the batch's segment is uploaded and committed: `acks=1` waits as `all` does (no answer for `acks=0`); a transactional batch is checked against its transaction in the coordinator cluster (KIP-890 part 1: the partition added, the producer's epoch; else INVALID_TXN_STATE or INVALID_PRODUCER_EPOCH)",
         start: Start::InOrder(|l, header, mut body| {
             Box::pin(async move {
                 let req = decode::<ProduceRequest>(ApiKey::Produce, &header, &mut body)?;
@@ -131,11 +133,16 @@ pub(super) static APIS: [Api; 31] = [
         "consumers only; every epoch up to the current one ends at the high watermark (a diskless log is never truncated)"
     ),
     later!(DeleteRecords, DeleteRecordsRequest, DeleteRecordsRequest::VERSIONS, offsets::delete_records, ""),
-    later!(InitProducerId, InitProducerIdRequest, InitProducerIdRequest::VERSIONS, producer_ids::init_producer_id, "idempotence only: a transactional id is refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)"),
+    later!(InitProducerId, InitProducerIdRequest, InitProducerIdRequest::VERSIONS, producer_ids::init_producer_id, "two-phase commit (KIP-939, `enable_2pc`) refused"),
+    later!(AddPartitionsToTxn, AddPartitionsToTxnRequest, cap(AddPartitionsToTxnRequest::VERSIONS, 3), transactions::add_partitions_to_txn, "v4+ (broker-to-broker verification) not spoken: a broker verifies a transactional produce against the coordinator cluster itself"),
+    later!(AddOffsetsToTxn, AddOffsetsToTxnRequest, AddOffsetsToTxnRequest::VERSIONS, transactions::add_offsets_to_txn, ""),
+    later!(EndTxn, EndTxnRequest, cap(EndTxnRequest::VERSIONS, 4), transactions::end_txn, "transactions v1: v5+ (transactions v2, KIP-890 part 2) not spoken"),
+    later!(DescribeTransactions, DescribeTransactionsRequest, DescribeTransactionsRequest::VERSIONS, transactions::describe_transactions, ""),
+    later!(ListTransactions, ListTransactionsRequest, ListTransactionsRequest::VERSIONS, transactions::list_transactions, ""),
     Api {
         key: ApiKey::FindCoordinator,
         versions: FindCoordinatorRequest::VERSIONS,
-        differs: "consumer groups only: a transactional id is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients report at once (transactions: issue 27)",
+        differs: "",
         start: Start::Later(|l, header, mut body| {
             let req = decode::<FindCoordinatorRequest>(ApiKey::FindCoordinator, &header, &mut body)?;
             Ok(Box::pin(async move { groups::find_coordinator(&l, &header, req).await }))

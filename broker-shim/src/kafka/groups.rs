@@ -2,8 +2,7 @@
 //! Heartbeat, LeaveGroup) over the broker's `groups::GroupCoordinator`, and the admin APIs
 //! (ListGroups, DescribeGroups, DeleteGroups, OffsetDelete); OffsetCommit and OffsetFetch are
 //! `group_offsets`'. What is not built is refused with the error a Kafka broker gives when the feature
-//! is off, so that clients report it at once rather than retry: FindCoordinator for a
-//! transactional id TRANSACTIONAL_ID_AUTHORIZATION_FAILED, ConsumerGroupHeartbeat (KIP-848)
+//! is off, so that clients report it at once rather than retry: ConsumerGroupHeartbeat (KIP-848)
 //! UNSUPPORTED_VERSION (Kafka's `KafkaApis.handleConsumerGroupHeartbeat` with the consumer protocol
 //! disabled). Topic names are mapped to ids here, through the catalog cache. Authorized as Kafka's
 //! `KafkaApis`: the classic protocol READ on the group, FindCoordinator and DescribeGroups
@@ -41,13 +40,13 @@ async fn group_exists(l: &Listener, access: &Access, group_id: &str) -> bool {
 
 // ---------------------------------------------------------------- FindCoordinator
 
-/// Groups: the live broker with the highest rendezvous score for the group id (the same answer
-/// from every broker that sees the same live brokers; `registry`). Transactions are not supported:
-/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED with a message. A group the client may not DESCRIBE is
-/// GROUP_AUTHORIZATION_FAILED.
+/// Groups and transactional ids: the live broker with the highest rendezvous score for the id
+/// (the same answer from every broker that sees the same live brokers; `registry`). A group the
+/// client may not DESCRIBE is GROUP_AUTHORIZATION_FAILED, a transactional id
+/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED; another key type INVALID_REQUEST.
 pub(super) async fn find_coordinator(l: &Session, header: &RequestHeader, req: FindCoordinatorRequest) -> Reply {
     let v = header.request_api_version;
-    let why = "transactions are not supported by diskless brokers yet";
+    let why = "no such coordinator type (0: group, 1: transaction)";
     let access = l.access().await;
     let answer = |key_type: i8, key: &str| -> (ErrorCode, BrokerId, String, i32, Option<StrBytes>) {
         if key_type == 0 && may(&access, Operation::Describe, key).is_err() {
@@ -56,8 +55,15 @@ pub(super) async fn find_coordinator(l: &Session, header: &RequestHeader, req: F
             let b = l.shim.registry.group_coordinator(key);
             let (host, port) = l.advertised_of(&b);
             (ErrorCode::None, BrokerId(b.id), host, port, None)
+        } else if key_type == 1 && !access.allowed(Operation::Describe, Resource::TransactionalId, key) {
+            (ErrorCode::TransactionalIdAuthorizationFailed, BrokerId(-1), String::new(), -1, Some(s("not authorized")))
+        } else if key_type == 1 {
+            // Transactional ids are owned as groups are (rendezvous over the live brokers).
+            let b = l.shim.registry.group_coordinator(key);
+            let (host, port) = l.advertised_of(&b);
+            (ErrorCode::None, BrokerId(b.id), host, port, None)
         } else {
-            (ErrorCode::TransactionalIdAuthorizationFailed, BrokerId(-1), String::new(), -1, Some(s(why)))
+            (ErrorCode::InvalidRequest, BrokerId(-1), String::new(), -1, Some(s(why)))
         }
     };
     let body = if v >= 4 {

@@ -41,6 +41,7 @@ pub mod response;
 pub mod security;
 mod session;
 mod topics;
+mod transactions;
 
 pub use config::KafkaConfig;
 pub use dispatch::decode_request;

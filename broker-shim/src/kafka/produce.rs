@@ -1,4 +1,5 @@
-//! Produce: acks checked, transactional producers refused, each topic authorized (WRITE), each partition's records checked to be
+//! Produce: acks checked, a transactional producer's batches verified against its ongoing
+//! transaction (WRITE on the transactional id; KIP-890 part 1), each topic authorized (WRITE), each partition's records checked to be
 //! exactly one valid batch (`crate::validate`) and enqueued on the producer *before the next
 //! request is read* (so a pipelining producer keeps its order); the answer waits for the commits.
 //! acks=0 sends no answer, and a failure closes the connection. It must not commit anything
@@ -13,7 +14,7 @@ use kafka_protocol::messages::*;
 use super::response::{encode, message};
 use super::response::{ready, Pending};
 use super::session::Session;
-use crate::authz::Operation;
+use crate::authz::{Operation, Resource};
 use crate::cluster::TopicMeta;
 use crate::error::KafkaError;
 use crate::produce::{Producer, Waiting};
@@ -46,22 +47,32 @@ pub(super) async fn produce(l: Arc<Session>, header: RequestHeader, req: Produce
         let body = refuse_all(ErrorCode::InvalidRequiredAcks, "acks must be -1, 0 or 1");
         return ready(encode(ApiKey::Produce, &header, v, &body));
     }
-    if req.transactional_id.is_some() {
-        let body = refuse_all(
-            ErrorCode::TransactionalIdAuthorizationFailed,
-            "transactions are not supported on diskless topics yet",
-        );
-        return ready(if acks == 0 {
-            Err(anyhow::anyhow!("a transactional Produce with acks=0 was refused: closing the connection"))
+    let access = l.access().await;
+    // A transactional producer's batches are checked against its transaction's state, read once
+    // for the request (KIP-890 part 1: the partition is in the ongoing transaction).
+    let mut txn: Option<TxnContext> = None;
+    if let Some(id) = req.transactional_id.as_ref().map(|t| t.0.to_string()) {
+        let refusal = if id.is_empty() {
+            Some((ErrorCode::InvalidRequest, "an empty transactional id"))
+        } else if !access.allowed(Operation::Write, Resource::TransactionalId, &id) {
+            Some((ErrorCode::TransactionalIdAuthorizationFailed, "not authorized to WRITE this transactional id"))
         } else {
-            encode(ApiKey::Produce, &header, v, &body)
-        });
+            None
+        };
+        if let Some((code, why)) = refusal {
+            let body = refuse_all(code, why);
+            return ready(if acks == 0 {
+                Err(anyhow::anyhow!("a transactional Produce with acks=0 was refused: closing the connection"))
+            } else {
+                encode(ApiKey::Produce, &header, v, &body)
+            });
+        }
+        txn = Some(TxnContext { state: l.shim.transactions.describe(&id).await });
     }
 
     // Enqueue every batch now, in request order; wait for the commits in the future.
     type Waits = Result<Vec<Waiting>, KafkaError>;
     let mut plan: Vec<(TopicName, Vec<(i32, Waits, bool)>)> = vec![];
-    let access = l.access().await;
     for t in req.topic_data {
         let topic = l.topic(&access, Operation::Write, t.name.as_str()).await;
         let mut parts = vec![];
@@ -70,8 +81,9 @@ pub(super) async fn produce(l: Arc<Session>, header: RequestHeader, req: Produce
             let waits = async {
                 let topic = topic.clone()?;
                 l.partition(&topic, p.index)?;
+                let records = p.records.unwrap_or_default();
                 let (waits, lat) =
-                    submit_partition(&l.shim.producer, v, &topic, p.index, p.records.unwrap_or_default()).await?;
+                    submit_partition(&l.shim.producer, v, &topic, p.index, records, txn.as_ref()).await?;
                 log_append_time = lat;
                 Ok(waits)
             }
@@ -160,12 +172,42 @@ async fn submit_partition(
     topic: &TopicMeta,
     partition: i32,
     records: bytes::Bytes,
+    txn: Option<&TxnContext>,
 ) -> Result<(Vec<Waiting>, bool), KafkaError> {
     let name = format!("{}-{partition}", topic.name);
     let batch = crate::validate::one_batch(version, records, &name)?;
-    let validated = producer.validate(vec![batch], producer.limits_for(&topic.overrides), name).await?;
+    let mut validated = producer.validate(vec![batch], producer.limits_for(&topic.overrides), name).await?;
+    for b in validated.iter_mut().filter(|b| b.header.is_transactional()) {
+        let Some(txn) = txn else {
+            return Err(KafkaError::new(
+                ErrorCode::TransactionalIdAuthorizationFailed,
+                "a transactional record batch needs a Produce request with its transactional id",
+            ));
+        };
+        b.txn_number = txn.verify(b.header.producer_id, b.header.producer_epoch, (topic.id, partition))?;
+    }
     let log_append_time = validated.iter().any(|b| b.header.timestamp_type == 1);
     Ok((producer.submit_all(topic.id, partition, validated).await?, log_append_time))
+}
+
+/// A transactional Produce's transaction, as stored when the request was read.
+struct TxnContext {
+    state: Result<Option<diskless_proto::v1::Transaction>, ErrorCode>,
+}
+
+impl TxnContext {
+    /// The number of the batch's transaction, or why it is not part of one.
+    fn verify(&self, producer_id: i64, epoch: i16, p: crate::transactions::TxnPartition) -> Result<u64, KafkaError> {
+        let refused = |code: ErrorCode, why: &str| KafkaError::new(code, why.to_string());
+        match &self.state {
+            // Nothing was committed: the producer may send it again.
+            Err(_) => Err(refused(ErrorCode::RequestTimedOut, "the transaction's state could not be read")),
+            Ok(None) => Err(refused(ErrorCode::InvalidTxnState, "the transactional id has no transaction")),
+            Ok(Some(t)) => crate::transactions::verify_in(t, producer_id, epoch, &p).map_err(|code| {
+                refused(code, "the batch is not part of its producer's ongoing transaction (was the partition added?)")
+            }),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -205,16 +247,16 @@ mod tests {
         ] {
             let mut b = BytesMut::new();
             b.put_slice(&records);
-            let r = submit_partition(&p, 9, &topic, 0, b.freeze()).await;
+            let r = submit_partition(&p, 9, &topic, 0, b.freeze(), None).await;
             assert_eq!(r.err().map(|e| e.code), Some(code));
         }
         // zstd needs Produce v7.
         let mut zstd = fake_batch(1, -1, -1);
         zstd[22] |= 4;
-        let r = submit_partition(&p, 6, &topic, 0, Bytes::from(zstd)).await;
+        let r = submit_partition(&p, 6, &topic, 0, Bytes::from(zstd), None).await;
         assert_eq!(r.err().map(|e| e.code), Some(ErrorCode::UnsupportedCompressionType));
         // A good request goes through.
-        let (waits, lat) = submit_partition(&p, 9, &topic, 0, Bytes::from(fake_batch(3, -1, -1))).await.unwrap();
+        let (waits, lat) = submit_partition(&p, 9, &topic, 0, Bytes::from(fake_batch(3, -1, -1)), None).await.unwrap();
         assert!(!lat);
         for w in waits {
             w.await.unwrap();

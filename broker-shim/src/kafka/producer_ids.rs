@@ -1,6 +1,6 @@
 //! InitProducerId for idempotent producers: a fresh producer id (from the blocks of
-//! `crate::producer_ids`) and epoch 0 every time. Transactional ids are refused
-//! (TRANSACTIONAL_ID_AUTHORIZATION_FAILED) until there is a transaction coordinator. An idempotent
+//! `crate::producer_ids`) and epoch 0 every time. A transactional id goes to the transaction
+//! coordinator (`transactions`); two-phase commit (KIP-939) is refused. An idempotent
 //! producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic, else
 //! CLUSTER_AUTHORIZATION_FAILED (Kafka's `KafkaApis.handleInitProducerIdRequest`).
 
@@ -23,8 +23,10 @@ pub(super) async fn init_producer_id(l: &Session, header: &RequestHeader, req: I
     let body = if req.transactional_id.as_ref().is_some_and(|t| t.is_empty()) {
         // Kafka's TransactionCoordinator: an empty transactional id is a malformed request.
         refused(ErrorCode::InvalidRequest)
+    } else if req.enable_2_pc {
+        refused(ErrorCode::UnsupportedVersion)
     } else if req.transactional_id.is_some() {
-        refused(ErrorCode::TransactionalIdAuthorizationFailed)
+        return super::transactions::init_producer_id(l, header, req).await;
     } else if !access.on_cluster(Operation::IdempotentWrite)
         && !access.allowed_somewhere(Operation::Write, Resource::Topic)
     {

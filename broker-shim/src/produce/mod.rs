@@ -83,7 +83,12 @@ pub struct Appended {
 /// A batch's result, when its segment's commit resolves.
 pub type Waiting = BoxFuture<'static, Result<Appended, KafkaError>>;
 
-type Reply = oneshot::Sender<Result<Appended, KafkaError>>;
+/// Where a batch's result goes, and the number of its transaction (0: none; `Validated`).
+#[derive(Debug)]
+struct Reply {
+    to: oneshot::Sender<Result<Appended, KafkaError>>,
+    txn_number: u64,
+}
 
 /// One call's batches for one partition: they go into one segment together.
 struct Submission {
@@ -254,10 +259,17 @@ impl Producer {
     ) -> Result<Vec<Waiting>, KafkaError> {
         let mut sub = Submission { partition: PartitionKey { topic_id, partition }, batches: vec![], bytes: 0 };
         let mut waiting: Vec<Waiting> = Vec::with_capacity(batches.len());
-        for Validated { bytes: batch, header } in batches {
+        if batches.iter().any(|b| b.header.is_transactional() && b.txn_number == 0) {
+            // Only the Kafka listener's Produce verifies a batch's transaction (and numbers it).
+            return Err(KafkaError::new(
+                ErrorCode::TransactionalIdAuthorizationFailed,
+                "a transactional record batch needs a Produce request with its transactional id",
+            ));
+        }
+        for Validated { bytes: batch, header, txn_number } in batches {
             sub.bytes += batch.len();
-            let (reply, rx) = oneshot::channel();
-            sub.batches.push((batch, header, reply));
+            let (to, rx) = oneshot::channel();
+            sub.batches.push((batch, header, Reply { to, txn_number }));
             let submitted = Instant::now();
             waiting.push(
                 async move {
@@ -434,7 +446,7 @@ async fn commit(s: Sealed, broker_id: i32, storage: &Storage, committer: &dyn Co
     if let Err(e) = &uploaded {
         let err = KafkaError::new(ErrorCode::KafkaStorageError, format!("upload of WAL segment failed: {e}"));
         for p in placed {
-            let _ = p.tag.send(Err(err.clone()));
+            let _ = p.tag.to.send(Err(err.clone()));
         }
         return;
     }
@@ -473,7 +485,7 @@ async fn commit(s: Sealed, broker_id: i32, storage: &Storage, committer: &dyn Co
                 base_sequence: p.header.base_sequence,
                 last_sequence: p.header.last_sequence(),
                 is_transactional: p.header.is_transactional(),
-                txn_number: 0,
+                txn_number: p.tag.txn_number,
             })
             .collect(),
         // The coordinator may take only the time left before the deadline.
@@ -501,7 +513,7 @@ async fn commit(s: Sealed, broker_id: i32, storage: &Storage, committer: &dyn Co
             },
             None => Err(KafkaError::new(ErrorCode::UnknownServerError, "the coordinator answered fewer batches")),
         };
-        let _ = p.tag.send(res);
+        let _ = p.tag.to.send(res);
     }
     if nothing {
         let owners = owner_ids.iter().map(|&o| o as u32).collect();
@@ -528,7 +540,7 @@ fn abandon(seq: u64, key: String, placed: Vec<Placed<Reply>>, storage: &Storage,
          committed: produce again",
     );
     for p in placed {
-        let _ = p.tag.send(Err(err.clone()));
+        let _ = p.tag.to.send(Err(err.clone()));
     }
     let storage = storage.clone();
     tokio::spawn(async move {

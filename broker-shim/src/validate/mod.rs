@@ -13,7 +13,7 @@
 //! | CRC-32C | CORRUPT_MESSAGE (2) |
 //! | compression id 0-4 | UNSUPPORTED_COMPRESSION_TYPE (76) |
 //! | record count ≥ 1 and lastOffsetDelta + 1; no control batch; a producer id with a base sequence and epoch ≥ 0 | INVALID_RECORD (87) |
-//! | transactional (not built yet: issue 27) | TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53), Kafka's answer to a transactional batch without a transactional id |
+//! | transactional, without a verified transaction (`Validated::txn_number`, set by the Kafka listener's Produce) | TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53), Kafka's answer to a transactional batch without a transactional id (refused by the producer, `produce`) |
 //! | compressed data decodes | CORRUPT_MESSAGE (2) |
 //! | it decompresses to at most `max_uncompressed_bytes` | MESSAGE_TOO_LARGE (10): a Java producer splits the batch and retries |
 //! | each record's layout (`records`), exactly `recordCount` records, offset delta = index | INVALID_RECORD (87) |
@@ -122,6 +122,9 @@ impl Limits {
 pub struct Validated {
     pub bytes: Bytes,
     pub header: BatchHeader,
+    /// The number of the batch's transaction once the Kafka listener verified it with the
+    /// transaction coordinator (0 until then: the producer refuses a transactional batch without).
+    pub txn_number: u64,
 }
 
 fn refuse(code: ErrorCode, message: impl Into<String>) -> KafkaError {
@@ -241,11 +244,12 @@ pub fn validate(batch: Bytes, limits: &Limits, now_ms: i64, partition: &str) -> 
             h.base_sequence, h.producer_epoch, h.producer_id
         )));
     }
-    if h.is_transactional() {
-        return Err(refuse(
-            ErrorCode::TransactionalIdAuthorizationFailed,
-            "transactional record batches are not supported on diskless topics yet",
-        ));
+
+    // Kafka's `LogValidator.validateBatch`: a transactional batch comes from an idempotent producer.
+    if h.is_transactional() && h.producer_id < 0 {
+        return Err(invalid(format!(
+            "Transactional record batch without a producer id in topic partition {partition}."
+        )));
     }
 
     let max_timestamp = read_records(&batch, &h, codec, limits, now_ms, partition)?;
@@ -258,12 +262,12 @@ pub fn validate(batch: Bytes, limits: &Limits, now_ms: i64, partition: &str) -> 
         (h.attributes, max_timestamp)
     };
     if attributes == h.attributes && max_timestamp == h.max_timestamp {
-        return Ok(Validated { bytes: batch, header: h });
+        return Ok(Validated { bytes: batch, header: h, txn_number: 0 });
     }
     let mut b = BytesMut::from(&batch[..]);
     record_batch::set_header_times(&mut b, attributes, max_timestamp).map_err(|e| corrupt(e.to_string()))?;
     let header = record_batch::parse(&b).map_err(|e| corrupt(e.to_string()))?;
-    Ok(Validated { bytes: b.freeze(), header })
+    Ok(Validated { bytes: b.freeze(), header, txn_number: 0 })
 }
 
 /// Reads every record; returns their largest timestamp (`-1` when none has one).

@@ -138,7 +138,11 @@ fn header_faults_get_kafkas_codes() {
     };
     refuse(&|s| s.base_offset = 5, ErrorCode::InvalidRecord, "base offset");
     refuse(&|s| s.flags = 1 << 5, ErrorCode::InvalidRecord, "control batch");
-    refuse(&|s| s.flags = 1 << 4, ErrorCode::TransactionalIdAuthorizationFailed, "transactional");
+    refuse(&|s| s.flags = 1 << 4, ErrorCode::InvalidRecord, "transactional without a producer");
+    let mut s = Spec::new(Codec::None, 2, NOW);
+    (s.flags, s.producer_id, s.producer_epoch, s.base_sequence) = (1 << 4, 3, 0, 0);
+    // Valid here; the producer refuses it unless the Kafka listener verified its transaction.
+    assert!(check(batch(&s, &records(2, 3))).is_ok(), "transactional");
     refuse(
         &|s| (s.producer_id, s.producer_epoch, s.base_sequence) = (3, 0, -1),
         ErrorCode::InvalidRecord,

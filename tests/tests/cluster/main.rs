@@ -30,6 +30,7 @@ mod t64_object_fencing;
 mod t65_parked_fetch;
 mod t66_coordinate_cache;
 mod t67_transaction_reads;
+mod t68_transactions;
 mod t70_kafka_clients;
 mod t71_consumer_groups;
 mod t72_producer_ids;

@@ -21,6 +21,7 @@ use tokio::net::TcpStream;
 
 const UNKNOWN: &str = "no-such-topic";
 const NO_GROUP: &str = "no-such-group";
+const NO_TXN: &str = "no-such-transactional-id";
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
@@ -325,6 +326,42 @@ fn fixture(api: ApiKey, v: i16) -> (RequestKind, Vec<i16>) {
             ),
             vec![35],
         ),
+        ApiKey::AddPartitionsToTxn => (
+            R::AddPartitionsToTxn(
+                AddPartitionsToTxnRequest::default()
+                    .with_v3_and_below_transactional_id(TransactionalId(s(NO_TXN)))
+                    .with_v3_and_below_producer_id(ProducerId(1))
+                    .with_v3_and_below_topics(vec![add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                        .with_name(topic(UNKNOWN))
+                        .with_partitions(vec![0])]),
+            ),
+            vec![3],
+        ),
+        ApiKey::AddOffsetsToTxn => (
+            R::AddOffsetsToTxn(
+                AddOffsetsToTxnRequest::default()
+                    .with_transactional_id(TransactionalId(s(NO_TXN)))
+                    .with_producer_id(ProducerId(1))
+                    .with_group_id(GroupId(s(NO_GROUP))),
+            ),
+            vec![49],
+        ),
+        ApiKey::EndTxn => (
+            R::EndTxn(
+                EndTxnRequest::default()
+                    .with_transactional_id(TransactionalId(s(NO_TXN)))
+                    .with_producer_id(ProducerId(1))
+                    .with_committed(true),
+            ),
+            vec![49],
+        ),
+        ApiKey::DescribeTransactions => (
+            R::DescribeTransactions(
+                DescribeTransactionsRequest::default().with_transactional_ids(vec![TransactionalId(s(NO_TXN))]),
+            ),
+            vec![105],
+        ),
+        ApiKey::ListTransactions => (R::ListTransactions(ListTransactionsRequest::default()), vec![0]),
         other => panic!("the broker advertises {other:?}, which this suite does not know: add its fixture"),
     }
 }
@@ -403,6 +440,17 @@ fn codes(r: &ResponseKind) -> (Vec<i16>, i32) {
         R::CreateAcls(r) => (r.results.iter().map(|t| t.error_code).collect(), r.throttle_time_ms),
         R::DeleteAcls(r) => (r.filter_results.iter().map(|t| t.error_code).collect(), r.throttle_time_ms),
         R::ConsumerGroupHeartbeat(r) => (vec![r.error_code], r.throttle_time_ms),
+        R::AddPartitionsToTxn(r) => (
+            r.results_by_topic_v3_and_below
+                .iter()
+                .flat_map(|t| t.results_by_partition.iter().map(|p| p.partition_error_code))
+                .collect(),
+            r.throttle_time_ms,
+        ),
+        R::AddOffsetsToTxn(r) => (vec![r.error_code], r.throttle_time_ms),
+        R::EndTxn(r) => (vec![r.error_code], r.throttle_time_ms),
+        R::DescribeTransactions(r) => (r.transaction_states.iter().map(|t| t.error_code).collect(), r.throttle_time_ms),
+        R::ListTransactions(r) => (vec![r.error_code], r.throttle_time_ms),
         other => panic!("no reader for {other:?}"),
     }
 }

@@ -1,0 +1,250 @@
+//! The Kafka APIs of transactions (protocol v1, KIP-98 with KIP-360): InitProducerId with a
+//! transactional id, AddPartitionsToTxn (v0–v3, the producer's form), AddOffsetsToTxn, EndTxn
+//! (v0–v4), DescribeTransactions and ListTransactions, over the broker's
+//! `transactions::TransactionCoordinator`; FindCoordinator(TRANSACTION) is `groups`'.
+//!
+//! Follows Kafka's `KafkaApis` (`handleInitProducerIdRequest`, `handleAddPartitionsToTxnRequest`,
+//! `handleAddOffsetsToTxnRequest`, `handleEndTxnRequest`, `handleDescribeTransactionsRequest`,
+//! `handleListTransactionsRequest`): WRITE on the transactional id
+//! (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), WRITE on each topic added (TOPIC_AUTHORIZATION_FAILED,
+//! the others OPERATION_NOT_ATTEMPTED), READ on the group of AddOffsetsToTxn, DESCRIBE on the ids
+//! described or listed; NOT_COORDINATOR from a broker that does not coordinate the id. Topic
+//! names are mapped to ids here, through the catalog cache.
+
+use diskless_proto::ErrorCode;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+use super::response::{encode, text as s, Reply};
+use super::session::Session;
+use crate::authz::{Access, Operation, Resource};
+use crate::transactions::TxnPartition;
+
+/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED unless `access` allows `op` on `id`.
+fn authorize(access: &Access, op: Operation, id: &str) -> Result<(), ErrorCode> {
+    if id.is_empty() {
+        return Err(ErrorCode::InvalidRequest);
+    }
+    if !access.allowed(op, Resource::TransactionalId, id) {
+        return Err(ErrorCode::TransactionalIdAuthorizationFailed);
+    }
+    Ok(())
+}
+
+/// NOT_COORDINATOR unless this broker coordinates `id`.
+fn owned(l: &Session, id: &str) -> Result<(), ErrorCode> {
+    if !l.shim.registry.owns_group(id) {
+        return Err(ErrorCode::NotCoordinator);
+    }
+    Ok(())
+}
+
+/// [`authorize`], then [`owned`].
+fn admit(l: &Session, access: &Access, op: Operation, id: &str) -> Result<(), ErrorCode> {
+    authorize(access, op, id)?;
+    owned(l, id)
+}
+
+/// InitProducerId for a transactional id (`producer_ids` sends the others here).
+pub(super) async fn init_producer_id(l: &Session, header: &RequestHeader, req: InitProducerIdRequest) -> Reply {
+    let v = header.request_api_version;
+    let id = req.transactional_id.as_ref().map(|t| t.0.to_string()).unwrap_or_default();
+    let access = l.access().await;
+    let expected = (v >= 3 && req.producer_id.0 >= 0).then_some((req.producer_id.0, req.producer_epoch));
+    let r = match admit(l, &access, Operation::Write, &id) {
+        Ok(()) => l.shim.transactions.init_producer_id(&id, req.transaction_timeout_ms, expected).await,
+        Err(e) => Err(e),
+    };
+    let body = match r {
+        Ok((pid, epoch)) => {
+            InitProducerIdResponse::default().with_producer_id(ProducerId(pid)).with_producer_epoch(epoch)
+        }
+        Err(code) => InitProducerIdResponse::default()
+            .with_error_code(code.code())
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1),
+    };
+    encode(ApiKey::InitProducerId, header, v, &body)
+}
+
+pub(super) async fn add_partitions_to_txn(
+    l: &Session,
+    header: &RequestHeader,
+    req: AddPartitionsToTxnRequest,
+) -> Reply {
+    let v = header.request_api_version;
+    let id = req.v3_and_below_transactional_id.0.to_string();
+    let access = l.access().await;
+    // Per topic: its partitions and their ids, or why not.
+    let mut topics: Vec<(TopicName, Vec<i32>, Result<[u8; 16], ErrorCode>)> = vec![];
+    for t in &req.v3_and_below_topics {
+        let found = match l.topic(&access, Operation::Write, t.name.as_str()).await {
+            Ok(meta) if t.partitions.iter().all(|&p| l.partition(&meta, p).is_ok()) => Ok(meta.id),
+            Ok(_) => Err(ErrorCode::UnknownTopicOrPartition),
+            Err(e) => Err(e.code),
+        };
+        topics.push((t.name.clone(), t.partitions.clone(), found));
+    }
+    let any_bad = topics.iter().any(|t| t.2.is_err());
+    // Kafka's order: the transactional id's authorization, the topics, then the coordinator.
+    let overall: Result<(), ErrorCode> = match authorize(&access, Operation::Write, &id) {
+        Err(e) => Err(e),
+        Ok(()) if any_bad => Ok(()),
+        Ok(()) if owned(l, &id).is_err() => Err(ErrorCode::NotCoordinator),
+        Ok(()) => {
+            let parts: Vec<TxnPartition> = topics
+                .iter()
+                .flat_map(|(_, ps, found)| ps.iter().filter_map(move |&p| Some((*found.as_ref().ok()?, p))))
+                .collect();
+            let pid = req.v3_and_below_producer_id.0;
+            l.shim.transactions.add_partitions(&id, pid, req.v3_and_below_producer_epoch, &parts).await
+        }
+    };
+    let results = topics
+        .into_iter()
+        .map(|(name, partitions, found)| {
+            let code = match (&overall, found) {
+                (Err(e), _) => *e,
+                (Ok(()), Err(e)) => e,
+                (Ok(()), Ok(_)) if any_bad => ErrorCode::OperationNotAttempted,
+                (Ok(()), Ok(_)) => ErrorCode::None,
+            };
+            add_partitions_to_txn_response::AddPartitionsToTxnTopicResult::default()
+                .with_name(name)
+                .with_results_by_partition(
+                    partitions
+                        .into_iter()
+                        .map(|p| {
+                            add_partitions_to_txn_response::AddPartitionsToTxnPartitionResult::default()
+                                .with_partition_index(p)
+                                .with_partition_error_code(code.code())
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    let body = AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results);
+    encode(ApiKey::AddPartitionsToTxn, header, v, &body)
+}
+
+pub(super) async fn add_offsets_to_txn(l: &Session, header: &RequestHeader, req: AddOffsetsToTxnRequest) -> Reply {
+    let v = header.request_api_version;
+    let id = req.transactional_id.0.to_string();
+    let group = req.group_id.0.to_string();
+    let access = l.access().await;
+    let r = match admit(l, &access, Operation::Write, &id) {
+        Err(e) => Err(e),
+        Ok(()) if !access.allowed(Operation::Read, Resource::Group, &group) => Err(ErrorCode::GroupAuthorizationFailed),
+        Ok(()) => l.shim.transactions.add_offsets(&id, req.producer_id.0, req.producer_epoch, &group).await,
+    };
+    let code = r.err().unwrap_or(ErrorCode::None);
+    encode(ApiKey::AddOffsetsToTxn, header, v, &AddOffsetsToTxnResponse::default().with_error_code(code.code()))
+}
+
+pub(super) async fn end_txn(l: &Session, header: &RequestHeader, req: EndTxnRequest) -> Reply {
+    let v = header.request_api_version;
+    let id = req.transactional_id.0.to_string();
+    let access = l.access().await;
+    let r = match admit(l, &access, Operation::Write, &id) {
+        Ok(()) => l.shim.transactions.end_txn(&id, req.producer_id.0, req.producer_epoch, req.committed).await,
+        Err(e) => Err(e),
+    };
+    let code = r.err().unwrap_or(ErrorCode::None);
+    encode(ApiKey::EndTxn, header, v, &EndTxnResponse::default().with_error_code(code.code()))
+}
+
+pub(super) async fn describe_transactions(
+    l: &Session,
+    header: &RequestHeader,
+    req: DescribeTransactionsRequest,
+) -> Reply {
+    let v = header.request_api_version;
+    let access = l.access().await;
+    let mut states = vec![];
+    for id in &req.transactional_ids {
+        let name = id.0.to_string();
+        let base = describe_transactions_response::TransactionState::default()
+            .with_transactional_id(id.clone())
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1)
+            .with_transaction_state(s(""))
+            .with_transaction_start_time_ms(-1);
+        let r = match admit(l, &access, Operation::Describe, &name) {
+            Err(e) => Err(e),
+            Ok(()) => match l.shim.transactions.describe(&name).await {
+                Ok(Some(t)) => Ok(t),
+                // Kafka's answer for an id with no state.
+                Ok(None) => Err(ErrorCode::TransactionalIdNotFound),
+                Err(e) => Err(e),
+            },
+        };
+        states.push(match r {
+            Err(code) => base.with_error_code(code.code()),
+            Ok(t) => {
+                let mut by_topic: std::collections::BTreeMap<String, Vec<i32>> = Default::default();
+                for p in &t.partitions {
+                    let id: Option<[u8; 16]> = p.topic_id.as_slice().try_into().ok();
+                    let topic = id.and_then(|id| l.shim.cluster.cached_topic_name(&id));
+                    let topic =
+                        topic.unwrap_or_else(|| uuid::Uuid::from_slice(&p.topic_id).unwrap_or_default().to_string());
+                    by_topic.entry(topic).or_default().push(p.partition_index);
+                }
+                base.with_producer_id(ProducerId(t.producer_id))
+                    .with_producer_epoch(t.producer_epoch as i16)
+                    .with_transaction_state(s(&t.state))
+                    .with_transaction_timeout_ms(t.timeout_ms)
+                    .with_transaction_start_time_ms(t.started_ms)
+                    .with_topics(
+                        by_topic
+                            .into_iter()
+                            .map(|(topic, partitions)| {
+                                describe_transactions_response::TopicData::default()
+                                    .with_topic(TopicName(s(&topic)))
+                                    .with_partitions(partitions)
+                            })
+                            .collect(),
+                    )
+            }
+        });
+    }
+    encode(
+        ApiKey::DescribeTransactions,
+        header,
+        v,
+        &DescribeTransactionsResponse::default().with_transaction_states(states),
+    )
+}
+
+pub(super) async fn list_transactions(l: &Session, header: &RequestHeader, req: ListTransactionsRequest) -> Reply {
+    let v = header.request_api_version;
+    let access = l.access().await;
+    const STATES: [&str; 7] =
+        ["Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort", "PrepareEpochFence"];
+    let unknown: Vec<StrBytes> = req.state_filters.iter().filter(|f| !STATES.contains(&f.as_str())).cloned().collect();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    let body = match l.shim.transactions.list().await {
+        Err(code) => ListTransactionsResponse::default().with_error_code(code.code()),
+        Ok(all) => {
+            let states = all
+                .into_iter()
+                .filter(|(id, t)| {
+                    access.allowed(Operation::Describe, Resource::TransactionalId, id)
+                        && (req.state_filters.is_empty() || req.state_filters.iter().any(|f| f.as_str() == t.state))
+                        && (req.producer_id_filters.is_empty()
+                            || req.producer_id_filters.iter().any(|p| p.0 == t.producer_id))
+                        && (v < 1
+                            || req.duration_filter < 0
+                            || (t.state == "Ongoing" && now - t.started_ms >= req.duration_filter))
+                })
+                .map(|(id, t)| {
+                    list_transactions_response::TransactionState::default()
+                        .with_transactional_id(TransactionalId(s(&id)))
+                        .with_producer_id(ProducerId(t.producer_id))
+                        .with_transaction_state(s(&t.state))
+                })
+                .collect();
+            ListTransactionsResponse::default().with_transaction_states(states)
+        }
+    };
+    encode(ApiKey::ListTransactions, header, v, &body.with_unknown_state_filters(unknown))
+}

@@ -1,0 +1,447 @@
+//! `TransactionCoordinator`: the transitions of Kafka's `TransactionCoordinator` and
+//! `TransactionMetadata` for the transactional ids this broker coordinates, each made durable in
+//! the coordinator cluster by compare-and-set before it is answered.
+//!
+//! Every call reads the id's state first (on its metadata partition's leader), so nothing of a
+//! transactional id lives only in this broker's memory: a broker that takes an id over continues
+//! it, finishing an end another broker left half done (PrepareCommit or PrepareAbort stored, some
+//! markers written: the markers are written again, which ends nothing twice, then the Complete
+//! state is stored). Calls for one id are serialized here (striped locks); two brokers that both
+//! believe they coordinate an id are serialized by the version: the later store is refused and its
+//! client told CONCURRENT_TRANSACTIONS, and retries.
+//!
+//! Transactions v1 (KIP-98 with KIP-360 and KIP-890 part 1), as the clients we serve speak it:
+//! one producer epoch across transactions, bumped by InitProducerId and by the abort of a
+//! transaction that timed out (fencing its producer). Each transaction gets a number
+//! (`Transaction.txn_number`), which its verified batches and its markers carry: a marker so ends
+//! only its own transaction, and a batch of an ended transaction is refused (see the coordinator's
+//! `partition_txns`). It must not speak the Kafka protocol nor decide ownership (the Kafka handlers
+//! check `Registry::owns_group` over the id).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use diskless_proto::v1::{transaction, Transaction};
+use diskless_proto::ErrorCode;
+
+use super::config::TxnConfig;
+use super::store::{Marker, StoreError, TxnStore};
+
+/// A partition of a transaction: topic id and index.
+pub type TxnPartition = ([u8; 16], i32);
+
+const EMPTY: &str = "Empty";
+const ONGOING: &str = "Ongoing";
+const PREPARE_COMMIT: &str = "PrepareCommit";
+const PREPARE_ABORT: &str = "PrepareAbort";
+const COMPLETE_COMMIT: &str = "CompleteCommit";
+const COMPLETE_ABORT: &str = "CompleteAbort";
+const PREPARE_EPOCH_FENCE: &str = "PrepareEpochFence";
+
+/// How long an end of a transaction keeps writing markers that fail for a retriable reason.
+const MARKER_PATIENCE: Duration = Duration::from_secs(20);
+const LOCK_STRIPES: usize = 64;
+
+/// The transactional ids this broker coordinates.
+pub struct TransactionCoordinator {
+    store: Arc<dyn TxnStore>,
+    /// This broker's id and process incarnation, stamped on what it stores.
+    identity: String,
+    config: TxnConfig,
+    locks: Vec<tokio::sync::Mutex<()>>,
+}
+
+fn is_prepare(state: &str) -> bool {
+    matches!(state, PREPARE_COMMIT | PREPARE_ABORT | PREPARE_EPOCH_FENCE)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Kafka's checks of the producer a request names against the id's state.
+fn check_producer(t: &Transaction, producer_id: i64, epoch: i16) -> Result<(), ErrorCode> {
+    if t.producer_id != producer_id {
+        return Err(ErrorCode::InvalidProducerIdMapping);
+    }
+    if t.producer_epoch != i32::from(epoch) {
+        return Err(ErrorCode::ProducerFenced);
+    }
+    Ok(())
+}
+
+/// Whether a transactional batch of `producer_id` at `epoch` for partition `p` belongs to the
+/// ongoing transaction of `t` (KIP-890 part 1's verification): its number if so.
+pub fn verify_in(t: &Transaction, producer_id: i64, epoch: i16, p: &TxnPartition) -> Result<u64, ErrorCode> {
+    if t.producer_id != producer_id {
+        return Err(ErrorCode::InvalidProducerIdMapping);
+    }
+    if t.producer_epoch != i32::from(epoch) {
+        return Err(ErrorCode::InvalidProducerEpoch);
+    }
+    if t.state != ONGOING || !has(t, p) {
+        return Err(ErrorCode::InvalidTxnState);
+    }
+    Ok(t.txn_number)
+}
+
+fn has(t: &Transaction, p: &TxnPartition) -> bool {
+    t.partitions.iter().any(|q| q.topic_id == p.0 && q.partition_index == p.1)
+}
+
+impl TransactionCoordinator {
+    /// The coordinator of broker `broker_id` (a fresh incarnation per process).
+    pub fn new(store: Arc<dyn TxnStore>, config: TxnConfig, broker_id: i32) -> Arc<TransactionCoordinator> {
+        let identity = format!("broker-{broker_id}-{}", uuid::Uuid::new_v4());
+        let locks = (0..LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect();
+        Arc::new(TransactionCoordinator { store, identity, config, locks })
+    }
+
+    fn lock(&self, id: &str) -> &tokio::sync::Mutex<()> {
+        let h = id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        &self.locks[(h % LOCK_STRIPES as u64) as usize]
+    }
+
+    async fn load(&self, id: &str) -> Result<Option<Transaction>, ErrorCode> {
+        self.store.load(id).await.map_err(|e| {
+            tracing::info!(transactional_id = id, error = %e, "loading a transactional id failed");
+            ErrorCode::CoordinatorNotAvailable
+        })
+    }
+
+    /// Stores `t` over version `expected`; a refusal for a newer version stored is
+    /// CONCURRENT_TRANSACTIONS (the client retries, this broker reads it again).
+    async fn put(&self, id: &str, mut t: Transaction, expected: u64) -> Result<Transaction, ErrorCode> {
+        t.owner = self.identity.clone();
+        match self.store.store(id, t, expected).await {
+            Ok(stored) => Ok(stored),
+            Err(StoreError::Refused { code: ErrorCode::TransactionCoordinatorFenced, message }) => {
+                tracing::info!(transactional_id = id, message, "another broker moved this transactional id");
+                Err(ErrorCode::ConcurrentTransactions)
+            }
+            Err(StoreError::Refused { code, message }) => {
+                tracing::warn!(transactional_id = id, %code, message, "storing a transactional id was refused");
+                Err(code)
+            }
+            Err(e) => {
+                tracing::info!(transactional_id = id, error = %e, "storing a transactional id failed");
+                Err(ErrorCode::CoordinatorNotAvailable)
+            }
+        }
+    }
+
+    /// Writes the markers of a prepared end, again until every partition answered (a partition
+    /// gone, or whose producer moved to a later epoch, has nothing left to end), then stores the
+    /// Complete state. Returns what was stored.
+    async fn complete(&self, id: &str, t: Transaction) -> Result<Transaction, ErrorCode> {
+        let commit = t.state == PREPARE_COMMIT;
+        let epoch = i16::try_from(t.producer_epoch).map_err(|_| ErrorCode::UnknownServerError)?;
+        let mut left: Vec<Marker> = t
+            .partitions
+            .iter()
+            .filter_map(|p| {
+                Some(Marker {
+                    topic_id: p.topic_id.as_slice().try_into().ok()?,
+                    partition: p.partition_index,
+                    producer_id: t.producer_id,
+                    producer_epoch: epoch,
+                    commit,
+                    txn_number: t.txn_number,
+                    coordinator_epoch: t.version as i32,
+                })
+            })
+            .collect();
+        let deadline = tokio::time::Instant::now() + MARKER_PATIENCE;
+        let mut pause = Duration::from_millis(20);
+        while !left.is_empty() {
+            let retry = match self.store.end(left.clone()).await {
+                Ok(codes) => left
+                    .into_iter()
+                    .zip(codes)
+                    .filter(|(_, c)| {
+                        !matches!(
+                            c,
+                            ErrorCode::None | ErrorCode::UnknownTopicOrPartition | ErrorCode::InvalidProducerEpoch
+                        )
+                    })
+                    .map(|(m, _)| m)
+                    .collect(),
+                Err(e) => {
+                    tracing::info!(transactional_id = id, error = %e, "writing markers failed");
+                    left
+                }
+            };
+            left = retry;
+            if left.is_empty() {
+                break;
+            }
+            if tokio::time::Instant::now() + pause > deadline {
+                tracing::warn!(
+                    transactional_id = id,
+                    left = left.len(),
+                    "markers not written yet; the end stays prepared"
+                );
+                return Err(ErrorCode::CoordinatorNotAvailable);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+        let version = t.version;
+        let done = Transaction {
+            state: if commit { COMPLETE_COMMIT } else { COMPLETE_ABORT }.to_string(),
+            partitions: vec![],
+            groups: vec![],
+            ..t
+        };
+        self.put(id, done, version).await
+    }
+
+    /// Aborts the ongoing transaction of `t` with the producer's epoch bumped, so its producer is
+    /// fenced (a transaction that timed out, or a new producer's InitProducerId).
+    async fn fence_abort(&self, id: &str, t: Transaction) -> Result<Transaction, ErrorCode> {
+        let version = t.version;
+        let bumped = if t.producer_epoch < i32::from(i16::MAX) - 1 { t.producer_epoch + 1 } else { t.producer_epoch };
+        let prepared = Transaction {
+            state: PREPARE_ABORT.to_string(),
+            last_producer_id: t.producer_id,
+            last_producer_epoch: t.producer_epoch,
+            producer_epoch: bumped,
+            ..t
+        };
+        let prepared = self.put(id, prepared, version).await?;
+        self.complete(id, prepared).await
+    }
+
+    /// The state of `id` with no end left half done (finished first if one was).
+    async fn settled(&self, id: &str) -> Result<Option<Transaction>, ErrorCode> {
+        match self.load(id).await? {
+            Some(t) if is_prepare(&t.state) => Ok(Some(self.complete(id, t).await?)),
+            other => Ok(other),
+        }
+    }
+
+    /// InitProducerId with a transactional id: a new producer id, or the epoch bumped (an ongoing
+    /// transaction aborted first, its producer fenced). `expected`: KIP-360's producer id and epoch
+    /// of a producer recovering (its own retry is answered again; another's is PRODUCER_FENCED).
+    pub async fn init_producer_id(
+        &self,
+        id: &str,
+        timeout_ms: i32,
+        expected: Option<(i64, i16)>,
+    ) -> Result<(i64, i16), ErrorCode> {
+        if timeout_ms <= 0 || timeout_ms > self.config.max_timeout_ms {
+            return Err(ErrorCode::InvalidTransactionTimeout);
+        }
+        let _serial = self.lock(id).lock().await;
+        let mut current = self.settled(id).await?;
+        if let Some(t) = current.clone().filter(|t| t.state == ONGOING) {
+            current = Some(self.fence_abort(id, t).await?);
+        }
+        let Some(t) = current else {
+            if expected.is_some() {
+                return Err(ErrorCode::InvalidProducerIdMapping);
+            }
+            let producer_id = self.store.new_producer_id().await.map_err(|_| ErrorCode::CoordinatorNotAvailable)?;
+            let fresh = Transaction {
+                producer_id,
+                producer_epoch: 0,
+                last_producer_id: -1,
+                last_producer_epoch: -1,
+                timeout_ms,
+                state: EMPTY.to_string(),
+                txn_number: 0,
+                started_ms: -1,
+                ..Transaction::default()
+            };
+            let stored = self.put(id, fresh, 0).await?;
+            return Ok((stored.producer_id, 0));
+        };
+        if let Some((pid, epoch)) = expected {
+            let epoch = i32::from(epoch);
+            let retry = pid == t.last_producer_id && epoch == t.last_producer_epoch && t.state == EMPTY;
+            if retry {
+                return Ok((t.producer_id, t.producer_epoch as i16));
+            }
+            if pid != t.producer_id || epoch != t.producer_epoch {
+                return Err(ErrorCode::ProducerFenced);
+            }
+        }
+        let (producer_id, producer_epoch) = if t.producer_epoch >= i32::from(i16::MAX) - 1 {
+            (self.store.new_producer_id().await.map_err(|_| ErrorCode::CoordinatorNotAvailable)?, 0)
+        } else {
+            (t.producer_id, t.producer_epoch + 1)
+        };
+        let version = t.version;
+        let next = Transaction {
+            last_producer_id: t.producer_id,
+            last_producer_epoch: t.producer_epoch,
+            producer_id,
+            producer_epoch,
+            timeout_ms,
+            state: EMPTY.to_string(),
+            partitions: vec![],
+            groups: vec![],
+            ..t
+        };
+        let stored = self.put(id, next, version).await?;
+        Ok((stored.producer_id, stored.producer_epoch as i16))
+    }
+
+    /// Adds partitions and consumer groups to the producer's transaction, beginning one (a new
+    /// number) when none is ongoing. Nothing is stored when all are in it already.
+    async fn add(
+        &self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        partitions: &[TxnPartition],
+        group: Option<&str>,
+    ) -> Result<(), ErrorCode> {
+        let _serial = self.lock(id).lock().await;
+        let Some(t) = self.settled(id).await? else { return Err(ErrorCode::InvalidProducerIdMapping) };
+        check_producer(&t, producer_id, epoch)?;
+        let ongoing = t.state == ONGOING;
+        let group_in = group.is_none_or(|g| t.groups.iter().any(|h| h == g));
+        if ongoing && group_in && partitions.iter().all(|p| has(&t, p)) {
+            return Ok(());
+        }
+        let version = t.version;
+        let mut next = if ongoing {
+            t
+        } else {
+            Transaction {
+                state: ONGOING.to_string(),
+                txn_number: t.txn_number + 1,
+                partitions: vec![],
+                groups: vec![],
+                ..t
+            }
+        };
+        for p in partitions {
+            if !has(&next, p) {
+                next.partitions.push(transaction::Partition { topic_id: p.0.to_vec(), partition_index: p.1 });
+            }
+        }
+        if let Some(g) = group.filter(|_| !group_in) {
+            next.groups.push(g.to_string());
+        }
+        self.put(id, next, version).await.map(|_| ())
+    }
+
+    /// AddPartitionsToTxn (v0–v3, from a producer).
+    pub async fn add_partitions(
+        &self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        partitions: &[TxnPartition],
+    ) -> Result<(), ErrorCode> {
+        self.add(id, producer_id, epoch, partitions, None).await
+    }
+
+    /// AddOffsetsToTxn: the group whose offsets the transaction commits.
+    pub async fn add_offsets(&self, id: &str, producer_id: i64, epoch: i16, group_id: &str) -> Result<(), ErrorCode> {
+        self.add(id, producer_id, epoch, &[], Some(group_id)).await
+    }
+
+    /// EndTxn (v0–v4): PrepareCommit or PrepareAbort stored, the markers written, then the
+    /// Complete state stored. A retry of an end already done is answered NONE again.
+    pub async fn end_txn(&self, id: &str, producer_id: i64, epoch: i16, commit: bool) -> Result<(), ErrorCode> {
+        let _serial = self.lock(id).lock().await;
+        let Some(t) = self.load(id).await? else { return Err(ErrorCode::InvalidProducerIdMapping) };
+        check_producer(&t, producer_id, epoch)?;
+        let wanted = if commit { PREPARE_COMMIT } else { PREPARE_ABORT };
+        let t = match t.state.as_str() {
+            ONGOING => {
+                let version = t.version;
+                self.put(id, Transaction { state: wanted.to_string(), ..t }, version).await?
+            }
+            s if s == wanted => t,
+            COMPLETE_COMMIT if commit => return Ok(()),
+            COMPLETE_ABORT if !commit => return Ok(()),
+            s if is_prepare(s) => {
+                self.complete(id, t).await?;
+                return Err(ErrorCode::InvalidTxnState);
+            }
+            _ => return Err(ErrorCode::InvalidTxnState),
+        };
+        self.complete(id, t).await.map(|_| ())
+    }
+
+    /// The check of a transactional Produce (KIP-890 part 1): the producer's transaction is
+    /// ongoing and holds every partition. Returns the transaction's number, which the batches
+    /// carry to the cluster.
+    pub async fn verify(
+        &self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        partitions: &[TxnPartition],
+    ) -> Result<u64, ErrorCode> {
+        let Some(t) = self.load(id).await? else { return Err(ErrorCode::InvalidTxnState) };
+        let mut number = 0;
+        for p in partitions {
+            number = verify_in(&t, producer_id, epoch, p)?;
+        }
+        Ok(number)
+    }
+
+    /// The stored state of `id` (DescribeTransactions).
+    pub async fn describe(&self, id: &str) -> Result<Option<Transaction>, ErrorCode> {
+        self.load(id).await
+    }
+
+    /// Every stored transactional id (ListTransactions).
+    pub async fn list(&self) -> Result<Vec<(String, Transaction)>, ErrorCode> {
+        self.store.list().await.map_err(|_| ErrorCode::CoordinatorNotAvailable)
+    }
+
+    /// One pass of the timer over the ids `owns` says this broker coordinates: ends left prepared
+    /// are finished, ongoing transactions past their timeout aborted (their producer fenced).
+    pub async fn check(&self, owns: &(dyn Fn(&str) -> bool + Send + Sync)) {
+        let all = match self.store.list().await {
+            Ok(all) => all,
+            Err(e) => {
+                tracing::info!(error = %e, "listing transactional ids failed");
+                return;
+            }
+        };
+        let now = now_ms();
+        for (id, t) in all.into_iter().filter(|(id, _)| owns(id)) {
+            let expired = t.state == ONGOING && t.started_ms >= 0 && now > t.started_ms + i64::from(t.timeout_ms);
+            if !(expired || is_prepare(&t.state)) {
+                continue;
+            }
+            let _serial = self.lock(&id).lock().await;
+            // Read again under the lock: a call may have moved it since the listing.
+            let r = match self.load(&id).await {
+                Ok(Some(t)) if is_prepare(&t.state) => self.complete(&id, t).await.map(|_| "completed"),
+                Ok(Some(t)) if t.state == ONGOING && now > t.started_ms + i64::from(t.timeout_ms) => {
+                    self.fence_abort(&id, t).await.map(|_| "aborted (timed out)")
+                }
+                Ok(_) => Ok("moved on"),
+                Err(e) => Err(e),
+            };
+            match r {
+                Ok(what) => tracing::info!(transactional_id = id, what, "transaction checked"),
+                Err(code) => tracing::info!(transactional_id = id, %code, "transaction check failed"),
+            }
+        }
+    }
+
+    /// The timer: [`TransactionCoordinator::check`] every `abort_check_interval_ms` until `stop`.
+    pub async fn run(
+        self: Arc<Self>,
+        owns: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let mut every = tokio::time::interval(Duration::from_millis(self.config.abort_check_interval_ms.max(100)));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = every.tick() => self.check(owns.as_ref()).await,
+                _ = stop.changed() => return,
+            }
+        }
+    }
+}

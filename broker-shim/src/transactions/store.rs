@@ -1,0 +1,167 @@
+//! Where a transactional id's state is kept and its markers are written: the coordinator cluster
+//! (StoreTransaction by compare-and-set, DescribeTransactions, ListTransactions, EndTransaction),
+//! behind a trait so the coordinator's tests run without a cluster.
+
+use std::sync::Arc;
+
+use diskless_proto::v1::{
+    end_transaction_request, DescribeTransactionsRequest, EndTransactionRequest, ListTransactionsRequest,
+    StoreTransactionRequest, Transaction,
+};
+use diskless_proto::ErrorCode;
+use futures_util::future::BoxFuture;
+
+use crate::cluster::ClusterClient;
+use crate::producer_ids::ProducerIds;
+
+/// Why a call to the cluster failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The cluster refused it with this Kafka error code (TRANSACTION_COORDINATOR_FENCED: another
+    /// version is stored, this broker's view is stale).
+    #[error("refused with error {code}: {message}")]
+    Refused { code: ErrorCode, message: String },
+    #[error("coordinator cluster unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// One marker to write: a partition of the transaction, and how it ends there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Marker {
+    pub topic_id: [u8; 16],
+    pub partition: i32,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub commit: bool,
+    pub txn_number: u64,
+    pub coordinator_epoch: i32,
+}
+
+pub trait TxnStore: Send + Sync + 'static {
+    /// The stored state of `id`, read on its metadata partition's leader.
+    fn load<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Transaction>, StoreError>>;
+    /// Stores `t` if the stored version is `expected` (0: none); returns it as stored.
+    fn store<'a>(
+        &'a self,
+        id: &'a str,
+        t: Transaction,
+        expected: u64,
+    ) -> BoxFuture<'a, Result<Transaction, StoreError>>;
+    /// Every stored transactional id.
+    fn list(&self) -> BoxFuture<'_, Result<Vec<(String, Transaction)>, StoreError>>;
+    /// Writes the markers; per marker, its error code (0: written, or nothing to end).
+    fn end(&self, markers: Vec<Marker>) -> BoxFuture<'_, Result<Vec<ErrorCode>, StoreError>>;
+    /// A producer id no one else was or will be given.
+    fn new_producer_id(&self) -> BoxFuture<'_, Result<i64, StoreError>>;
+}
+
+const TIMEOUT_MS: i32 = 10_000;
+
+/// The cluster, and the broker's blocks of producer ids.
+pub struct ClusterTxnStore {
+    pub cluster: Arc<ClusterClient>,
+    pub producer_ids: Arc<ProducerIds>,
+}
+
+fn unavailable(s: tonic::Status) -> StoreError {
+    StoreError::Unavailable(s.message().to_string())
+}
+
+fn refused(code: i32, message: Option<String>) -> Result<(), StoreError> {
+    match code {
+        0 => Ok(()),
+        code => Err(StoreError::Refused { code: ErrorCode::from_wire(code), message: message.unwrap_or_default() }),
+    }
+}
+
+impl TxnStore for ClusterTxnStore {
+    fn load<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Transaction>, StoreError>> {
+        Box::pin(async move {
+            let req = DescribeTransactionsRequest { transactional_ids: vec![id.to_string()], timeout_ms: TIMEOUT_MS };
+            let r = self
+                .cluster
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.describe_transactions(req).await }
+                })
+                .await
+                .map_err(unavailable)?;
+            let Some(one) = r.results.into_iter().next() else {
+                return Err(StoreError::Unavailable("DescribeTransactions answered nothing".into()));
+            };
+            refused(one.error_code, one.error_message)?;
+            Ok(one.transaction)
+        })
+    }
+
+    fn store<'a>(
+        &'a self,
+        id: &'a str,
+        t: Transaction,
+        expected: u64,
+    ) -> BoxFuture<'a, Result<Transaction, StoreError>> {
+        Box::pin(async move {
+            let req = StoreTransactionRequest {
+                transactional_id: id.to_string(),
+                transaction: Some(t),
+                expected_version: expected,
+                timeout_ms: TIMEOUT_MS,
+            };
+            let r = self
+                .cluster
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.store_transaction(req).await }
+                })
+                .await
+                .map_err(unavailable)?;
+            refused(r.error_code, r.error_message)?;
+            r.transaction.ok_or_else(|| StoreError::Unavailable("StoreTransaction answered no record".into()))
+        })
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Vec<(String, Transaction)>, StoreError>> {
+        Box::pin(async move {
+            let req = ListTransactionsRequest { timeout_ms: TIMEOUT_MS };
+            let r =
+                self.cluster.call(|mut c| async move { c.list_transactions(req).await }).await.map_err(unavailable)?;
+            refused(r.error_code, r.error_message)?;
+            Ok(r.transactions.into_iter().filter_map(|e| Some((e.transactional_id, e.transaction?))).collect())
+        })
+    }
+
+    fn end(&self, markers: Vec<Marker>) -> BoxFuture<'_, Result<Vec<ErrorCode>, StoreError>> {
+        Box::pin(async move {
+            let req = EndTransactionRequest {
+                markers: markers
+                    .iter()
+                    .map(|m| end_transaction_request::Marker {
+                        topic_id: m.topic_id.to_vec(),
+                        partition_index: m.partition,
+                        producer_id: m.producer_id,
+                        producer_epoch: i32::from(m.producer_epoch),
+                        commit: m.commit,
+                        coordinator_epoch: m.coordinator_epoch,
+                        txn_number: m.txn_number,
+                    })
+                    .collect(),
+                timeout_ms: TIMEOUT_MS,
+            };
+            let r = self
+                .cluster
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.end_transaction(req).await }
+                })
+                .await
+                .map_err(unavailable)?;
+            let mut codes: Vec<ErrorCode> = r.markers.iter().map(|m| ErrorCode::from_wire(m.error_code)).collect();
+            codes.resize(markers.len(), ErrorCode::RequestTimedOut);
+            Ok(codes)
+        })
+    }
+
+    fn new_producer_id(&self) -> BoxFuture<'_, Result<i64, StoreError>> {
+        Box::pin(async move { self.producer_ids.next().await.map_err(|e| StoreError::Unavailable(e.message)) })
+    }
+}

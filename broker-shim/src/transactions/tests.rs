@@ -1,0 +1,169 @@
+//! The transaction coordinator against a fake store that keeps the cluster's compare-and-set.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use diskless_proto::v1::Transaction;
+use diskless_proto::ErrorCode;
+use futures_util::future::BoxFuture;
+
+use super::store::{Marker, StoreError, TxnStore};
+use super::{TransactionCoordinator, TxnConfig};
+
+#[derive(Default)]
+struct Fake {
+    txns: Mutex<HashMap<String, Transaction>>,
+    markers: Mutex<Vec<Marker>>,
+    next_id: Mutex<i64>,
+    /// Marker writes to fail before one succeeds.
+    failing_ends: Mutex<usize>,
+}
+
+impl TxnStore for Fake {
+    fn load<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Transaction>, StoreError>> {
+        Box::pin(async move { Ok(self.txns.lock().unwrap().get(id).cloned()) })
+    }
+    fn store<'a>(
+        &'a self,
+        id: &'a str,
+        t: Transaction,
+        expected: u64,
+    ) -> BoxFuture<'a, Result<Transaction, StoreError>> {
+        Box::pin(async move {
+            let mut all = self.txns.lock().unwrap();
+            let stored = all.get(id).map_or(0, |t| t.version);
+            if stored != expected {
+                return Err(StoreError::Refused {
+                    code: ErrorCode::TransactionCoordinatorFenced,
+                    message: String::new(),
+                });
+            }
+            let t = Transaction { version: stored + 1, ..t };
+            all.insert(id.to_string(), t.clone());
+            Ok(t)
+        })
+    }
+    fn list(&self) -> BoxFuture<'_, Result<Vec<(String, Transaction)>, StoreError>> {
+        Box::pin(async move { Ok(self.txns.lock().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect()) })
+    }
+    fn end(&self, markers: Vec<Marker>) -> BoxFuture<'_, Result<Vec<ErrorCode>, StoreError>> {
+        Box::pin(async move {
+            let mut failing = self.failing_ends.lock().unwrap();
+            if *failing > 0 {
+                *failing -= 1;
+                return Err(StoreError::Unavailable("down".into()));
+            }
+            let n = markers.len();
+            self.markers.lock().unwrap().extend(markers);
+            Ok(vec![ErrorCode::None; n])
+        })
+    }
+    fn new_producer_id(&self) -> BoxFuture<'_, Result<i64, StoreError>> {
+        Box::pin(async move {
+            let mut n = self.next_id.lock().unwrap();
+            *n += 1;
+            Ok(*n + 100)
+        })
+    }
+}
+
+fn coordinator() -> (Arc<Fake>, Arc<TransactionCoordinator>) {
+    let fake = Arc::new(Fake::default());
+    (fake.clone(), TransactionCoordinator::new(fake, TxnConfig::default(), 1))
+}
+
+const P0: ([u8; 16], i32) = ([1; 16], 0);
+const P1: ([u8; 16], i32) = ([1; 16], 1);
+
+#[tokio::test]
+async fn a_committed_transaction_writes_a_numbered_marker_per_partition_and_ends_complete() {
+    let (fake, c) = coordinator();
+    let (pid, epoch) = c.init_producer_id("t", 60_000, None).await.unwrap();
+    assert_eq!(epoch, 0);
+    c.add_partitions("t", pid, epoch, &[P0]).await.unwrap();
+    c.add_partitions("t", pid, epoch, &[P0, P1]).await.unwrap();
+    assert_eq!(c.verify("t", pid, epoch, &[P1]).await, Ok(1));
+    c.end_txn("t", pid, epoch, true).await.unwrap();
+    let markers = fake.markers.lock().unwrap().clone();
+    assert_eq!(markers.len(), 2);
+    assert!(markers.iter().all(|m| m.commit && m.txn_number == 1 && m.producer_epoch == 0 && m.producer_id == pid));
+    let t = c.describe("t").await.unwrap().unwrap();
+    assert_eq!((t.state.as_str(), t.partitions.len()), ("CompleteCommit", 0));
+    // A retried EndTxn is answered again; an abort of the committed one is refused.
+    assert_eq!(c.end_txn("t", pid, epoch, true).await, Ok(()));
+    assert_eq!(c.end_txn("t", pid, epoch, false).await, Err(ErrorCode::InvalidTxnState));
+    // The next transaction has the next number; batches of it are not verified before it starts.
+    assert_eq!(c.verify("t", pid, epoch, &[P0]).await, Err(ErrorCode::InvalidTxnState));
+    c.add_partitions("t", pid, epoch, &[P0]).await.unwrap();
+    assert_eq!(c.verify("t", pid, epoch, &[P0]).await, Ok(2));
+    assert_eq!(c.verify("t", pid, epoch, &[P1]).await, Err(ErrorCode::InvalidTxnState), "P1 not added");
+}
+
+#[tokio::test]
+async fn a_second_init_fences_the_first_producer_and_aborts_its_transaction() {
+    let (fake, c) = coordinator();
+    let (pid, e0) = c.init_producer_id("t", 60_000, None).await.unwrap();
+    c.add_partitions("t", pid, e0, &[P0]).await.unwrap();
+    let (pid2, e1) = c.init_producer_id("t", 60_000, None).await.unwrap();
+    assert_eq!(pid2, pid, "the same producer id, a later epoch");
+    assert!(e1 > e0);
+    // The ongoing transaction was aborted with the bumped epoch (its batches fenced).
+    let markers = fake.markers.lock().unwrap().clone();
+    assert_eq!(markers.len(), 1);
+    assert!(!markers[0].commit && markers[0].producer_epoch == e0 + 1 && markers[0].txn_number == 1);
+    assert_eq!(c.add_partitions("t", pid, e0, &[P0]).await, Err(ErrorCode::ProducerFenced));
+    assert_eq!(c.end_txn("t", pid, e0, true).await, Err(ErrorCode::ProducerFenced));
+    assert_eq!(c.verify("t", pid, e0, &[P0]).await, Err(ErrorCode::InvalidProducerEpoch));
+    c.add_partitions("t", pid, e1, &[P0]).await.unwrap();
+    assert_eq!(c.verify("t", pid, e1, &[P0]).await, Ok(2));
+    assert_eq!(c.add_partitions("t", pid + 1, e1, &[P0]).await, Err(ErrorCode::InvalidProducerIdMapping));
+}
+
+#[tokio::test]
+async fn an_end_left_prepared_is_finished_by_the_next_call_and_a_stale_broker_cannot_store() {
+    let (fake, c) = coordinator();
+    let (pid, e) = c.init_producer_id("t", 60_000, None).await.unwrap();
+    c.add_partitions("t", pid, e, &[P0]).await.unwrap();
+    // The cluster refuses markers for longer than the end waits: the end stays prepared.
+    *fake.failing_ends.lock().unwrap() = 1_000;
+    tokio::time::pause();
+    assert_eq!(c.end_txn("t", pid, e, true).await, Err(ErrorCode::CoordinatorNotAvailable));
+    assert_eq!(c.describe("t").await.unwrap().unwrap().state, "PrepareCommit");
+    *fake.failing_ends.lock().unwrap() = 0;
+    // Another broker taking the id over finishes it when the client retries.
+    let (_, other) = {
+        let c2 = TransactionCoordinator::new(fake.clone(), TxnConfig::default(), 2);
+        (fake.clone(), c2)
+    };
+    assert_eq!(other.end_txn("t", pid, e, true).await, Ok(()));
+    assert_eq!(other.describe("t").await.unwrap().unwrap().state, "CompleteCommit");
+    assert_eq!(fake.markers.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_transaction_past_its_timeout_is_aborted_by_the_timer_and_its_producer_fenced() {
+    let (fake, c) = coordinator();
+    let (pid, e) = c.init_producer_id("t", 1, None).await.unwrap();
+    c.add_partitions("t", pid, e, &[P0]).await.unwrap();
+    // The fake keeps started_ms as sent (-1 from init): set it to the past as the cluster would.
+    fake.txns.lock().unwrap().get_mut("t").unwrap().started_ms = 1;
+    c.check(&|_| false).await;
+    assert_eq!(c.describe("t").await.unwrap().unwrap().state, "Ongoing", "not this broker's");
+    c.check(&|_| true).await;
+    let t = c.describe("t").await.unwrap().unwrap();
+    assert_eq!((t.state.as_str(), t.producer_epoch), ("CompleteAbort", i32::from(e) + 1));
+    assert_eq!(c.end_txn("t", pid, e, true).await, Err(ErrorCode::ProducerFenced));
+}
+
+#[tokio::test]
+async fn kip_360_a_producer_recovering_with_its_own_epoch_is_bumped_another_is_fenced() {
+    let (_, c) = coordinator();
+    let (pid, e0) = c.init_producer_id("t", 60_000, None).await.unwrap();
+    let (_, e1) = c.init_producer_id("t", 60_000, Some((pid, e0))).await.unwrap();
+    assert_eq!(e1, e0 + 1);
+    // Its retry (the answer was lost) is answered again.
+    assert_eq!(c.init_producer_id("t", 60_000, Some((pid, e0))).await, Ok((pid, e1)));
+    assert_eq!(c.init_producer_id("t", 60_000, Some((pid, e0 + 7))).await, Err(ErrorCode::ProducerFenced));
+    assert_eq!(c.init_producer_id("t", 0, None).await, Err(ErrorCode::InvalidTransactionTimeout));
+    assert_eq!(c.init_producer_id("t", 900_001, None).await, Err(ErrorCode::InvalidTransactionTimeout));
+}
