@@ -657,6 +657,8 @@ impl Driver {
                         (g.generation, g.members[usize::from(*member) % g.members.len()].member_id.clone())
                     }
                     Some(_) => (-1, String::new()),
+                    // A transaction coordinator's commit of a transaction's offsets.
+                    None if *member == 3 && *generation == 3 => (TXN_OFFSETS_GENERATION, String::new()),
                     None if *member == 3 => (*generation, String::new()),
                     None => (*generation, format!("m{member}")),
                 };
@@ -813,6 +815,15 @@ impl Driver {
                     updated_ms: 6,
                     owner: format!("broker-{state}"),
                     version: 77,
+                    pending_offsets: (0..*number)
+                        .map(|p| PendingOffset {
+                            group_id: format!("g{p}"),
+                            tp: tp(2, i32::from(p)),
+                            offset: i64::from(p) * 10,
+                            leader_epoch: -1,
+                            metadata: None,
+                        })
+                        .collect(),
                 };
                 let expected_version = stored.wrapping_add(u64::from(*stale)) % 4;
                 Op::StoreTxn { transactional_id, record, expected_version }

@@ -47,6 +47,7 @@ pub enum ErrorCode {
     NonEmptyGroup = 68,
     GroupIdNotFound = 69,
     GroupSubscribedToTopic = 86,
+    OffsetMetadataTooLarge = 12,
     // The broker's group coordinator (issue 24: its codes were a private table).
     CoordinatorLoadInProgress = 14,
     CoordinatorNotAvailable = 15,
@@ -85,7 +86,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code above, for exhaustive tests and lookups.
-    pub const ALL: [ErrorCode; 62] = [
+    pub const ALL: [ErrorCode; 63] = [
         ErrorCode::None,
         ErrorCode::UnknownServerError,
         ErrorCode::OffsetOutOfRange,
@@ -120,6 +121,7 @@ impl ErrorCode {
         ErrorCode::NonEmptyGroup,
         ErrorCode::GroupIdNotFound,
         ErrorCode::GroupSubscribedToTopic,
+        ErrorCode::OffsetMetadataTooLarge,
         ErrorCode::CoordinatorLoadInProgress,
         ErrorCode::CoordinatorNotAvailable,
         ErrorCode::NotCoordinator,
@@ -236,6 +238,7 @@ impl ErrorCode {
             ErrorCode::TransactionAbortable => "TRANSACTION_ABORTABLE",
             ErrorCode::OperationNotAttempted => "OPERATION_NOT_ATTEMPTED",
             ErrorCode::TransactionalIdNotFound => "TRANSACTIONAL_ID_NOT_FOUND",
+            ErrorCode::OffsetMetadataTooLarge => "OFFSET_METADATA_TOO_LARGE",
         }
     }
 

@@ -34,7 +34,7 @@ def check(cond, what):
     print("ok:", what, flush=True)
 
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as TP
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
@@ -182,6 +182,23 @@ while got is None and time.time() < deadline:
         got = m.value()
 c.close()
 check(got == b"to-the-new-partition", f"... and read through broker A ({got})")
+
+# ------------------------------------------------------------------ committed offsets' metadata
+# Kafka's offset.metadata.max.bytes (4096): longer metadata is OFFSET_METADATA_TOO_LARGE, the rest
+# of the commit taken. kafka-python sends it (librdkafka refuses it before sending).
+from kafka import TopicPartition as KTP
+from kafka.structs import OffsetAndMetadata
+
+kc = KafkaConsumer(bootstrap_servers=BROKER, group_id="metadata-limit", enable_auto_commit=False)
+try:
+    kc.commit({KTP("grow", 0): OffsetAndMetadata(1, "m" * 4097, -1), KTP("grow", 1): OffsetAndMetadata(1, "m" * 4096, -1)})
+    refused = None
+except Exception as e:
+    refused = type(e).__name__
+kept = (kc.committed(KTP("grow", 0)), kc.committed(KTP("grow", 1)))
+kc.close()
+check(refused == "OffsetMetadataTooLargeError", f"a commit with 4097 bytes of metadata is OFFSET_METADATA_TOO_LARGE ({refused})")
+check(kept == (None, 1), f"... and the partition with 4096 bytes is committed ({kept})")
 from kafka.admin import KafkaAdminClient
 from kafka.admin import NewPartitions as KNewPartitions
 

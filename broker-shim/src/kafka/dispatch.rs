@@ -74,7 +74,7 @@ macro_rules! later {
 
 /// Every API this broker answers. Produce and Fetch stop at 12, OffsetCommit and OffsetFetch at
 /// 9 (later versions name topics by id only), Metadata at 12, DescribeGroups at 5.
-pub(super) static APIS: [Api; 36] = [
+pub(super) static APIS: [Api; 37] = [
     Api {
         key: ApiKey::ApiVersions,
         versions: ApiVersionsRequest::VERSIONS,
@@ -137,6 +137,7 @@ pub(super) static APIS: [Api; 36] = [
     later!(AddPartitionsToTxn, AddPartitionsToTxnRequest, cap(AddPartitionsToTxnRequest::VERSIONS, 3), transactions::add_partitions_to_txn, "v4+ (broker-to-broker verification) not spoken: a broker verifies a transactional produce against the coordinator cluster itself"),
     later!(AddOffsetsToTxn, AddOffsetsToTxnRequest, AddOffsetsToTxnRequest::VERSIONS, transactions::add_offsets_to_txn, ""),
     later!(EndTxn, EndTxnRequest, cap(EndTxnRequest::VERSIONS, 4), transactions::end_txn, "transactions v1: v5+ (transactions v2, KIP-890 part 2) not spoken"),
+    later!(TxnOffsetCommit, TxnOffsetCommitRequest, TxnOffsetCommitRequest::VERSIONS, transactions::txn_offset_commit, "the offsets are kept with the transaction in the coordinator cluster and committed to the group by the transaction's coordinator at its COMMIT"),
     later!(DescribeTransactions, DescribeTransactionsRequest, DescribeTransactionsRequest::VERSIONS, transactions::describe_transactions, ""),
     later!(ListTransactions, ListTransactionsRequest, ListTransactionsRequest::VERSIONS, transactions::list_transactions, ""),
     Api {

@@ -9,6 +9,15 @@ use crate::authz::{Access, Operation, Resource};
 
 pub(super) const TIMEOUT_MS: i32 = 15_000;
 
+/// Kafka's `offset.metadata.max.bytes` (its default): a committed offset's metadata longer than
+/// this is refused with OFFSET_METADATA_TOO_LARGE, by OffsetCommit and TxnOffsetCommit alike.
+pub(super) const MAX_OFFSET_METADATA_BYTES: usize = 4096;
+
+/// Whether a committed offset's metadata fits [`MAX_OFFSET_METADATA_BYTES`].
+pub(super) fn metadata_fits(metadata: Option<&str>) -> bool {
+    metadata.is_none_or(|m| m.len() <= MAX_OFFSET_METADATA_BYTES)
+}
+
 /// A coordinator-cluster answer as a group coordinator's Kafka error: routing and availability
 /// problems become COORDINATOR_NOT_AVAILABLE, which clients retry after finding the coordinator.
 pub(super) fn cluster_code(code: i32) -> ErrorCode {

@@ -12,7 +12,7 @@ use diskless_proto::v1 as coord;
 use diskless_proto::ErrorCode;
 use kafka_protocol::messages::*;
 
-use super::group_access::{cluster_code, may, owned, TIMEOUT_MS};
+use super::group_access::{cluster_code, may, metadata_fits, owned, TIMEOUT_MS};
 use super::listener::Listener;
 use super::response::{encode, text as s, topic_name, Reply};
 use super::session::Session;
@@ -22,7 +22,9 @@ pub(super) async fn offset_commit(l: &Session, header: &RequestHeader, req: Offs
     let v = header.request_api_version;
     let access = l.access().await;
     let group_id = req.group_id.0.to_string();
-    let generation = req.generation_id_or_member_epoch;
+    // Any negative generation is "none", as Kafka reads it (and never the transaction
+    // coordinator's own, `TXN_OFFSETS_GENERATION`, which skips the fence).
+    let generation = req.generation_id_or_member_epoch.max(-1);
     let member_id = req.member_id.to_string();
     // Per topic: its id, or the error for all its partitions.
     let mut answers: Vec<(String, Vec<(i32, ErrorCode)>)> = vec![];
@@ -44,6 +46,7 @@ pub(super) async fn offset_commit(l: &Session, header: &RequestHeader, req: Offs
                 (Ok(()), Ok(m)) if p.partition_index < 0 || p.partition_index >= m.partitions => {
                     ErrorCode::UnknownTopicOrPartition
                 }
+                _ if !metadata_fits(p.committed_metadata.as_deref()) => ErrorCode::OffsetMetadataTooLarge,
                 (Ok(()), Ok(m)) => {
                     offsets.push(coord::GroupOffset {
                         topic_id: m.id.to_vec(),

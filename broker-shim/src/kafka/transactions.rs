@@ -1,13 +1,15 @@
 //! The Kafka APIs of transactions (protocol v1, KIP-98 with KIP-360): InitProducerId with a
 //! transactional id, AddPartitionsToTxn (v0–v3, the producer's form), AddOffsetsToTxn, EndTxn
-//! (v0–v4), DescribeTransactions and ListTransactions, over the broker's
+//! (v0–v4), TxnOffsetCommit, DescribeTransactions and ListTransactions, over the broker's
 //! `transactions::TransactionCoordinator`; FindCoordinator(TRANSACTION) is `groups`'.
 //!
 //! Follows Kafka's `KafkaApis` (`handleInitProducerIdRequest`, `handleAddPartitionsToTxnRequest`,
-//! `handleAddOffsetsToTxnRequest`, `handleEndTxnRequest`, `handleDescribeTransactionsRequest`,
+//! `handleAddOffsetsToTxnRequest`, `handleEndTxnRequest`, `handleTxnOffsetCommitRequest`,
+//! `handleDescribeTransactionsRequest`,
 //! `handleListTransactionsRequest`): WRITE on the transactional id
 //! (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), WRITE on each topic added (TOPIC_AUTHORIZATION_FAILED,
-//! the others OPERATION_NOT_ATTEMPTED), READ on the group of AddOffsetsToTxn, DESCRIBE on the ids
+//! the others OPERATION_NOT_ATTEMPTED), READ on the group of AddOffsetsToTxn and TxnOffsetCommit
+//! (and on its topics), DESCRIBE on the ids
 //! described or listed; NOT_COORDINATOR from a broker that does not coordinate the id. Topic
 //! names are mapped to ids here, through the catalog cache.
 
@@ -15,6 +17,7 @@ use diskless_proto::ErrorCode;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
+use super::group_access::{may, metadata_fits, owned};
 use super::response::{encode, text as s, Reply};
 use super::session::Session;
 use crate::authz::{Access, Operation, Resource};
@@ -31,15 +34,7 @@ fn authorize(access: &Access, op: Operation, id: &str) -> Result<(), ErrorCode> 
     Ok(())
 }
 
-/// NOT_COORDINATOR unless this broker coordinates `id`.
-fn owned(l: &Session, id: &str) -> Result<(), ErrorCode> {
-    if !l.shim.registry.owns_group(id) {
-        return Err(ErrorCode::NotCoordinator);
-    }
-    Ok(())
-}
-
-/// [`authorize`], then [`owned`].
+/// [`authorize`], then [`owned`] (transactional ids are owned as consumer groups are).
 fn admit(l: &Session, access: &Access, op: Operation, id: &str) -> Result<(), ErrorCode> {
     authorize(access, op, id)?;
     owned(l, id)
@@ -247,4 +242,78 @@ pub(super) async fn list_transactions(l: &Session, header: &RequestHeader, req: 
         }
     };
     encode(ApiKey::ListTransactions, header, v, &body.with_unknown_state_filters(unknown))
+}
+
+/// TxnOffsetCommit, on the group's coordinator: the member checked as OffsetCommit checks it (v3+
+/// name one), the offsets kept with the transaction until it ends (`stage_offsets`).
+pub(super) async fn txn_offset_commit(l: &Session, header: &RequestHeader, req: TxnOffsetCommitRequest) -> Reply {
+    let v = header.request_api_version;
+    let id = req.transactional_id.0.to_string();
+    let group_id = req.group_id.0.to_string();
+    let member_id = req.member_id.to_string();
+    let access = l.access().await;
+    let mut check = authorize(&access, Operation::Write, &id)
+        .and_then(|()| may(&access, Operation::Read, &group_id))
+        .and_then(|()| owned(l, &group_id));
+    // Kafka's `validateOffsetCommit` for a transactional commit: a member and generation are
+    // checked when named; without them the commit is taken whatever the group's state.
+    if check.is_ok() && (req.generation_id >= 0 || !member_id.is_empty()) {
+        check = l.shim.groups.check_commit(&group_id, req.generation_id, &member_id).await;
+    }
+    // Per topic: the name, and per partition its index and the error so far.
+    let mut answers: Vec<(TopicName, Vec<(i32, ErrorCode)>)> = vec![];
+    let mut offsets = vec![];
+    for t in &req.topics {
+        let meta = l.topic(&access, Operation::Read, t.name.as_str()).await;
+        let mut parts = vec![];
+        for p in &t.partitions {
+            let code = match (&check, &meta) {
+                (Err(code), _) => *code,
+                (_, Err(e)) if e.code == ErrorCode::TopicAuthorizationFailed => e.code,
+                (_, Err(_)) => ErrorCode::UnknownTopicOrPartition,
+                (Ok(()), Ok(m)) if l.partition(m, p.partition_index).is_err() => ErrorCode::UnknownTopicOrPartition,
+                _ if !metadata_fits(p.committed_metadata.as_deref()) => ErrorCode::OffsetMetadataTooLarge,
+                (Ok(()), Ok(m)) => {
+                    offsets.push(diskless_proto::v1::PendingOffset {
+                        group_id: group_id.clone(),
+                        topic_id: m.id.to_vec(),
+                        partition_index: p.partition_index,
+                        offset: p.committed_offset,
+                        leader_epoch: p.committed_leader_epoch,
+                        metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+                    });
+                    ErrorCode::None
+                }
+            };
+            parts.push((p.partition_index, code));
+        }
+        answers.push((t.name.clone(), parts));
+    }
+    if !offsets.is_empty() {
+        let staged =
+            l.shim.transactions.stage_offsets(&id, req.producer_id.0, req.producer_epoch, &group_id, offsets).await;
+        if let Err(code) = staged {
+            for (_, parts) in &mut answers {
+                for (_, c) in parts.iter_mut().filter(|(_, c)| *c == ErrorCode::None) {
+                    *c = code;
+                }
+            }
+        }
+    }
+    let topics = answers
+        .into_iter()
+        .map(|(name, parts)| {
+            txn_offset_commit_response::TxnOffsetCommitResponseTopic::default().with_name(name).with_partitions(
+                parts
+                    .into_iter()
+                    .map(|(p, c)| {
+                        txn_offset_commit_response::TxnOffsetCommitResponsePartition::default()
+                            .with_partition_index(p)
+                            .with_error_code(c.code())
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    encode(ApiKey::TxnOffsetCommit, header, v, &TxnOffsetCommitResponse::default().with_topics(topics))
 }

@@ -21,7 +21,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use diskless_proto::v1::{transaction, Transaction};
+use diskless_proto::v1::{transaction, PendingOffset, Transaction};
 use diskless_proto::ErrorCode;
 
 use super::config::TxnConfig;
@@ -186,14 +186,43 @@ impl TransactionCoordinator {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(1));
         }
+        if commit {
+            self.commit_offsets(id, &t).await?;
+        }
         let version = t.version;
         let done = Transaction {
             state: if commit { COMPLETE_COMMIT } else { COMPLETE_ABORT }.to_string(),
             partitions: vec![],
             groups: vec![],
+            pending_offsets: vec![],
             ..t
         };
         self.put(id, done, version).await
+    }
+
+    /// A committing transaction's offsets, into their groups (again, if a broker that finished
+    /// this end before died: the same offsets).
+    async fn commit_offsets(&self, id: &str, t: &Transaction) -> Result<(), ErrorCode> {
+        let mut by_group: std::collections::BTreeMap<&str, Vec<PendingOffset>> = Default::default();
+        for o in &t.pending_offsets {
+            by_group.entry(o.group_id.as_str()).or_default().push(o.clone());
+        }
+        for (group, offsets) in by_group {
+            match self.store.commit_offsets(group, offsets).await {
+                // A partition deleted since has no offset to keep.
+                Ok(codes)
+                    if codes.iter().all(|c| matches!(c, ErrorCode::None | ErrorCode::UnknownTopicOrPartition)) => {}
+                Ok(codes) => {
+                    tracing::info!(transactional_id = id, group, ?codes, "committing a transaction's offsets failed");
+                    return Err(ErrorCode::CoordinatorNotAvailable);
+                }
+                Err(e) => {
+                    tracing::info!(transactional_id = id, group, error = %e, "committing a transaction's offsets failed");
+                    return Err(ErrorCode::CoordinatorNotAvailable);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Aborts the ongoing transaction of `t` with the producer's epoch bumped, so its producer is
@@ -281,6 +310,7 @@ impl TransactionCoordinator {
             state: EMPTY.to_string(),
             partitions: vec![],
             groups: vec![],
+            pending_offsets: vec![],
             ..t
         };
         let stored = self.put(id, next, version).await?;
@@ -342,6 +372,45 @@ impl TransactionCoordinator {
     /// AddOffsetsToTxn: the group whose offsets the transaction commits.
     pub async fn add_offsets(&self, id: &str, producer_id: i64, epoch: i16, group_id: &str) -> Result<(), ErrorCode> {
         self.add(id, producer_id, epoch, &[], Some(group_id)).await
+    }
+
+    /// TxnOffsetCommit: `offsets` of `group_id` (added by AddOffsetsToTxn) kept with the
+    /// transaction, committed to the group at its COMMIT, dropped at its ABORT; a later offset of
+    /// the same partition replaces an earlier one. The caller checked the group member.
+    pub async fn stage_offsets(
+        &self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        group_id: &str,
+        offsets: Vec<PendingOffset>,
+    ) -> Result<(), ErrorCode> {
+        let _serial = self.lock(id).lock().await;
+        // This broker coordinates the group, maybe not the transactional id: the id's own
+        // coordinator may store between the read and the store here, so a refused store is tried
+        // again on what was stored.
+        let mut tries = 0;
+        loop {
+            let Some(mut t) = self.load(id).await? else { return Err(ErrorCode::InvalidProducerIdMapping) };
+            check_producer(&t, producer_id, epoch)?;
+            if t.state != ONGOING || !t.groups.iter().any(|g| g == group_id) {
+                return Err(ErrorCode::InvalidTxnState);
+            }
+            for o in offsets.iter().cloned() {
+                let same = |p: &PendingOffset| {
+                    p.group_id == o.group_id && p.topic_id == o.topic_id && p.partition_index == o.partition_index
+                };
+                match t.pending_offsets.iter_mut().find(|p| same(p)) {
+                    Some(p) => *p = o,
+                    None => t.pending_offsets.push(o),
+                }
+            }
+            let version = t.version;
+            match self.put(id, t, version).await {
+                Err(ErrorCode::ConcurrentTransactions) if tries < 3 => tries += 1,
+                r => return r.map(|_| ()),
+            }
+        }
     }
 
     /// EndTxn (v0–v4): PrepareCommit or PrepareAbort stored, the markers written, then the

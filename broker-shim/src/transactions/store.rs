@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use diskless_proto::v1::{
-    end_transaction_request, DescribeTransactionsRequest, EndTransactionRequest, ListTransactionsRequest,
-    StoreTransactionRequest, Transaction,
+    end_transaction_request, CommitOffsetsRequest, DescribeTransactionsRequest, EndTransactionRequest, GroupOffset,
+    ListTransactionsRequest, PendingOffset, StoreTransactionRequest, Transaction,
 };
 use diskless_proto::ErrorCode;
 use futures_util::future::BoxFuture;
@@ -53,6 +53,13 @@ pub trait TxnStore: Send + Sync + 'static {
     fn end(&self, markers: Vec<Marker>) -> BoxFuture<'_, Result<Vec<ErrorCode>, StoreError>>;
     /// A producer id no one else was or will be given.
     fn new_producer_id(&self) -> BoxFuture<'_, Result<i64, StoreError>>;
+    /// Commits a committed transaction's offsets to `group_id` (not fenced by generation: the
+    /// member was checked at TxnOffsetCommit); per offset, its error code.
+    fn commit_offsets<'a>(
+        &'a self,
+        group_id: &'a str,
+        offsets: Vec<PendingOffset>,
+    ) -> BoxFuture<'a, Result<Vec<ErrorCode>, StoreError>>;
 }
 
 const TIMEOUT_MS: i32 = 10_000;
@@ -164,4 +171,43 @@ impl TxnStore for ClusterTxnStore {
     fn new_producer_id(&self) -> BoxFuture<'_, Result<i64, StoreError>> {
         Box::pin(async move { self.producer_ids.next().await.map_err(|e| StoreError::Unavailable(e.message)) })
     }
+
+    fn commit_offsets<'a>(
+        &'a self,
+        group_id: &'a str,
+        offsets: Vec<PendingOffset>,
+    ) -> BoxFuture<'a, Result<Vec<ErrorCode>, StoreError>> {
+        Box::pin(async move {
+            let req = CommitOffsetsRequest {
+                group_id: group_id.to_string(),
+                generation_id: TXN_OFFSETS_GENERATION,
+                member_id: String::new(),
+                offsets: offsets
+                    .into_iter()
+                    .map(|o| GroupOffset {
+                        topic_id: o.topic_id,
+                        partition: o.partition_index,
+                        offset: o.offset,
+                        leader_epoch: o.leader_epoch,
+                        metadata: o.metadata,
+                        ..Default::default()
+                    })
+                    .collect(),
+                timeout_ms: TIMEOUT_MS,
+            };
+            let r = self
+                .cluster
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.commit_offsets(req).await }
+                })
+                .await
+                .map_err(unavailable)?;
+            Ok(r.offsets.iter().map(|o| ErrorCode::from_wire(o.error_code)).collect())
+        })
+    }
 }
+
+/// The generation of a transaction's offsets committed at its COMMIT (the coordinator cluster's
+/// `TXN_OFFSETS_GENERATION`: not fenced again).
+pub const TXN_OFFSETS_GENERATION: i32 = i32::MIN;

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use diskless_proto::v1::Transaction;
+use diskless_proto::v1::{PendingOffset, Transaction};
 use diskless_proto::ErrorCode;
 use futures_util::future::BoxFuture;
 
@@ -15,6 +15,7 @@ struct Fake {
     txns: Mutex<HashMap<String, Transaction>>,
     markers: Mutex<Vec<Marker>>,
     next_id: Mutex<i64>,
+    committed: Mutex<Vec<(String, PendingOffset)>>,
     /// Marker writes to fail before one succeeds.
     failing_ends: Mutex<usize>,
 }
@@ -55,6 +56,17 @@ impl TxnStore for Fake {
             }
             let n = markers.len();
             self.markers.lock().unwrap().extend(markers);
+            Ok(vec![ErrorCode::None; n])
+        })
+    }
+    fn commit_offsets<'a>(
+        &'a self,
+        group_id: &'a str,
+        offsets: Vec<PendingOffset>,
+    ) -> BoxFuture<'a, Result<Vec<ErrorCode>, StoreError>> {
+        Box::pin(async move {
+            let n = offsets.len();
+            self.committed.lock().unwrap().extend(offsets.into_iter().map(|o| (group_id.to_string(), o)));
             Ok(vec![ErrorCode::None; n])
         })
     }
@@ -166,4 +178,34 @@ async fn kip_360_a_producer_recovering_with_its_own_epoch_is_bumped_another_is_f
     assert_eq!(c.init_producer_id("t", 60_000, Some((pid, e0 + 7))).await, Err(ErrorCode::ProducerFenced));
     assert_eq!(c.init_producer_id("t", 0, None).await, Err(ErrorCode::InvalidTransactionTimeout));
     assert_eq!(c.init_producer_id("t", 900_001, None).await, Err(ErrorCode::InvalidTransactionTimeout));
+}
+
+#[tokio::test]
+async fn a_transactions_offsets_are_committed_with_it_and_dropped_with_its_abort() {
+    let (fake, c) = coordinator();
+    let (pid, e) = c.init_producer_id("t", 60_000, None).await.unwrap();
+    let offset = |o: i64| PendingOffset {
+        group_id: "g".into(),
+        topic_id: vec![1; 16],
+        partition_index: 0,
+        offset: o,
+        leader_epoch: -1,
+        metadata: None,
+    };
+    // Offsets of a group not added to the transaction are refused.
+    assert_eq!(c.stage_offsets("t", pid, e, "g", vec![offset(5)]).await, Err(ErrorCode::InvalidTxnState));
+    c.add_offsets("t", pid, e, "g").await.unwrap();
+    c.stage_offsets("t", pid, e, "g", vec![offset(5)]).await.unwrap();
+    c.stage_offsets("t", pid, e, "g", vec![offset(7)]).await.unwrap();
+    assert_eq!(c.stage_offsets("t", pid, e + 1, "g", vec![offset(9)]).await, Err(ErrorCode::ProducerFenced));
+    assert!(fake.committed.lock().unwrap().is_empty(), "nothing committed before the transaction");
+    c.end_txn("t", pid, e, true).await.unwrap();
+    let committed = fake.committed.lock().unwrap().clone();
+    assert_eq!(committed.iter().map(|(g, o)| (g.as_str(), o.offset)).collect::<Vec<_>>(), vec![("g", 7)]);
+    assert!(c.describe("t").await.unwrap().unwrap().pending_offsets.is_empty());
+    // An aborted transaction's offsets are dropped.
+    c.add_offsets("t", pid, e, "g").await.unwrap();
+    c.stage_offsets("t", pid, e, "g", vec![offset(11)]).await.unwrap();
+    c.end_txn("t", pid, e, false).await.unwrap();
+    assert_eq!(fake.committed.lock().unwrap().len(), 1);
 }

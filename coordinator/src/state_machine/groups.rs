@@ -56,8 +56,17 @@ pub fn store(
     Ok(Ok(()))
 }
 
+/// The generation a transaction coordinator commits a transaction's offsets with (TxnOffsetCommit,
+/// at the transaction's COMMIT): the member and generation were checked when the client sent them,
+/// and Kafka makes pending offsets committed at the marker whatever the group did since. Brokers
+/// never pass a client's generation below -1 on.
+pub const TXN_OFFSETS_GENERATION: i32 = i32::MIN;
+
 /// Kafka's classic-group commit rules, against the stored generation.
 fn fence(group_id: &str, stored: Option<&GroupRecord>, generation: i32, member_id: &str) -> Result<(), Failure> {
+    if generation == TXN_OFFSETS_GENERATION {
+        return Ok(());
+    }
     let members = stored.map(|g| g.members.as_slice()).unwrap_or_default();
     if generation < 0 && member_id.is_empty() {
         if members.is_empty() {

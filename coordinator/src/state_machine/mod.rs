@@ -73,11 +73,12 @@ pub use command::{
 };
 pub use create_partitions::{validate_topic_name, MAX_PARTITIONS};
 pub use files::{FileState, FileToDelete, MAX_FILES_TO_DELETE};
+pub use groups::TXN_OFFSETS_GENERATION;
 pub use keys::TopicPartition;
 pub use producer_ids::{MAX_PRODUCER_ID_BLOCK, PRODUCER_ID_AUTHORITY};
 pub use queries::{FetchBudget, OffsetAndTimestamp, PartitionBatches, MAX_BATCHES_PER_FETCH};
 pub use records::{BatchRecord, MarkerRecord};
-pub use records::{BrokerRecord, GroupRecord, MemberRecord, OffsetRecord, TxnRecord, TxnState};
+pub use records::{BrokerRecord, GroupRecord, MemberRecord, OffsetRecord, PendingOffset, TxnRecord, TxnState};
 pub use registry::{MAX_BROKER_LEASE_MS, REGISTRY_AUTHORITY};
 pub use time_index::FANOUT as TIME_INDEX_FANOUT;
 pub use topic_settings::{SettingChange, TopicSettings};

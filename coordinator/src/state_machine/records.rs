@@ -287,6 +287,18 @@ pub struct TxnRecord {
     pub owner: String,
     /// Counted by the state machine: 1 for the first store, then one more per store.
     pub version: u64,
+    /// TxnOffsetCommit's offsets, committed to their groups at the transaction's COMMIT.
+    pub pending_offsets: Vec<PendingOffset>,
+}
+
+/// An offset a transaction commits to a consumer group when it commits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingOffset {
+    pub group_id: String,
+    pub tp: TopicPartition,
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: Option<String>,
 }
 
 /// Kafka's `TransactionState`.

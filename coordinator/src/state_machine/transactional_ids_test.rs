@@ -18,6 +18,7 @@ fn record(state: TxnState, txn_number: u64, owner: &str) -> TxnRecord {
         updated_ms: 456,
         owner: owner.into(),
         version: 99,
+        pending_offsets: vec![],
     }
 }
 

@@ -45,6 +45,9 @@ impl Groups {
 
     fn fence(&self, c: &CommitOffsets) -> Result<(), Failure> {
         check_id(&c.group_id)?;
+        if c.generation == TXN_OFFSETS_GENERATION {
+            return Ok(());
+        }
         let g = self.groups.get(&c.group_id);
         let members = g.map(|g| g.members.clone()).unwrap_or_default();
         if c.generation < 0 && c.member_id.is_empty() {

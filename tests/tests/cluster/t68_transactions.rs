@@ -1,7 +1,9 @@
 //! Transactions end to end (issue 27) with real clients through two brokers: confluent-kafka
 //! (librdkafka), aiokafka and kafka-python transactional producers commit and abort, a second producer of one
 //! transactional id fences the first, and `read_committed` consumers see exactly the committed
-//! records (`tests/python/transactions.py`). Then the transactional id's state as the coordinator
+//! records, and a consume-transform-produce loop with `send_offsets_to_transaction` writes every
+//! input record exactly once and commits the group's offsets with its transactions
+//! (`tests/python/transactions.py`). Then the transactional id's state as the coordinator
 //! cluster keeps it: Complete states, one producer id per transactional id, numbered transactions.
 
 use diskless_cluster_tests::*;
@@ -19,9 +21,12 @@ async fn t68_transactional_producers_commit_abort_and_are_fenced() {
     let storage = TestStorage::Local(c.path("objects"));
     let a = BrokerProc::start(&c, "a", &storage, &options).await;
     let b = BrokerProc::start(&c, "b", &storage, &options).await;
-    create_topic_via(&mut a.client().await, TOPIC, 2).await;
+    for t in [TOPIC, "txn-in", "txn-out"] {
+        create_topic_via(&mut a.client().await, t, 2).await;
+    }
     let brokers = format!("{},{}", a.kafka_addr.clone().unwrap(), b.kafka_addr.clone().unwrap());
-    let out = run_python_checks("transactions.py", vec![brokers, TOPIC.into()], "all transaction checks passed").await;
+    let args = vec![brokers, TOPIC.into(), "txn-in".into(), "txn-out".into()];
+    let out = run_python_checks("transactions.py", args, "all transaction checks passed").await;
     println!("{out}");
 
     let r = c

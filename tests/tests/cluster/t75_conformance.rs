@@ -355,6 +355,20 @@ fn fixture(api: ApiKey, v: i16) -> (RequestKind, Vec<i16>) {
             ),
             vec![49],
         ),
+        ApiKey::TxnOffsetCommit => (
+            R::TxnOffsetCommit(
+                TxnOffsetCommitRequest::default()
+                    .with_transactional_id(TransactionalId(s(NO_TXN)))
+                    .with_group_id(GroupId(s(NO_GROUP)))
+                    .with_producer_id(ProducerId(1))
+                    .with_generation_id(-1)
+                    .with_topics(vec![txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+                        .with_name(topic(UNKNOWN))
+                        .with_partitions(vec![txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
+                            .with_committed_offset(1)])]),
+            ),
+            vec![3],
+        ),
         ApiKey::DescribeTransactions => (
             R::DescribeTransactions(
                 DescribeTransactionsRequest::default().with_transactional_ids(vec![TransactionalId(s(NO_TXN))]),
@@ -449,6 +463,9 @@ fn codes(r: &ResponseKind) -> (Vec<i16>, i32) {
         ),
         R::AddOffsetsToTxn(r) => (vec![r.error_code], r.throttle_time_ms),
         R::EndTxn(r) => (vec![r.error_code], r.throttle_time_ms),
+        R::TxnOffsetCommit(r) => {
+            (r.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)).collect(), r.throttle_time_ms)
+        }
         R::DescribeTransactions(r) => (r.transaction_states.iter().map(|t| t.error_code).collect(), r.throttle_time_ms),
         R::ListTransactions(r) => (vec![r.error_code], r.throttle_time_ms),
         other => panic!("no reader for {other:?}"),

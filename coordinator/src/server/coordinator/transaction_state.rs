@@ -15,7 +15,7 @@ use super::request::{hop_of, timeout_of};
 use super::CoordinatorApi;
 use crate::node::{Answer, Read, RouteError};
 use crate::server::convert::{self, failure_fields, result_fields, route_failure};
-use crate::state_machine::{Failure, Op, Outcome, TopicPartition, TxnRecord, TxnState};
+use crate::state_machine::{Failure, Op, Outcome, PendingOffset, TopicPartition, TxnRecord, TxnState};
 
 /// The record a broker sent; malformed topic ids, epochs or states are refused.
 pub fn txn_record(t: Transaction) -> Result<TxnRecord, Failure> {
@@ -37,6 +37,19 @@ pub fn txn_record(t: Transaction) -> Result<TxnRecord, Failure> {
         updated_ms: t.updated_ms,
         owner: t.owner,
         version: t.version,
+        pending_offsets: t
+            .pending_offsets
+            .into_iter()
+            .map(|o| {
+                Ok(PendingOffset {
+                    tp: convert::tp(&o.topic_id, o.partition_index)?,
+                    group_id: o.group_id,
+                    offset: o.offset,
+                    leader_epoch: o.leader_epoch,
+                    metadata: o.metadata,
+                })
+            })
+            .collect::<Result<_, Failure>>()?,
     })
 }
 
@@ -62,6 +75,18 @@ pub fn transaction(r: TxnRecord) -> Transaction {
         updated_ms: r.updated_ms,
         owner: r.owner,
         version: r.version,
+        pending_offsets: r
+            .pending_offsets
+            .into_iter()
+            .map(|o| diskless_proto::v1::PendingOffset {
+                group_id: o.group_id,
+                topic_id: o.tp.topic_id.as_bytes().to_vec(),
+                partition_index: o.tp.partition,
+                offset: o.offset,
+                leader_epoch: o.leader_epoch,
+                metadata: o.metadata,
+            })
+            .collect(),
     }
 }
 
