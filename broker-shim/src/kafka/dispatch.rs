@@ -19,7 +19,8 @@ use super::response::{encode, ready, Pending, Reply};
 use super::security::sasl;
 use super::session::Session;
 use super::{
-    acls, configs, epochs, fetch, group_offsets, groups, metadata, offsets, produce, producer_ids, topics, transactions,
+    acls, configs, epochs, fetch, group_offsets, groups, metadata, offsets, produce, producer_ids, producers, topics,
+    transactions,
 };
 
 /// How a request is started.
@@ -74,7 +75,7 @@ macro_rules! later {
 
 /// Every API this broker answers. Produce and Fetch stop at 12, OffsetCommit and OffsetFetch at
 /// 9 (later versions name topics by id only), Metadata at 12, DescribeGroups at 5.
-pub(super) static APIS: [Api; 37] = [
+pub(super) static APIS: [Api; 38] = [
     Api {
         key: ApiKey::ApiVersions,
         versions: ApiVersionsRequest::VERSIONS,
@@ -140,6 +141,7 @@ pub(super) static APIS: [Api; 37] = [
     later!(TxnOffsetCommit, TxnOffsetCommitRequest, TxnOffsetCommitRequest::VERSIONS, transactions::txn_offset_commit, "the offsets are kept with the transaction in the coordinator cluster and committed to the group by the transaction's coordinator at its COMMIT"),
     later!(DescribeTransactions, DescribeTransactionsRequest, DescribeTransactionsRequest::VERSIONS, transactions::describe_transactions, ""),
     later!(ListTransactions, ListTransactionsRequest, ListTransactionsRequest::VERSIONS, transactions::list_transactions, ""),
+    later!(DescribeProducers, DescribeProducersRequest, DescribeProducersRequest::VERSIONS, producers::describe_producers, "any broker answers for any partition; `last_timestamp` is the last batch's append time, `coordinator_epoch` -1"),
     Api {
         key: ApiKey::FindCoordinator,
         versions: FindCoordinatorRequest::VERSIONS,

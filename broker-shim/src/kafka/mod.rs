@@ -8,7 +8,8 @@
 //! - one file per API family, each over the shim's producer, fetcher and coordinator cluster
 //!   client: `produce`, `fetch`, `metadata`, `offsets` (ListOffsets, DeleteRecords), `epochs` (OffsetForLeaderEpoch), `topics`
 //!   (CreateTopics, CreatePartitions, DeleteTopics), `configs` (DescribeConfigs,
-//!   IncrementalAlterConfigs, AlterConfigs), `producer_ids` (InitProducerId), `groups`
+//!   IncrementalAlterConfigs, AlterConfigs), `producer_ids` (InitProducerId), `producers` (DescribeProducers), `transactions`
+//!   (the transaction APIs), `groups`
 //!   (FindCoordinator, the classic group protocol, the group admin APIs), `group_offsets`
 //!   (OffsetCommit, OffsetFetch).
 //! - `listener`: what the handlers share (the shim, the listener's settings and address, topic
@@ -37,6 +38,7 @@ mod metadata;
 mod offsets;
 mod produce;
 mod producer_ids;
+mod producers;
 pub mod response;
 pub mod security;
 mod session;

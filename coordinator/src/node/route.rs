@@ -26,7 +26,7 @@ use super::{Node, RouteError, CHANGE_TIMEOUT};
 use crate::raft::NodeId;
 use crate::state_machine::{
     AclBinding, AclFilter, BrokerRecord, CommitFile, CommitFileV2, Failure, FileState, FileToDelete, GroupRecord,
-    OffsetAndTimestamp, OffsetRecord, Op, Outcome, TopicInfo, TopicPartition, TxnRecord,
+    OffsetAndTimestamp, OffsetRecord, Op, Outcome, ProducerDescription, TopicInfo, TopicPartition, TxnRecord,
 };
 use crate::storage::codec;
 
@@ -94,6 +94,8 @@ pub enum Read {
     Transactions(Vec<String>),
     /// Every transactional id of the metadata partition.
     ListTransactions,
+    /// DescribeProducers: per partition.
+    Producers(Vec<TopicPartition>),
 }
 
 /// A [`Read`]'s answer (the variant of the same name).
@@ -109,6 +111,7 @@ pub enum Answer {
     Acls(Result<Vec<AclBinding>, Failure>),
     Transactions(Vec<Option<TxnRecord>>),
     ListTransactions(Vec<(String, TxnRecord)>),
+    Producers(Vec<Result<Vec<ProducerDescription>, Failure>>),
 }
 
 /// A change of a metadata partition's membership or leadership, made by its leader

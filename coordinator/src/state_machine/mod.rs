@@ -76,7 +76,10 @@ pub use files::{FileState, FileToDelete, MAX_FILES_TO_DELETE};
 pub use groups::TXN_OFFSETS_GENERATION;
 pub use keys::TopicPartition;
 pub use producer_ids::{MAX_PRODUCER_ID_BLOCK, PRODUCER_ID_AUTHORITY};
-pub use queries::{FetchBudget, OffsetAndTimestamp, PartitionBatches, MAX_BATCHES_PER_FETCH};
+pub use queries::{
+    FetchBudget, OffsetAndTimestamp, PartitionBatches, ProducerDescription, MAX_BATCHES_PER_FETCH,
+    MAX_PRODUCERS_DESCRIBED,
+};
 pub use records::{BatchRecord, MarkerRecord};
 pub use records::{BrokerRecord, GroupRecord, MemberRecord, OffsetRecord, PendingOffset, TxnRecord, TxnState};
 pub use registry::{MAX_BROKER_LEASE_MS, REGISTRY_AUTHORITY};
@@ -252,6 +255,15 @@ impl StateMachine {
         read_committed: bool,
     ) -> Result<PartitionBatches, StorageError> {
         queries::find_batches(view, &self.keys, tp, offset, max_partition_fetch_bytes, budget, read_committed)
+    }
+
+    /// DescribeProducers for one partition: the producers it keeps state for.
+    pub fn describe_producers(
+        &self,
+        view: &dyn KvRead,
+        tp: &TopicPartition,
+    ) -> Result<Result<Vec<ProducerDescription>, Failure>, StorageError> {
+        queries::describe_producers(view, &self.keys, tp)
     }
 
     /// An operator's figures of one partition: log start, high watermark, bytes, batches.

@@ -253,3 +253,33 @@ fn a_new_epoch_keeps_the_last_ended_transaction_number() {
     let late = f.commit_numbered(vec![(idem(t, 7, 1, 1, 1), true, 1)]).remove(0);
     assert_eq!(late.unwrap_err().code, ErrorCode::InvalidTxnState);
 }
+
+#[test]
+fn describe_producers_names_each_producers_epoch_last_sequence_and_open_transaction() {
+    let mut f = Fixture::new();
+    f.create(1, 2).unwrap();
+    let t = tp(1, 0);
+    f.commit_one(idem(t, 5, 0, 0, 3)).unwrap(); // 0..2, producer 5 idempotent
+    f.commit_in_txn(idem(t, 9, 2, 0, 2)).unwrap(); // 3..4, producer 9 in a transaction
+    f.commit_one(batch(t, 1)).unwrap(); // 5, no producer
+    let described = |f: &Fixture| {
+        let sm = &f.sm;
+        sm.describe_producers(&f.db.read(), &t).unwrap().unwrap()
+    };
+    let d = described(&f);
+    assert_eq!(
+        d.iter()
+            .map(|p| (p.producer_id, p.producer_epoch, p.last_sequence, p.current_txn_start_offset))
+            .collect::<Vec<_>>(),
+        vec![(5, 0, 2, -1), (9, 2, 1, 3)]
+    );
+    assert!(d.iter().all(|p| p.last_timestamp >= 0));
+    // The commit marker ends producer 9's transaction at its next epoch.
+    f.end_txn(t, 9, 3, true).unwrap();
+    let d = described(&f);
+    assert_eq!((d[1].producer_id, d[1].producer_epoch, d[1].current_txn_start_offset), (9, 3, -1));
+    // A partition with no producer describes none; one that does not exist is unknown.
+    assert!(f.sm.describe_producers(&f.db.read(), &tp(1, 1)).unwrap().unwrap().is_empty());
+    let unknown = f.sm.describe_producers(&f.db.read(), &tp(1, 7)).unwrap().unwrap_err();
+    assert_eq!(unknown.code, ErrorCode::UnknownTopicOrPartition);
+}

@@ -1,4 +1,5 @@
-//! The read side: ListOffsets and FindBatches, answered from any consistent view of the state.
+//! The read side: ListOffsets, FindBatches and DescribeProducers, answered from any consistent
+//! view of the state.
 //!
 //! Whether a view is fresh enough (leader after ReadIndex, or a replica that has applied a given
 //! index) is the caller's business; these functions only read.
@@ -11,7 +12,7 @@
 use super::command::{ErrorCode, Failure};
 use super::keys::{Keys, TopicPartition};
 use super::partition_txns::{self, AbortedTxn};
-use super::records::{BatchRecord, MarkerRecord, PartitionRecord};
+use super::records::{BatchRecord, MarkerRecord, OpenTxnRecord, PartitionRecord, ProducerRecord};
 use super::{tables, time_index};
 use crate::storage::{codec, KvRead, StorageError};
 
@@ -231,4 +232,56 @@ pub fn describe_partition(
         byte_size: part.byte_size,
         batches,
     }))
+}
+
+/// At most this many producers are described per partition (Kafka describes all; a partition's
+/// producer states are bounded by `producer.id.expiration.ms` only).
+pub const MAX_PRODUCERS_DESCRIBED: usize = 10_000;
+
+/// A producer a partition keeps state for (Kafka's `DescribeProducersResponse.ProducerState`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ProducerDescription {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// The last sequence of the last batch kept, -1 when none is (a marker only).
+    pub last_sequence: i32,
+    /// The append time of the last batch kept, -1 when none is.
+    pub last_timestamp: i64,
+    /// The first offset of its open transaction here, -1 when none is open.
+    pub current_txn_start_offset: i64,
+}
+
+/// DescribeProducers for `tp`: every producer with state on it, in producer id order, at most
+/// [`MAX_PRODUCERS_DESCRIBED`]; `Err` if the partition does not exist here.
+pub fn describe_producers(
+    view: &dyn KvRead,
+    keys: &Keys,
+    tp: &TopicPartition,
+) -> Result<Result<Vec<ProducerDescription>, Failure>, StorageError> {
+    if partition(view, keys, tp)?.is_none() {
+        return Ok(Err(unknown(tp)));
+    }
+    let mut found: Vec<(i64, ProducerRecord)> = vec![];
+    let (from, to) = (keys.tp_start(super::keys::PRODUCER, tp), keys.tp_end(super::keys::PRODUCER, tp));
+    view.scan(&from, &to, &mut |k, v| {
+        let producer_id = Keys::decode_offset_suffix(k).ok_or_else(|| StorageError::Corrupt {
+            key: crate::storage::display_key(k),
+            reason: "not a producer-state key".into(),
+        })?;
+        found.push((producer_id, codec::decode(k, v)?));
+        Ok(found.len() < MAX_PRODUCERS_DESCRIBED)
+    })?;
+    let mut out = Vec::with_capacity(found.len());
+    for (producer_id, r) in found {
+        let open: Option<OpenTxnRecord> = tables::get(view, &keys.open_txn(tp, producer_id))?;
+        let last = r.batches.last();
+        out.push(ProducerDescription {
+            producer_id,
+            producer_epoch: r.epoch,
+            last_sequence: last.map_or(-1, |b| b.last_sequence),
+            last_timestamp: last.map_or(-1, |b| b.log_append_time),
+            current_txn_start_offset: open.map_or(-1, |o| o.first_offset),
+        });
+    }
+    Ok(Ok(out))
 }

@@ -4,10 +4,15 @@
 //! records, and a consume-transform-produce loop with `send_offsets_to_transaction` writes every
 //! input record exactly once and commits the group's offsets with its transactions
 //! (`tests/python/transactions.py`). Then the transactional id's state as the coordinator
-//! cluster keeps it: Complete states, one producer id per transactional id, numbered transactions.
+//! cluster keeps it: Complete states, one producer id per transactional id, numbered transactions;
+//! and DescribeProducers names the producers that wrote.
 
 use diskless_cluster_tests::*;
-use diskless_proto::v1::*;
+use diskless_proto::v1::DescribeTransactionsRequest;
+use kafka_protocol::messages::{
+    describe_producers_request, ApiKey, DescribeProducersRequest, DescribeProducersResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
 
 const TOPIC: &str = "txn";
 
@@ -57,4 +62,33 @@ async fn t68_transactional_producers_commit_abort_and_are_fenced() {
         ],
         "{states:?}"
     );
+
+    // DescribeProducers through the other broker: the transactional producers that wrote to the
+    // topic, at their epochs, none with a transaction open; an unknown partition is refused.
+    let pid = |id: &str| {
+        let t =
+            r.results.iter().find(|x| x.transactional_id == id).and_then(|x| x.transaction.clone()).expect("stored");
+        (t.producer_id, t.producer_epoch)
+    };
+    let req = DescribeProducersRequest::default()
+        .with_topics(vec![describe_producers_request::TopicRequest::default()
+            .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
+            .with_partition_indexes(vec![0, 1, 9])]);
+    let answer: DescribeProducersResponse =
+        kafka_call(b.kafka_addr.as_deref().unwrap(), ApiKey::DescribeProducers, 0, &req).await;
+    let parts = &answer.topics[0].partitions;
+    assert_eq!(parts.iter().map(|p| p.error_code).collect::<Vec<_>>(), vec![0, 0, 3], "{answer:?}");
+    let described: Vec<(i64, i32, i64)> = parts[..2]
+        .iter()
+        .flat_map(|p| {
+            p.active_producers.iter().map(|a| (a.producer_id.0, a.producer_epoch, a.current_txn_start_offset))
+        })
+        .collect();
+    for id in ["tx-a", "tx-aio", "tx-kp"] {
+        let (producer_id, epoch) = pid(id);
+        assert!(
+            described.iter().any(|&(p, e, open)| p == producer_id && e <= epoch && open == -1),
+            "{id} ({producer_id}, epoch {epoch}) in {described:?}"
+        );
+    }
 }

@@ -376,6 +376,14 @@ fn fixture(api: ApiKey, v: i16) -> (RequestKind, Vec<i16>) {
             vec![105],
         ),
         ApiKey::ListTransactions => (R::ListTransactions(ListTransactionsRequest::default()), vec![0]),
+        ApiKey::DescribeProducers => (
+            R::DescribeProducers(DescribeProducersRequest::default().with_topics(vec![
+                describe_producers_request::TopicRequest::default()
+                    .with_name(topic(UNKNOWN))
+                    .with_partition_indexes(vec![0]),
+            ])),
+            vec![3],
+        ),
         other => panic!("the broker advertises {other:?}, which this suite does not know: add its fixture"),
     }
 }
@@ -468,6 +476,9 @@ fn codes(r: &ResponseKind) -> (Vec<i16>, i32) {
         }
         R::DescribeTransactions(r) => (r.transaction_states.iter().map(|t| t.error_code).collect(), r.throttle_time_ms),
         R::ListTransactions(r) => (vec![r.error_code], r.throttle_time_ms),
+        R::DescribeProducers(r) => {
+            (r.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)).collect(), r.throttle_time_ms)
+        }
         other => panic!("no reader for {other:?}"),
     }
 }

@@ -24,6 +24,7 @@
 //! | `find_batches` | FindBatches |
 //! | `files` | DescribeFiles, ListFilesToDelete, FenceObjects, ConfirmFilesDeleted |
 //! | `producer_ids` | AllocateProducerIds |
+//! | `producers` | DescribeProducers |
 //! | `consumer_groups` | StoreGroup, CommitOffsets, FetchOffsets, ListGroups, DeleteGroups, DeleteOffsets |
 //! | `broker_registry` | RegisterBroker, BrokerHeartbeat, UnregisterBroker, ListBrokers |
 //! | `acls` | CreateAcls, DescribeAcls, DeleteAcls |
@@ -43,6 +44,7 @@ mod files;
 mod find_batches;
 mod offsets;
 mod producer_ids;
+mod producers;
 mod request;
 mod topics;
 mod transaction_state;
@@ -129,6 +131,13 @@ impl CoordinatorService for CoordinatorApi {
         r: Request<ListTransactionsRequest>,
     ) -> Result<Response<ListTransactionsResponse>, Status> {
         self.serve_list_transactions(r).await
+    }
+
+    async fn describe_producers(
+        &self,
+        r: Request<DescribeProducersRequest>,
+    ) -> Result<Response<DescribeProducersResponse>, Status> {
+        self.serve_describe_producers(r).await
     }
 
     async fn delete_records(
