@@ -31,6 +31,7 @@ mod t65_parked_fetch;
 mod t66_coordinate_cache;
 mod t67_transaction_reads;
 mod t68_transactions;
+mod t69_exactly_once;
 mod t70_kafka_clients;
 mod t71_consumer_groups;
 mod t72_producer_ids;
