@@ -5,7 +5,7 @@
 #
 #   deploy/prereqs.sh           # build and run: cargo (Rust >= 1.89), a C++ compiler, libclang,
 #                               # and kcat (the Kafka client README's quick start uses)
-#   deploy/prereqs.sh --tests   # also what the tests use: PostgreSQL, moto, Kafka clients,
+#   deploy/prereqs.sh --tests   # also what the tests use: PostgreSQL, moto, Kafka clients (pip; KafkaJS: npm),
 #                               # the deployment files' validators (systemd-analyze,
 #                               # kubernetes-validate, check-jsonschema)
 #
@@ -44,6 +44,8 @@ if [ "$tests" = 1 ]; then
   command -v python3 >/dev/null 2>&1 || need+=(python3)
   python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
   command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)                 # verifies deploy/systemd units
+  command -v node >/dev/null 2>&1 || need+=(nodejs)                             # KafkaJS, a third client
+  command -v npm >/dev/null 2>&1 || need+=(npm)
 fi
 if [ ${#need[@]} -gt 0 ]; then
   command -v apt-get >/dev/null 2>&1 ||
@@ -89,5 +91,12 @@ if [ "$tests" = 1 ]; then
   fi
   command -v kubernetes-validate >/dev/null 2>&1 && command -v check-jsonschema >/dev/null 2>&1 ||
     fail "kubernetes-validate or check-jsonschema is not on PATH after installing them (add ~/.local/bin to PATH)"
+  # KafkaJS (npm), at the version tests/node/package-lock.json pins, into tests/node/node_modules.
+  node_dir="$(cd "$(dirname "$0")/../tests/node" && pwd)"
+  if ! node -e "require('$node_dir/node_modules/kafkajs')" >/dev/null 2>&1; then
+    echo "prereqs: installing KafkaJS (npm ci in tests/node)"
+    npm ci --prefix "$node_dir" --no-audit --no-fund --loglevel=error >/dev/null ||
+      fail "npm could not install KafkaJS into $node_dir"
+  fi
 fi
 echo "prereqs: ok"

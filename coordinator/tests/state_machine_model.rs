@@ -367,7 +367,7 @@ fn top() -> impl Strategy<Value = TOp> {
             .prop_map(|(group, parts)| TOp::DeleteOffsets { group, parts }),
         2 => (prop_oneof![1 => Just(-1i64), 1 => Just(0i64), 3 => 0i64..5_000], prop_oneof![3 => 1u32..4, 1 => Just(0u32), 1 => Just(100u32)])
             .prop_map(|(retention_ms, budget)| TOp::ExpireOffsets { retention_ms, budget }),
-        2 => (0u8..5, 0u8..3, prop_oneof![4 => Just(0u8), 4 => Just(1u8), 1 => Just(2u8)], broker_lease(), prop_oneof![6 => Just(0u8), 2 => Just(1u8), 1 => Just(2u8)])
+        5 => (0u8..5, 0u8..3, prop_oneof![4 => Just(0u8), 4 => Just(1u8), 1 => Just(2u8)], broker_lease(), prop_oneof![6 => Just(0u8), 2 => Just(1u8), 1 => Just(2u8)])
             .prop_map(|(broker, incarnation, port, lease_ms, listeners)| TOp::RegisterBroker { broker, incarnation, port, lease_ms, listeners }),
         3 => (0u8..5, 0u8..3, broker_lease())
             .prop_map(|(broker, incarnation, lease_ms)| TOp::BrokerHeartbeat { broker, incarnation, lease_ms }),

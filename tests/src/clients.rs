@@ -1,23 +1,45 @@
-//! Real Kafka clients (kcat, kafka-python, confluent-kafka): whether they are installed, and running
-//! the Python check scripts of `tests/python/`.
+//! Real Kafka clients (kcat, kafka-python, confluent-kafka, aiokafka, KafkaJS): whether they are
+//! installed, and running the check scripts of `tests/python/` and `tests/node/`.
 
 use std::process::Command;
 
-/// Whether kcat, confluent-kafka and kafka-python are installed; in CI (`DISKLESS_CI`) they must
-/// be, elsewhere a test without them prints why it skips.
+fn node_dir() -> String {
+    format!("{}/node", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Whether kcat, confluent-kafka, kafka-python, aiokafka and KafkaJS are installed; in CI
+/// (`DISKLESS_CI`) they must be, elsewhere a test without them prints why it skips.
 pub fn kafka_clients_available() -> bool {
     let have = |tool: &str, probe: &[&str]| Command::new(tool).args(probe).output().is_ok_and(|o| o.status.success());
-    let ready = have("kcat", &["-V"]) && have("python3", &["-c", "import confluent_kafka, kafka, aiokafka"]);
+    let kafkajs = format!("require('{}/node_modules/kafkajs')", node_dir());
+    let ready = have("kcat", &["-V"])
+        && have("python3", &["-c", "import confluent_kafka, kafka, aiokafka"])
+        && have("node", &["-e", &kafkajs]);
     if !ready {
         assert!(
             std::env::var_os("DISKLESS_CI").is_none(),
-            "kcat, confluent-kafka, kafka-python and aiokafka are required in CI"
+            "kcat, confluent-kafka, kafka-python, aiokafka and KafkaJS are required in CI"
         );
         eprintln!(
-            "SKIPPED: install kcat (apt) and confluent-kafka, kafka-python, aiokafka (pip) to run the client tests"
+            "SKIPPED: run deploy/prereqs.sh --tests (kcat from apt; confluent-kafka, kafka-python, aiokafka from \
+             pip; KafkaJS from npm into tests/node) to run the client tests"
         );
     }
     ready
+}
+
+/// Runs the KafkaJS script `tests/node/<script>` with `args`, as [`run_python_checks`] runs a
+/// Python one.
+pub async fn run_node_checks(script: &str, args: Vec<String>, passed: &str) -> String {
+    let path = format!("{}/{script}", node_dir());
+    let out = tokio::task::spawn_blocking(move || Command::new("node").arg(path).args(args).output())
+        .await
+        .expect("the node task")
+        .expect("run node");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_checks_passed(script, out.status.success(), &stdout, &stderr, passed);
+    stdout
 }
 
 /// Runs the client script `tests/python/<script>` with `args`; asserts that it exited 0 having

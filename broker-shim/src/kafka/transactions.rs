@@ -34,6 +34,17 @@ fn authorize(access: &Access, op: Operation, id: &str) -> Result<(), ErrorCode> 
     Ok(())
 }
 
+/// PRODUCER_FENCED as a request of version `v` reads it: clients of versions before `knows`
+/// (InitProducerId 4, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn 2) predate the code and are
+/// told INVALID_PRODUCER_EPOCH, which they handle alike (Kafka's `KafkaApis` does the same).
+fn fenced_for(code: ErrorCode, v: i16, knows: i16) -> ErrorCode {
+    if code == ErrorCode::ProducerFenced && v < knows {
+        ErrorCode::InvalidProducerEpoch
+    } else {
+        code
+    }
+}
+
 /// [`authorize`], then [`owned`] (transactional ids are owned as consumer groups are).
 fn admit(l: &Session, access: &Access, op: Operation, id: &str) -> Result<(), ErrorCode> {
     authorize(access, op, id)?;
@@ -55,7 +66,7 @@ pub(super) async fn init_producer_id(l: &Session, header: &RequestHeader, req: I
             InitProducerIdResponse::default().with_producer_id(ProducerId(pid)).with_producer_epoch(epoch)
         }
         Err(code) => InitProducerIdResponse::default()
-            .with_error_code(code.code())
+            .with_error_code(fenced_for(code, v, 4).code())
             .with_producer_id(ProducerId(-1))
             .with_producer_epoch(-1),
     };
@@ -99,7 +110,7 @@ pub(super) async fn add_partitions_to_txn(
         .into_iter()
         .map(|(name, partitions, found)| {
             let code = match (&overall, found) {
-                (Err(e), _) => *e,
+                (Err(e), _) => fenced_for(*e, v, 2),
                 (Ok(()), Err(e)) => e,
                 (Ok(()), Ok(_)) if any_bad => ErrorCode::OperationNotAttempted,
                 (Ok(()), Ok(_)) => ErrorCode::None,
@@ -132,7 +143,7 @@ pub(super) async fn add_offsets_to_txn(l: &Session, header: &RequestHeader, req:
         Ok(()) if !access.allowed(Operation::Read, Resource::Group, &group) => Err(ErrorCode::GroupAuthorizationFailed),
         Ok(()) => l.shim.transactions.add_offsets(&id, req.producer_id.0, req.producer_epoch, &group).await,
     };
-    let code = r.err().unwrap_or(ErrorCode::None);
+    let code = fenced_for(r.err().unwrap_or(ErrorCode::None), v, 2);
     encode(ApiKey::AddOffsetsToTxn, header, v, &AddOffsetsToTxnResponse::default().with_error_code(code.code()))
 }
 
@@ -144,7 +155,7 @@ pub(super) async fn end_txn(l: &Session, header: &RequestHeader, req: EndTxnRequ
         Ok(()) => l.shim.transactions.end_txn(&id, req.producer_id.0, req.producer_epoch, req.committed).await,
         Err(e) => Err(e),
     };
-    let code = r.err().unwrap_or(ErrorCode::None);
+    let code = fenced_for(r.err().unwrap_or(ErrorCode::None), v, 2);
     encode(ApiKey::EndTxn, header, v, &EndTxnResponse::default().with_error_code(code.code()))
 }
 

@@ -1,5 +1,5 @@
 //! Transactions end to end (issue 27) with real clients through two brokers: confluent-kafka
-//! (librdkafka), aiokafka and kafka-python transactional producers commit and abort, a second producer of one
+//! (librdkafka), aiokafka, kafka-python and KafkaJS transactional producers commit and abort, a second producer of one
 //! transactional id fences the first, and `read_committed` consumers see exactly the committed
 //! records, and a consume-transform-produce loop with `send_offsets_to_transaction` writes every
 //! input record exactly once and commits the group's offsets with its transactions
@@ -26,12 +26,16 @@ async fn t68_transactional_producers_commit_abort_and_are_fenced() {
     let storage = TestStorage::Local(c.path("objects"));
     let a = BrokerProc::start(&c, "a", &storage, &options).await;
     let b = BrokerProc::start(&c, "b", &storage, &options).await;
-    for t in [TOPIC, "txn-in", "txn-out"] {
+    for t in [TOPIC, "txn-in", "txn-out", "txn-js"] {
         create_topic_via(&mut a.client().await, t, 2).await;
     }
     let brokers = format!("{},{}", a.kafka_addr.clone().unwrap(), b.kafka_addr.clone().unwrap());
-    let args = vec![brokers, TOPIC.into(), "txn-in".into(), "txn-out".into()];
+    let args = vec![brokers.clone(), TOPIC.into(), "txn-in".into(), "txn-out".into()];
     let out = run_python_checks("transactions.py", args, "all transaction checks passed").await;
+    println!("{out}");
+    let out =
+        run_node_checks("transactions.js", vec![brokers, "txn-js".into()], "all KafkaJS transaction checks passed")
+            .await;
     println!("{out}");
 
     let r = c
