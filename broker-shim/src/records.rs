@@ -7,13 +7,26 @@ use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 
-/// A record as a consumer sees it.
+/// A record as a consumer sees it, with its batch's producer and flags (what a `read_committed`
+/// consumer needs to drop aborted transactions and control records).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
     pub offset: i64,
     pub timestamp: i64,
     pub key: Option<Bytes>,
     pub value: Option<Bytes>,
+    pub producer_id: i64,
+    /// Its batch belongs to a transaction.
+    pub transactional: bool,
+    /// A control record (a transaction marker: its key is version and type, 0 ABORT, 1 COMMIT).
+    pub control: bool,
+}
+
+impl Message {
+    /// For a control record, whether it is an ABORT marker (its key's type 0).
+    pub fn is_abort_marker(&self) -> bool {
+        self.control && self.key.as_deref().and_then(|k| k.get(2..4)) == Some(&[0, 0][..])
+    }
 }
 
 /// Idempotence fields of a batch: producer id, epoch, base sequence (-1s for none).
@@ -87,6 +100,9 @@ pub fn decode(mut bytes: Bytes) -> anyhow::Result<Vec<Message>> {
             timestamp: r.timestamp,
             key: r.key,
             value: r.value,
+            producer_id: r.producer_id,
+            transactional: r.transactional,
+            control: r.control,
         }));
     }
     Ok(out)

@@ -22,6 +22,15 @@ pub fn idempotent_batch_of(values: &[String], idem: Idempotence) -> Vec<u8> {
     kafka_records::encode(&recs, 1_700_000_000_000, Compression::None, idem).expect("encode").to_vec()
 }
 
+/// A transactional producer's record batch of `values` (the batch's transactional bit set).
+pub fn transactional_batch_of(values: &[String], idem: Idempotence) -> Vec<u8> {
+    let recs: Vec<_> = values
+        .iter()
+        .map(|v| (Some(bytes::Bytes::from(format!("k{v}"))), Some(bytes::Bytes::from(v.clone()))))
+        .collect();
+    kafka_records::encode_transactional(&recs, 1_700_000_000_000, idem).expect("encode").to_vec()
+}
+
 /// Whether a Kafka error code is worth retrying (leadership moves, timeouts, storage hiccups).
 pub fn retriable(code: i32) -> bool {
     matches!(code, 6 | 7 | 9 | 56)

@@ -230,8 +230,9 @@ pub(super) async fn list_transactions(l: &Session, header: &RequestHeader, req: 
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
     let body = match l.shim.transactions.list().await {
         Err(code) => ListTransactionsResponse::default().with_error_code(code.code()),
-        Ok(all) => {
-            let states = all
+        Ok(listed) => {
+            let states = listed
+                .transactions
                 .into_iter()
                 .filter(|(id, t)| {
                     access.allowed(Operation::Describe, Resource::TransactionalId, id)
@@ -249,7 +250,10 @@ pub(super) async fn list_transactions(l: &Session, header: &RequestHeader, req: 
                         .with_transaction_state(s(&t.state))
                 })
                 .collect();
-            ListTransactionsResponse::default().with_transaction_states(states)
+            // As Kafka answers while some of its transaction-state partitions are loading: what it
+            // has, and COORDINATOR_LOAD_IN_PROGRESS.
+            let code = if listed.missing.is_some() { ErrorCode::CoordinatorLoadInProgress } else { ErrorCode::None };
+            ListTransactionsResponse::default().with_error_code(code.code()).with_transaction_states(states)
         }
     };
     encode(ApiKey::ListTransactions, header, v, &body.with_unknown_state_filters(unknown))

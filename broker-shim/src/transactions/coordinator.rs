@@ -25,7 +25,7 @@ use diskless_proto::v1::{transaction, PendingOffset, Transaction};
 use diskless_proto::ErrorCode;
 
 use super::config::TxnConfig;
-use super::store::{Marker, StoreError, TxnStore};
+use super::store::{Listed, Marker, StoreError, TxnStore};
 
 /// A partition of a transaction: topic id and index.
 pub type TxnPartition = ([u8; 16], i32);
@@ -460,16 +460,24 @@ impl TransactionCoordinator {
         self.load(id).await
     }
 
-    /// Every stored transactional id (ListTransactions).
-    pub async fn list(&self) -> Result<Vec<(String, Transaction)>, ErrorCode> {
+    /// Every stored transactional id the cluster could list (ListTransactions), and why some may
+    /// be missing.
+    pub async fn list(&self) -> Result<Listed, ErrorCode> {
         self.store.list().await.map_err(|_| ErrorCode::CoordinatorNotAvailable)
     }
 
     /// One pass of the timer over the ids `owns` says this broker coordinates: ends left prepared
     /// are finished, ongoing transactions past their timeout aborted (their producer fenced).
     pub async fn check(&self, owns: &(dyn Fn(&str) -> bool + Send + Sync)) {
+        // What could be listed is checked: a metadata partition out of reach does not stall the
+        // others' expired transactions.
         let all = match self.store.list().await {
-            Ok(all) => all,
+            Ok(Listed { transactions, missing }) => {
+                if let Some(why) = missing {
+                    tracing::debug!(why, "some transactional ids could not be listed");
+                }
+                transactions
+            }
             Err(e) => {
                 tracing::info!(error = %e, "listing transactional ids failed");
                 return;

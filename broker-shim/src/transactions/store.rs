@@ -48,7 +48,7 @@ pub trait TxnStore: Send + Sync + 'static {
         expected: u64,
     ) -> BoxFuture<'a, Result<Transaction, StoreError>>;
     /// Every stored transactional id.
-    fn list(&self) -> BoxFuture<'_, Result<Vec<(String, Transaction)>, StoreError>>;
+    fn list(&self) -> BoxFuture<'_, Result<Listed, StoreError>>;
     /// Writes the markers; per marker, its error code (0: written, or nothing to end).
     fn end(&self, markers: Vec<Marker>) -> BoxFuture<'_, Result<Vec<ErrorCode>, StoreError>>;
     /// A producer id no one else was or will be given.
@@ -63,6 +63,14 @@ pub trait TxnStore: Send + Sync + 'static {
 }
 
 const TIMEOUT_MS: i32 = 10_000;
+
+/// Every transactional id the cluster could list, and why some may be missing (a metadata
+/// partition that did not answer).
+#[derive(Debug, Default)]
+pub struct Listed {
+    pub transactions: Vec<(String, Transaction)>,
+    pub missing: Option<String>,
+}
 
 /// The cluster, and the broker's blocks of producer ids.
 pub struct ClusterTxnStore {
@@ -127,13 +135,16 @@ impl TxnStore for ClusterTxnStore {
         })
     }
 
-    fn list(&self) -> BoxFuture<'_, Result<Vec<(String, Transaction)>, StoreError>> {
+    fn list(&self) -> BoxFuture<'_, Result<Listed, StoreError>> {
         Box::pin(async move {
             let req = ListTransactionsRequest { timeout_ms: TIMEOUT_MS };
             let r =
                 self.cluster.call(|mut c| async move { c.list_transactions(req).await }).await.map_err(unavailable)?;
-            refused(r.error_code, r.error_message)?;
-            Ok(r.transactions.into_iter().filter_map(|e| Some((e.transactional_id, e.transaction?))).collect())
+            // Metadata partitions that did not answer leave their ids out; the others' stand.
+            let missing = (r.error_code != 0).then(|| r.error_message.unwrap_or_default());
+            let transactions =
+                r.transactions.into_iter().filter_map(|e| Some((e.transactional_id, e.transaction?))).collect();
+            Ok(Listed { transactions, missing })
         })
     }
 

@@ -7,7 +7,7 @@ use diskless_proto::v1::{PendingOffset, Transaction};
 use diskless_proto::ErrorCode;
 use futures_util::future::BoxFuture;
 
-use super::store::{Marker, StoreError, TxnStore};
+use super::store::{Listed, Marker, StoreError, TxnStore};
 use super::{TransactionCoordinator, TxnConfig};
 
 #[derive(Default)]
@@ -44,8 +44,11 @@ impl TxnStore for Fake {
             Ok(t)
         })
     }
-    fn list(&self) -> BoxFuture<'_, Result<Vec<(String, Transaction)>, StoreError>> {
-        Box::pin(async move { Ok(self.txns.lock().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect()) })
+    fn list(&self) -> BoxFuture<'_, Result<Listed, StoreError>> {
+        Box::pin(async move {
+            let transactions = self.txns.lock().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            Ok(Listed { transactions, missing: None })
+        })
     }
     fn end(&self, markers: Vec<Marker>) -> BoxFuture<'_, Result<Vec<ErrorCode>, StoreError>> {
         Box::pin(async move {

@@ -22,6 +22,19 @@
 //!   its partition's final log start: a parked fetch not woken, or a cache answer that left a
 //!   record out.
 //!
+//! And of transactions (Jepsen's transactional anomalies), from the transactional producers'
+//! batches and ends and the `read_committed` reads: a transaction is *committed* when an EndTxn
+//! COMMIT of it was answered NONE, *aborted* when it was never asked to commit or an ABORT of it was
+//! answered NONE, else its fate is unknown.
+//! - **aborted-read**: a `read_committed` read delivered a record of an aborted transaction;
+//! - **read-past-lso**: a `read_committed` read delivered a record at or past the last stable
+//!   offset its answer gave;
+//! - **torn-transaction**: the final `read_committed` reads hold some of a committed or unknown
+//!   transaction's records and not the others;
+//! - **committed-missing**: they hold none of a committed transaction's records;
+//! - **final-read-incomplete**: a final `read_committed` read of a partition never reached its
+//!   end with no transaction open there (those checks then leave its transactions out).
+//!
 //! Unknown outcomes may be present or absent, but never twice nor at a wrong offset. The live
 //! checks (digests, objects, availability, crashes) are done on the running system by `settle`
 //! and reported as [`Anomaly`]s too. It must not talk to the system.
@@ -302,6 +315,7 @@ pub fn check(events: &[Event]) -> Vec<Anomaly> {
     }
 
     out.extend(tail_missed(&ops, &final_bounds, &final_failed));
+    out.extend(transactions(&ops));
 
     // ---- strict reads: linearizable against acknowledgements, never going back
     let mut delete_acks: HashMap<Tp, Vec<(u64, i64)>> = HashMap::new();
@@ -497,6 +511,142 @@ fn tail_missed(
         }
     }
     out
+}
+
+/// How a transaction ended, as its producer saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Committed,
+    Aborted,
+    Unknown,
+}
+
+/// The transactional checks (see the module's documentation).
+fn transactions(ops: &[OpRecord]) -> Vec<Anomaly> {
+    // Per transaction: its values (partition, value), whether a COMMIT was asked, how it ended.
+    let mut values: BTreeMap<&str, Vec<(Tp, &str)>> = BTreeMap::new();
+    let mut commit_asked: HashSet<&str> = HashSet::new();
+    let mut ended: HashMap<&str, Fate> = HashMap::new();
+    for o in ops {
+        match &o.op {
+            Op::Produce { topic, partition, values: vs, txn: Some(txn), .. } => {
+                let e = values.entry(txn.as_str()).or_default();
+                for v in vs {
+                    if !e.iter().any(|(_, w)| w == v) {
+                        e.push(((topic.clone(), *partition), v.as_str()));
+                    }
+                }
+            }
+            Op::EndTxn { txn, commit, .. } => {
+                if *commit {
+                    commit_asked.insert(txn.as_str());
+                }
+                if o.ok().is_some() {
+                    ended.insert(txn.as_str(), if *commit { Fate::Committed } else { Fate::Aborted });
+                }
+            }
+            _ => {}
+        }
+    }
+    let fate = |txn: &str| match ended.get(txn) {
+        Some(f) => *f,
+        None if !commit_asked.contains(txn) => Fate::Aborted,
+        None => Fate::Unknown,
+    };
+    let mut of_value: HashMap<&str, &str> = HashMap::new();
+    for (txn, vs) in &values {
+        for (_, v) in vs {
+            of_value.insert(v, txn);
+        }
+    }
+    let mut out = vec![];
+    // Per partition of the transactional topic: the values the final reads delivered, and
+    // whether the last of them reached the end with nothing open.
+    let mut final_values: HashMap<Tp, HashSet<&str>> = HashMap::new();
+    let mut final_complete: HashMap<Tp, bool> = HashMap::new();
+    let mut reported: BTreeMap<&str, usize> = BTreeMap::new();
+    for o in ops {
+        let Op::Read { topic, partition, offset, isolation: 1, .. } = &o.op else { continue };
+        let tp = (topic.clone(), *partition);
+        let res = o.ok();
+        if o.process == FINAL {
+            let complete = matches!(res, Some(Res::Records { high_watermark, last_stable_offset: Some(lso), .. })
+                if offset >= high_watermark && lso >= high_watermark);
+            final_complete.insert(tp.clone(), complete);
+        }
+        let Some(Res::Records { records, last_stable_offset, .. }) = res else { continue };
+        for (off, _, v) in records {
+            if o.process == FINAL {
+                final_values.entry(tp.clone()).or_default().insert(v.as_str());
+            }
+            if let Some(txn) = of_value.get(v.as_str()) {
+                if fate(txn) == Fate::Aborted && bump(&mut reported, "aborted-read") {
+                    out.push(Anomaly::new(
+                        "aborted-read",
+                        format!(
+                            "{}/{} offset {off}: read op {} delivered {v:?} of aborted transaction {txn}",
+                            tp.0, tp.1, o.id
+                        ),
+                    ));
+                }
+            }
+            if last_stable_offset.is_some_and(|lso| *off >= lso) && bump(&mut reported, "read-past-lso") {
+                out.push(Anomaly::new(
+                    "read-past-lso",
+                    format!(
+                        "{}/{}: read op {} delivered offset {off} with last stable offset {last_stable_offset:?}",
+                        tp.0, tp.1, o.id
+                    ),
+                ));
+            }
+        }
+    }
+    for (tp, complete) in &final_complete {
+        if !complete {
+            out.push(Anomaly::new(
+                "final-read-incomplete",
+                format!(
+                    "{}/{}: the final read_committed read never reached the end with no transaction open",
+                    tp.0, tp.1
+                ),
+            ));
+        }
+    }
+    for (txn, vs) in &values {
+        let f = fate(txn);
+        // Only transactions whose every partition was read to its end.
+        if f == Fate::Aborted || vs.iter().any(|(tp, _)| final_complete.get(tp) != Some(&true)) {
+            continue;
+        }
+        let present: Vec<&str> =
+            vs.iter().filter(|(tp, v)| final_values.get(tp).is_some_and(|s| s.contains(v))).map(|(_, v)| *v).collect();
+        let kind = match (f, present.len()) {
+            (_, n) if n == vs.len() => continue,
+            (Fate::Committed, 0) => "committed-missing",
+            (Fate::Unknown, 0) => continue,
+            _ => "torn-transaction",
+        };
+        if bump(&mut reported, kind) {
+            out.push(Anomaly::new(
+                kind,
+                format!(
+                    "transaction {txn} ({f:?}): the final reads hold {} of its {} records ({present:?} of {:?})",
+                    present.len(),
+                    vs.len(),
+                    vs.iter().map(|(tp, v)| format!("{}/{}:{v}", tp.0, tp.1)).collect::<Vec<_>>()
+                ),
+            ));
+        }
+    }
+    out
+}
+
+/// Counts one more finding of `kind`; whether it is among the first 20 (the rest are counted, not
+/// listed, so one broken run does not print thousands of lines).
+fn bump<'a>(reported: &mut BTreeMap<&'a str, usize>, kind: &'a str) -> bool {
+    let n = reported.entry(kind).or_default();
+    *n += 1;
+    *n <= 20
 }
 
 fn idem(p: Option<ProducerSeq>) -> String {

@@ -17,6 +17,7 @@ fn produce(h: &History, p: u32, tp: (&str, i32), values: &[&str], producer: Opti
         partition: tp.1,
         values: values.iter().map(|v| v.to_string()).collect(),
         producer,
+        txn: None,
     };
     tick();
     let id = h.invoke(p, op);
@@ -29,12 +30,24 @@ fn read(h: &History, p: u32, tp: (&str, i32), from: i64, records: &[(i64, &str)]
 }
 
 fn read_waiting(h: &History, p: u32, tp: (&str, i32), from: i64, records: &[(i64, &str)], hw: i64, wait_ms: i32) {
-    let op = Op::Read { via: Via::Kafka, target: 1, topic: tp.0.into(), partition: tp.1, offset: from, wait_ms };
+    let op = Op::Read {
+        via: Via::Kafka,
+        target: 1,
+        topic: tp.0.into(),
+        partition: tp.1,
+        offset: from,
+        wait_ms,
+        isolation: 0,
+    };
     tick();
     let id = h.invoke(p, op);
     tick();
     let records = records.iter().map(|(o, v)| (*o, format!("k{v}"), v.to_string())).collect();
-    h.complete(p, id, Outcome::Ok(Res::Records { records, high_watermark: hw, log_start: 0 }));
+    h.complete(
+        p,
+        id,
+        Outcome::Ok(Res::Records { records, high_watermark: hw, log_start: 0, last_stable_offset: None }),
+    );
 }
 
 fn list(h: &History, p: u32, tp: (&str, i32), timestamp: i64, offset: i64) {
@@ -141,8 +154,10 @@ fn acknowledged_deletions_hold_and_failed_final_reads_are_reported() {
     h.complete(1, id, Outcome::Ok(Res::Offset { offset: 1 }));
     list(&h, 2, T, -2, 0);
     final_state(&h, T, 0, &[(0, "a"), (1, "b")], 2);
-    let id =
-        h.invoke(FINAL, Op::Read { via: Via::Grpc, target: 0, topic: "u".into(), partition: 0, offset: 0, wait_ms: 0 });
+    let id = h.invoke(
+        FINAL,
+        Op::Read { via: Via::Grpc, target: 0, topic: "u".into(), partition: 0, offset: 0, wait_ms: 0, isolation: 0 },
+    );
     h.complete(FINAL, id, Outcome::Fail("storage error".into()));
     // The reader, the final strict read and the final log start all missed the deletion.
     assert_eq!(kinds(&h), vec!["final-read-failed", "stale-log-start", "stale-log-start", "stale-log-start"]);
@@ -188,4 +203,105 @@ fn topic_creations_and_deletions_are_checked_against_the_final_list() {
     let id = h.invoke(FINAL, Op::ListTopics { via: Via::Coordinator, target: 1 });
     h.complete(FINAL, id, Outcome::Ok(Res::Topics { names: vec!["back".into()], ids: vec![], partitions: vec![] }));
     assert_eq!(kinds(&h), vec!["created-topic-missing", "deleted-topic-present"]);
+}
+
+/// A transactional batch of `values` in transaction `txn`, acknowledged at `offset`.
+fn txn_produce(h: &History, tp: (&str, i32), txn: &str, values: &[&str], offset: i64) {
+    let op = Op::Produce {
+        via: Via::Kafka,
+        target: 0,
+        topic: tp.0.into(),
+        partition: tp.1,
+        values: values.iter().map(|v| v.to_string()).collect(),
+        producer: Some(ProducerSeq { id: 9, epoch: 0, seq: 0 }),
+        txn: Some(txn.into()),
+    };
+    tick();
+    let id = h.invoke(7, op);
+    tick();
+    h.complete(7, id, Outcome::Ok(Res::Offset { offset }));
+}
+
+fn end_txn(h: &History, txn: &str, commit: bool, out: Outcome) {
+    tick();
+    let id = h.invoke(7, Op::EndTxn { via: Via::Kafka, target: 0, txn: txn.into(), commit });
+    tick();
+    h.complete(7, id, out);
+}
+
+/// A `read_committed` read from `from` delivering `records`, with its answer's bounds.
+fn committed_read(h: &History, p: u32, tp: (&str, i32), from: i64, records: &[(i64, &str)], hw: i64, lso: i64) {
+    let op = Op::Read {
+        via: Via::Kafka,
+        target: 0,
+        topic: tp.0.into(),
+        partition: tp.1,
+        offset: from,
+        wait_ms: 0,
+        isolation: 1,
+    };
+    tick();
+    let id = h.invoke(p, op);
+    tick();
+    let records = records.iter().map(|(o, v)| (*o, format!("k{v}"), v.to_string())).collect();
+    let res = Res::Records { records, high_watermark: hw, log_start: 0, last_stable_offset: Some(lso) };
+    h.complete(p, id, Outcome::Ok(res));
+}
+
+const X0: (&str, i32) = ("x", 0);
+const X1: (&str, i32) = ("x", 1);
+
+#[test]
+fn committed_transactions_whole_aborted_ones_unseen_and_unknown_ones_all_or_nothing_pass() {
+    let h = History::in_memory();
+    // t#1 committed over both partitions, t#2 aborted, t#3 never asked to commit, t#4 unknown.
+    txn_produce(&h, X0, "t#1", &["a0"], 0);
+    txn_produce(&h, X1, "t#1", &["a1"], 0);
+    end_txn(&h, "t#1", true, Outcome::Ok(Res::Done));
+    txn_produce(&h, X0, "t#2", &["b0"], 2);
+    end_txn(&h, "t#2", false, Outcome::Ok(Res::Done));
+    txn_produce(&h, X1, "t#3", &["c1"], 2);
+    txn_produce(&h, X0, "t#4", &["d0"], 4);
+    txn_produce(&h, X1, "t#4", &["d1"], 4);
+    end_txn(&h, "t#4", true, Outcome::Unknown("timeout".into()));
+    committed_read(&h, 2, X0, 0, &[(0, "a0")], 3, 3);
+    // Final reads: t#4 visible whole; the last read of each partition at its end.
+    committed_read(&h, FINAL, X0, 0, &[(0, "a0"), (4, "d0")], 6, 6);
+    committed_read(&h, FINAL, X0, 6, &[], 6, 6);
+    committed_read(&h, FINAL, X1, 0, &[(0, "a1"), (4, "d1")], 6, 6);
+    committed_read(&h, FINAL, X1, 6, &[], 6, 6);
+    assert_eq!(kinds(&h), Vec::<String>::new());
+}
+
+#[test]
+fn aborted_reads_reads_past_the_lso_torn_and_missing_transactions_are_found() {
+    let h = History::in_memory();
+    txn_produce(&h, X0, "t#1", &["a0"], 0);
+    txn_produce(&h, X1, "t#1", &["a1"], 0);
+    end_txn(&h, "t#1", true, Outcome::Ok(Res::Done));
+    txn_produce(&h, X0, "t#2", &["b0"], 2);
+    end_txn(&h, "t#2", false, Outcome::Ok(Res::Done));
+    txn_produce(&h, X0, "t#3", &["c0"], 4);
+    txn_produce(&h, X1, "t#3", &["c1"], 2);
+    end_txn(&h, "t#3", true, Outcome::Unknown("timeout".into()));
+    txn_produce(&h, X0, "t#4", &["d0"], 6);
+    end_txn(&h, "t#4", true, Outcome::Ok(Res::Done));
+    // A reader sees the aborted b0, and c0 past the last stable offset it was told.
+    committed_read(&h, 2, X0, 0, &[(0, "a0"), (2, "b0"), (4, "c0")], 5, 3);
+    // The final reads: t#1 torn (a1 missing), t#3 torn, t#4 missing entirely.
+    committed_read(&h, FINAL, X0, 0, &[(0, "a0"), (4, "c0")], 8, 8);
+    committed_read(&h, FINAL, X0, 8, &[], 8, 8);
+    committed_read(&h, FINAL, X1, 0, &[], 4, 4);
+    committed_read(&h, FINAL, X1, 4, &[], 4, 4);
+    assert_eq!(
+        kinds(&h),
+        vec!["aborted-read", "committed-missing", "read-past-lso", "torn-transaction", "torn-transaction"]
+    );
+    // A partition whose final read never got past an open transaction is reported, and its
+    // transactions are not judged.
+    let h = History::in_memory();
+    txn_produce(&h, X0, "t#1", &["a0"], 0);
+    end_txn(&h, "t#1", true, Outcome::Ok(Res::Done));
+    committed_read(&h, FINAL, X0, 0, &[], 2, 0);
+    assert_eq!(kinds(&h), vec!["final-read-incomplete"]);
 }

@@ -50,9 +50,14 @@ pub enum Op {
         partition: i32,
         values: Vec<String>,
         producer: Option<ProducerSeq>,
+        /// The transaction the batch belongs to (`<transactional id>#<n>`), if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        txn: Option<String>,
     },
     /// Records of one partition from `offset` on. `wait_ms` > 0: a tail consumer's long poll
     /// (a Fetch that may park up to that long for data), one of several partitions asked together.
+    /// `isolation` 1: `read_committed` (aborted transactions and control records dropped, as a
+    /// Kafka consumer drops them).
     Read {
         via: Via,
         target: u64,
@@ -61,6 +66,15 @@ pub enum Op {
         offset: i64,
         #[serde(default)]
         wait_ms: i32,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        isolation: i8,
+    },
+    /// EndTxn of transaction `txn` (`<transactional id>#<n>`): COMMIT or ABORT.
+    EndTxn {
+        via: Via,
+        target: u64,
+        txn: String,
+        commit: bool,
     },
     /// A strict (linearizable) ListOffsets: latest (-1) or earliest (-2).
     ListOffsets {
@@ -99,10 +113,13 @@ impl Op {
     /// The operation's kind, for summaries.
     pub fn kind(&self) -> String {
         let (name, via) = match self {
+            Op::Produce { via, txn: Some(_), .. } => ("produce-transactional", via),
             Op::Produce { via, producer, .. } => {
                 (if producer.is_some() { "produce-idempotent" } else { "produce" }, via)
             }
+            Op::Read { via, isolation: 1, .. } => ("read-committed", via),
             Op::Read { via, wait_ms, .. } => (if *wait_ms > 0 { "tail-read" } else { "read" }, via),
+            Op::EndTxn { via, commit, .. } => (if *commit { "end-txn-commit" } else { "end-txn-abort" }, via),
             Op::ListOffsets { via, timestamp, .. } => {
                 (if *timestamp == -2 { "list-offsets-earliest" } else { "list-offsets-latest" }, via)
             }
@@ -118,6 +135,10 @@ impl Op {
         };
         format!("{name}/{via}")
     }
+}
+
+fn is_zero(v: &i8) -> bool {
+    *v == 0
 }
 
 /// One record as read: offset, key, value (lossy UTF-8; our values are ASCII, anything else is
@@ -137,6 +158,9 @@ pub enum Res {
         records: Vec<Rec>,
         high_watermark: i64,
         log_start: i64,
+        /// `read_committed` reads: the last stable offset the answer gave.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        last_stable_offset: Option<i64>,
     },
     /// ListTopics: names, with each one's id (hex) and partition count at the same index.
     Topics {
@@ -360,12 +384,18 @@ mod tests {
             partition: 2,
             values: vec!["a".into()],
             producer: Some(ProducerSeq { id: 7, epoch: 0, seq: 3 }),
+            txn: Some("t#1".into()),
         };
         let id = h.invoke(3, op);
         h.complete(
             3,
             id,
-            Outcome::Ok(Res::Records { records: vec![(4, "ka".into(), "a".into())], high_watermark: 5, log_start: 0 }),
+            Outcome::Ok(Res::Records {
+                records: vec![(4, "ka".into(), "a".into())],
+                high_watermark: 5,
+                log_start: 0,
+                last_stable_offset: Some(5),
+            }),
         );
         let f = h.fault_started("kill-node", "n1");
         h.fault_healed(f, "kill-node", "n1");

@@ -3,7 +3,8 @@
 //! drops the client and connects again). ApiVersions (on connect, checking the versions we use),
 //! Metadata, InitProducerId, Produce (acks=-1, the caller's record batch bytes as they are, so an
 //! idempotent retry re-sends the same bytes), Fetch (one partition, or several in one long poll)
-//! and ListOffsets.
+//! and ListOffsets; for transactional producers FindCoordinator, InitProducerId with a
+//! transactional id, AddPartitionsToTxn and EndTxn (transactions v1, as librdkafka speaks them).
 //!
 //! It must not retry or interpret errors: callers (the workload) do what real clients do.
 
@@ -21,6 +22,9 @@ const INIT_PRODUCER_ID_V: i16 = 4;
 const PRODUCE_V: i16 = 9;
 const FETCH_V: i16 = 12;
 const LIST_OFFSETS_V: i16 = 7;
+const FIND_COORDINATOR_V: i16 = 4;
+const ADD_PARTITIONS_TO_TXN_V: i16 = 3;
+const END_TXN_V: i16 = 3;
 
 pub struct KafkaClient {
     stream: TcpStream,
@@ -62,6 +66,9 @@ impl KafkaClient {
             (ApiKey::Produce, PRODUCE_V),
             (ApiKey::Fetch, FETCH_V),
             (ApiKey::ListOffsets, LIST_OFFSETS_V),
+            (ApiKey::FindCoordinator, FIND_COORDINATOR_V),
+            (ApiKey::AddPartitionsToTxn, ADD_PARTITIONS_TO_TXN_V),
+            (ApiKey::EndTxn, END_TXN_V),
         ] {
             let ok = r.api_keys.iter().any(|a| a.api_key == key as i16 && a.min_version <= v && v <= a.max_version);
             anyhow::ensure!(ok, "the broker does not speak {key:?} v{v}");
@@ -121,13 +128,88 @@ impl KafkaClient {
         Ok((r.error_code, r.producer_id.0, r.producer_epoch))
     }
 
+    /// FindCoordinator of transactional id `id`: `(error code, broker id)`.
+    pub async fn find_txn_coordinator(&mut self, id: &str) -> anyhow::Result<(i16, i32)> {
+        let req = FindCoordinatorRequest::default()
+            .with_key_type(1)
+            .with_coordinator_keys(vec![StrBytes::from_string(id.to_string())]);
+        let r = self.call(&req, FIND_COORDINATOR_V).await?;
+        let c = r.coordinators.first().context("the answer names no coordinator")?;
+        Ok((c.error_code, c.node_id.0))
+    }
+
+    /// InitProducerId for transactional id `id`: `(error code, producer id, epoch)`.
+    pub async fn init_transactional_id(&mut self, id: &str, timeout_ms: i32) -> anyhow::Result<(i16, i64, i16)> {
+        let req = InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(StrBytes::from_string(id.to_string()))))
+            .with_transaction_timeout_ms(timeout_ms)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
+        let r = self.call(&req, INIT_PRODUCER_ID_V).await?;
+        Ok((r.error_code, r.producer_id.0, r.producer_epoch))
+    }
+
+    /// AddPartitionsToTxn of `partitions` of `topic` to the producer's transaction: the first
+    /// error code any partition got (0: all added).
+    pub async fn add_partitions_to_txn(
+        &mut self,
+        id: &str,
+        producer: (i64, i16),
+        topic: &str,
+        partitions: &[i32],
+    ) -> anyhow::Result<i16> {
+        let req = AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(TransactionalId(StrBytes::from_string(id.to_string())))
+            .with_v3_and_below_producer_id(ProducerId(producer.0))
+            .with_v3_and_below_producer_epoch(producer.1)
+            .with_v3_and_below_topics(vec![add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                .with_name(name(topic))
+                .with_partitions(partitions.to_vec())]);
+        let r = self.call(&req, ADD_PARTITIONS_TO_TXN_V).await?;
+        let codes: Vec<i16> = r
+            .results_by_topic_v3_and_below
+            .iter()
+            .flat_map(|t| t.results_by_partition.iter().map(|p| p.partition_error_code))
+            .collect();
+        anyhow::ensure!(
+            codes.len() == partitions.len(),
+            "the answer names {} of {} partitions",
+            codes.len(),
+            partitions.len()
+        );
+        Ok(codes.into_iter().find(|&c| c != 0).unwrap_or(0))
+    }
+
+    /// EndTxn: commits or aborts the producer's transaction; its error code.
+    pub async fn end_txn(&mut self, id: &str, producer: (i64, i16), commit: bool) -> anyhow::Result<i16> {
+        let req = EndTxnRequest::default()
+            .with_transactional_id(TransactionalId(StrBytes::from_string(id.to_string())))
+            .with_producer_id(ProducerId(producer.0))
+            .with_producer_epoch(producer.1)
+            .with_committed(commit);
+        Ok(self.call(&req, END_TXN_V).await?.error_code)
+    }
+
     /// Produces one record batch (acks = all): `(error code, base offset)`.
     pub async fn produce(&mut self, topic: &str, partition: i32, batch: Bytes) -> anyhow::Result<(i16, i64)> {
-        let req = ProduceRequest::default().with_acks(-1).with_timeout_ms(30_000).with_topic_data(vec![
-            produce_request::TopicProduceData::default().with_name(name(topic)).with_partition_data(vec![
-                produce_request::PartitionProduceData::default().with_index(partition).with_records(Some(batch)),
-            ]),
-        ]);
+        self.produce_as(None, topic, partition, batch).await
+    }
+
+    /// [`KafkaClient::produce`] of a transactional producer's batch, naming its transactional id.
+    pub async fn produce_as(
+        &mut self,
+        transactional_id: Option<&str>,
+        topic: &str,
+        partition: i32,
+        batch: Bytes,
+    ) -> anyhow::Result<(i16, i64)> {
+        let id = transactional_id.map(|t| TransactionalId(StrBytes::from_string(t.to_string())));
+        let req =
+            ProduceRequest::default().with_transactional_id(id).with_acks(-1).with_timeout_ms(30_000).with_topic_data(
+                vec![produce_request::TopicProduceData::default().with_name(name(topic)).with_partition_data(vec![
+                    produce_request::PartitionProduceData::default().with_index(partition).with_records(Some(batch)),
+                ])],
+            );
         let r = self.call(&req, PRODUCE_V).await?;
         let p = r
             .responses

@@ -123,12 +123,18 @@ pub async fn run(config: Config) -> anyhow::Result<RunResult> {
     history.note(format!("seed {} shape {:?} faults {:?}", config.seed, config.shape, config.faults));
 
     let topics = create_topics(&system, &history, config.topics, config.partitions, config.retention_bytes).await?;
+    let txn_topic = if config.mix.txn_producers + config.mix.committed_readers > 0 {
+        Some(create_topic(&system, &history, TXN_TOPIC, config.partitions, None).await?)
+    } else {
+        None
+    };
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let (tail_stop_tx, tail_stop) = tokio::sync::watch::channel(false);
     let ctx = Arc::new(Ctx {
         history: history.clone(),
         system: system.clone(),
         topics,
+        txn_topic,
         stop,
         tail_stop,
         tail_positions: Default::default(),
@@ -217,36 +223,49 @@ async fn create_topics(
 ) -> anyhow::Result<Vec<Topic>> {
     let mut out = vec![];
     for i in 0..n {
-        let name = format!("nemesis-{i}");
         let retention_bytes = retention_bytes.filter(|_| n > 1 && i == n - 1);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let op = Op::CreateTopic { via: Via::Grpc, target: 0, topic: name.clone(), partitions };
-            let id = history.invoke(SETUP, op);
-            // No retention by time: the workload's records carry a fixed timestamp of 2023, so
-            // the default 7 days would delete everything it writes.
-            let req = CreateTopicRequest { name: name.clone(), partitions, retention_ms: Some(-1), retention_bytes };
-            match tokio::time::timeout(Duration::from_secs(30), system.broker(0).create_topic(req)).await {
-                Ok(Ok(r)) if r.get_ref().error_code == 0 => {
-                    let id_bytes: [u8; 16] = r.get_ref().topic_id.as_slice().try_into()?;
-                    history.complete(SETUP, id, Outcome::Ok(Res::Done));
-                    out.push(Topic { name: name.clone(), id: id_bytes, partitions });
-                    break;
-                }
-                other => {
-                    let e = match other {
-                        Ok(Ok(r)) => format!("{} {:?}", r.get_ref().error_code, r.get_ref().error_message),
-                        Ok(Err(s)) => s.to_string(),
-                        Err(_) => "no answer".into(),
-                    };
-                    history.complete(SETUP, id, Outcome::Unknown(e.clone()));
-                    anyhow::ensure!(Instant::now() < deadline, "creating topic {name}: {e}");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
+        out.push(create_topic(system, history, &format!("nemesis-{i}"), partitions, retention_bytes).await?);
+    }
+    Ok(out)
+}
+
+/// The transactional workload's topic.
+pub const TXN_TOPIC: &str = "nemesis-txn";
+
+/// Creates one topic through broker 0, retrying while the cluster settles.
+async fn create_topic(
+    system: &System,
+    history: &History,
+    name: &str,
+    partitions: i32,
+    retention_bytes: Option<i64>,
+) -> anyhow::Result<Topic> {
+    let name = name.to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let op = Op::CreateTopic { via: Via::Grpc, target: 0, topic: name.clone(), partitions };
+        let id = history.invoke(SETUP, op);
+        // No retention by time: the workload's records carry a fixed timestamp of 2023, so
+        // the default 7 days would delete everything it writes.
+        let req = CreateTopicRequest { name: name.clone(), partitions, retention_ms: Some(-1), retention_bytes };
+        match tokio::time::timeout(Duration::from_secs(30), system.broker(0).create_topic(req)).await {
+            Ok(Ok(r)) if r.get_ref().error_code == 0 => {
+                let id_bytes: [u8; 16] = r.get_ref().topic_id.as_slice().try_into()?;
+                history.complete(SETUP, id, Outcome::Ok(Res::Done));
+                return Ok(Topic { name, id: id_bytes, partitions });
+            }
+            other => {
+                let e = match other {
+                    Ok(Ok(r)) => format!("{} {:?}", r.get_ref().error_code, r.get_ref().error_message),
+                    Ok(Err(s)) => s.to_string(),
+                    Err(_) => "no answer".into(),
+                };
+                history.complete(SETUP, id, Outcome::Unknown(e.clone()));
+                anyhow::ensure!(Instant::now() < deadline, "creating topic {name}: {e}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
             }
         }
     }
-    Ok(out)
 }
 
 type Workers = Vec<tokio::task::JoinHandle<()>>;
@@ -292,6 +311,15 @@ fn spawn_workers(ctx: &Arc<Ctx>, mix: &Mix, rng: &Rng) -> (Workers, Workers) {
             let (p, _) = next();
             tails.push(tokio::spawn(workload::tail_consumer(ctx.clone(), p, broker)));
         }
+    }
+    // After the others, so the others' process numbers (and random streams) stay as they were.
+    for _ in 0..mix.txn_producers {
+        let (p, r) = next();
+        handles.push(tokio::spawn(workload::txn_producer(ctx.clone(), p, r)));
+    }
+    for _ in 0..mix.committed_readers {
+        let (p, r) = next();
+        handles.push(tokio::spawn(workload::committed_reader(ctx.clone(), p, r)));
     }
     (handles, tails)
 }

@@ -14,6 +14,7 @@ use diskless_proto::v1 as c;
 use super::checker::{self, Anomaly};
 use super::history::{Op, Outcome, Res, Via, FINAL};
 use super::system::System;
+use super::workload::transactions::TXN_TIMEOUT_MS;
 use super::workload::{self, Ctx, Topic};
 
 /// How long after the last fault the cluster must serve every partition again.
@@ -48,9 +49,19 @@ pub async fn settle(ctx: &Arc<Ctx>) -> Settled {
     let listed = final_topics(ctx).await;
     let topics = listed.clone().unwrap_or_else(|| ctx.topics.clone());
     let deadline = Instant::now() + FINAL_READS_BOUND;
-    for t in &topics {
+    let txn_topic = ctx.txn_topic.as_ref().map(|t| t.name.as_str());
+    for t in topics.iter().filter(|t| Some(t.name.as_str()) != txn_topic) {
         for p in 0..t.partitions {
             final_read(ctx, t, p, deadline).await;
+        }
+    }
+    if let Some(t) = &ctx.txn_topic {
+        ctx.history.note("final phase: read_committed reads of the transactional topic");
+        // Transactions the stopped producers left open end by their timeout first.
+        let deadline = Instant::now() + FINAL_READS_BOUND + Duration::from_millis(TXN_TIMEOUT_MS as u64);
+        let mut reads = workload::CommittedReads::new(ctx);
+        for p in 0..t.partitions {
+            final_committed_read(ctx, &mut reads, t, p, deadline).await;
         }
     }
     ctx.history.note("final phase: replica digests");
@@ -176,6 +187,7 @@ async fn probe_produce(ctx: &Ctx, t: &Topic, p: i32, broker: usize, values: Vec<
         partition: p,
         values,
         producer: None,
+        txn: None,
     };
     let id = ctx.history.invoke(FINAL, op);
     let mut client = ctx.system.broker(broker);
@@ -300,6 +312,38 @@ async fn final_read(ctx: &Arc<Ctx>, t: &Topic, p: i32, deadline: Instant) {
     }
 }
 
+/// Reads one partition of the transactional topic whole, `read_committed`, until the end: the last
+/// read asks at the high watermark and finds the last stable offset there (no transaction open),
+/// which tells the checker the read is complete. Failed attempts are recorded and retried.
+async fn final_committed_read(
+    ctx: &Arc<Ctx>,
+    reads: &mut workload::CommittedReads,
+    t: &Topic,
+    p: i32,
+    deadline: Instant,
+) {
+    let brokers = ctx.system.brokers.len();
+    let mut offset = 0i64;
+    for k in 0.. {
+        match reads.read(ctx, k % brokers, &t.name, p, offset, FINAL).await {
+            (Outcome::Ok(Res::Records { high_watermark, last_stable_offset: Some(lso), .. }), Some(next)) => {
+                if offset >= high_watermark && lso >= high_watermark {
+                    return;
+                }
+                if next > offset {
+                    offset = next;
+                    continue;
+                }
+            }
+            (_, Some(next)) => offset = next,
+            _ => {}
+        }
+        if !again(deadline).await {
+            return;
+        }
+    }
+}
+
 /// Every metadata partition's replicas reach the same applied index, where their digests must be
 /// equal. The replicas are asked together, and what each reported is kept across polls: under the
 /// brokers' registry heartbeats a partition's applied index keeps moving, so one poll rarely finds
@@ -420,7 +464,8 @@ async fn objects(ctx: &Arc<Ctx>, topics: &[Topic]) -> Vec<Anomaly> {
                 if a.error_code != 0 || a.batches.is_empty() {
                     break;
                 }
-                for b in &a.batches {
+                // Transaction markers have no object.
+                for b in a.batches.iter().filter(|b| b.marker.is_none()) {
                     if !listed.contains(&b.object_key) {
                         out.push(Anomaly::new(
                             "dangling-batch",

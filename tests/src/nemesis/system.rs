@@ -93,8 +93,10 @@ impl System {
                 kafka: true,
                 broker_id: number as i32 + 1,
                 coordinators: Some(proxies.values().map(|p| p.addr.clone()).collect()),
+                // Transactions the stopped workload left open are aborted soon after their timeout.
                 extra_toml: format!(
-                    "coordinator_address_map = {{ {} }}\nallow_fault_injection = true\n",
+                    "coordinator_address_map = {{ {} }}\nallow_fault_injection = true\n\n[transactions]\n\
+                     abort_check_interval_ms = 1000\n",
                     map.join(", ")
                 ),
                 commit_interval_ms: 50,

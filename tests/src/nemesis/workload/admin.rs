@@ -173,6 +173,7 @@ async fn topic_life(ctx: &Ctx, process: u32, rng: &mut Rng, broker: usize, n: u6
                 partition: p,
                 values: values.clone(),
                 producer: None,
+                txn: None,
             };
             let id = ctx.history.invoke(process, op);
             let bytes = Bytes::from(crate::batch_of(&values));

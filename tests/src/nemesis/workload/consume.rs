@@ -47,7 +47,7 @@ pub async fn read(
     offset: i64,
     process: u32,
 ) -> (Outcome, Option<i64>) {
-    let op = Op::Read { via, target: broker as u64, topic: topic.into(), partition, offset, wait_ms: 0 };
+    let op = Op::Read { via, target: broker as u64, topic: topic.into(), partition, offset, wait_ms: 0, isolation: 0 };
     let id = ctx.history.invoke(process, op);
     let fetched: Result<(i32, String, i64, i64, Bytes), Outcome> = match via {
         Via::Kafka => match kafka_client(ctx, kafka, broker).await {
@@ -96,7 +96,10 @@ pub async fn read(
             Err(e) => (Outcome::Fail(format!("undecodable records: {e}")), None),
             Ok(records) => {
                 let next = records.last().map_or(offset, |r| r.0 + 1);
-                (Outcome::Ok(Res::Records { records, high_watermark: hw, log_start }), Some(next))
+                (
+                    Outcome::Ok(Res::Records { records, high_watermark: hw, log_start, last_stable_offset: None }),
+                    Some(next),
+                )
             }
         },
     };

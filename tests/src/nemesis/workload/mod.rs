@@ -11,6 +11,8 @@
 //! - An admin client: DeleteRecords on the long-lived topics, topic create / produce / delete.
 //! - Tail consumers, one per broker: Kafka long polls over every long-lived partition, reading on
 //!   after the rest stops until the run ends the tail phase.
+//! - Transactional producers and `read_committed` consumers, on a topic of their own
+//!   (`transactions`).
 //!
 //! Every value is unique (`<process>-<n>-<i>`, key `k<value>`), so the checker can tell each
 //! record's origin. It must not judge results: it records them.
@@ -25,6 +27,7 @@ mod consume;
 mod produce;
 mod strict;
 pub mod tail;
+pub mod transactions;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,6 +44,7 @@ pub use consume::{consumer, decode, read};
 pub use produce::producer;
 pub use strict::{list_offsets_broker, list_offsets_coordinator, strict_reader};
 pub use tail::{tail_consumer, TailPositions, WAIT_MS as TAIL_WAIT_MS};
+pub use transactions::{committed_reader, txn_producer, CommittedReads};
 
 /// A topic the workload writes to.
 #[derive(Debug, Clone)]
@@ -63,6 +67,10 @@ pub struct Mix {
     pub admin: bool,
     /// One tail consumer per broker.
     pub tail_consumers: bool,
+    /// Transactional producers (each its own transactional id) and `read_committed` consumers,
+    /// on the transactional topic.
+    pub txn_producers: usize,
+    pub committed_readers: usize,
 }
 
 impl Default for Mix {
@@ -77,6 +85,8 @@ impl Default for Mix {
             strict_readers: 2,
             admin: true,
             tail_consumers: true,
+            txn_producers: 2,
+            committed_readers: 1,
         }
     }
 }
@@ -87,6 +97,8 @@ pub struct Ctx {
     pub system: Arc<System>,
     /// The long-lived topics (never deleted).
     pub topics: Vec<Topic>,
+    /// The transactional workload's topic (never deleted, read `read_committed`), if it runs.
+    pub txn_topic: Option<Topic>,
     pub stop: watch::Receiver<bool>,
     /// Ends the tail consumers, which read on after `stop` until they have caught up.
     pub tail_stop: watch::Receiver<bool>,

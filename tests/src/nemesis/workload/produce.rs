@@ -97,6 +97,7 @@ pub async fn producer(ctx: Arc<Ctx>, process: u32, mut rng: Rng, via: Via, idemp
                 partition,
                 values: values.clone(),
                 producer,
+                txn: None,
             };
             let id = ctx.history.invoke(process, op);
             let (attempt, outcome) = match via {

@@ -62,6 +62,7 @@ pub async fn tail_consumer(ctx: Arc<Ctx>, process: u32, broker: usize) {
             partition: *partition,
             offset: *offset,
             wait_ms: WAIT_MS,
+            isolation: 0,
         };
         let mut failed = false;
         match answers {
@@ -110,7 +111,12 @@ fn outcome(offset: i64, f: Fetched) -> (Outcome, i64) {
             Err(e) => (Outcome::Fail(format!("undecodable records: {e}")), offset),
             Ok(records) => {
                 let next = records.last().map_or(offset, |r| r.0 + 1).max(offset);
-                let res = Res::Records { records, high_watermark: f.high_watermark, log_start: f.log_start_offset };
+                let res = Res::Records {
+                    records,
+                    high_watermark: f.high_watermark,
+                    log_start: f.log_start_offset,
+                    last_stable_offset: None,
+                };
                 (Outcome::Ok(res), next)
             }
         },
