@@ -82,11 +82,12 @@ pub enum ErrorCode {
     TransactionAbortable = 120,
     OperationNotAttempted = 55,
     TransactionalIdNotFound = 105,
+    UnstableOffsetCommit = 88,
 }
 
 impl ErrorCode {
     /// Every code above, for exhaustive tests and lookups.
-    pub const ALL: [ErrorCode; 63] = [
+    pub const ALL: [ErrorCode; 64] = [
         ErrorCode::None,
         ErrorCode::UnknownServerError,
         ErrorCode::OffsetOutOfRange,
@@ -150,6 +151,7 @@ impl ErrorCode {
         ErrorCode::TransactionAbortable,
         ErrorCode::OperationNotAttempted,
         ErrorCode::TransactionalIdNotFound,
+        ErrorCode::UnstableOffsetCommit,
     ];
 
     /// The code as Kafka's `int16`.
@@ -239,6 +241,7 @@ impl ErrorCode {
             ErrorCode::OperationNotAttempted => "OPERATION_NOT_ATTEMPTED",
             ErrorCode::TransactionalIdNotFound => "TRANSACTIONAL_ID_NOT_FOUND",
             ErrorCode::OffsetMetadataTooLarge => "OFFSET_METADATA_TOO_LARGE",
+            ErrorCode::UnstableOffsetCommit => "UNSTABLE_OFFSET_COMMIT",
         }
     }
 
@@ -259,6 +262,7 @@ impl ErrorCode {
                 | ErrorCode::FencedLeaderEpoch
                 | ErrorCode::UnknownLeaderEpoch
                 | ErrorCode::ConcurrentTransactions
+                | ErrorCode::UnstableOffsetCommit
         )
     }
 }

@@ -3,8 +3,10 @@
 //! (by name, the catalog mapping names to ids), after Kafka's `KafkaApis.handleOffsetCommitRequest`
 //! and `handleOffsetFetchRequest`: READ on the group and the topic to commit, DESCRIBE to fetch
 //! (GROUP_ / TOPIC_AUTHORIZATION_FAILED; an all-topics fetch leaves out what the client may not
-//! describe). OffsetDelete is with the group admin APIs (`groups`). It must not keep offsets: the
-//! coordinator cluster does.
+//! describe). OffsetFetch v7+ with `require_stable` answers UNSTABLE_OFFSET_COMMIT for a
+//! partition whose offset a transaction not ended yet will commit (KIP-447, Kafka's
+//! `OffsetMetadataManager.fetchOffsets`), from the transactions the cluster keeps. OffsetDelete is
+//! with the group admin APIs (`groups`). It must not keep offsets: the coordinator cluster does.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -124,6 +126,7 @@ pub(super) async fn fetch_group(
     access: &Access,
     group_id: &str,
     wanted: Option<Vec<(String, Vec<i32>)>>,
+    require_stable: bool,
 ) -> Fetched {
     may(access, Operation::Describe, group_id)?;
     owned(l, group_id)?;
@@ -193,6 +196,17 @@ pub(super) async fn fetch_group(
         })
         .filter(|r| wanted.is_some() || (r.2 >= 0 && may_describe(&r.0)))
         .collect();
+    if require_stable {
+        // KIP-447: a partition whose offset a transaction not ended yet will commit is
+        // UNSTABLE_OFFSET_COMMIT (the consumer asks again), as Kafka's `fetchOffsets` answers.
+        let pending = l.shim.transactions.pending_offsets(group_id).await?;
+        let by_name: HashMap<&str, [u8; 16]> = by_id.iter().map(|(id, name)| (*name, *id)).collect();
+        for row in &mut out {
+            if by_name.get(row.0.as_str()).is_some_and(|id| pending.contains(&(*id, row.1))) {
+                *row = (row.0.clone(), row.1, -1, -1, Some(String::new()), ErrorCode::UnstableOffsetCommit);
+            }
+        }
+    }
     out.extend(unknown_rows.chain(refused_rows));
     out.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
     Ok(out)
@@ -208,7 +222,7 @@ pub(super) async fn offset_fetch(l: &Session, header: &RequestHeader, req: Offse
                 .topics
                 .as_ref()
                 .map(|ts| ts.iter().map(|t| (t.name.0.to_string(), t.partition_indexes.clone())).collect::<Vec<_>>());
-            let group = match fetch_group(l, &access, &g.group_id.0, wanted).await {
+            let group = match fetch_group(l, &access, &g.group_id.0, wanted, req.require_stable).await {
                 Err(code) => offset_fetch_response::OffsetFetchResponseGroup::default().with_error_code(code.code()),
                 Ok(rows) => {
                     let mut topics: BTreeMap<String, Vec<offset_fetch_response::OffsetFetchResponsePartitions>> =
@@ -243,7 +257,7 @@ pub(super) async fn offset_fetch(l: &Session, header: &RequestHeader, req: Offse
         .topics
         .as_ref()
         .map(|ts| ts.iter().map(|t| (t.name.0.to_string(), t.partition_indexes.clone())).collect::<Vec<_>>());
-    let body = match fetch_group(l, &access, &req.group_id.0, wanted).await {
+    let body = match fetch_group(l, &access, &req.group_id.0, wanted, v >= 7 && req.require_stable).await {
         Err(code) if v >= 2 => OffsetFetchResponse::default().with_error_code(code.code()),
         Err(code) => {
             // v1 has no group-level error: every partition asked for carries it.

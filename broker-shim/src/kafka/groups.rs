@@ -31,7 +31,7 @@ use super::group_access::{cluster_code, may, owned, TIMEOUT_MS};
 async fn group_exists(l: &Listener, access: &Access, group_id: &str) -> bool {
     match l.shim.groups.describe(group_id).await {
         Ok(d) if d.protocol_type.is_empty() && d.members.is_empty() => {
-            matches!(super::group_offsets::fetch_group(l, access, group_id, None).await, Ok(rows) if !rows.is_empty())
+            matches!(super::group_offsets::fetch_group(l, access, group_id, None, false).await, Ok(rows) if !rows.is_empty())
         }
         // A stored or live group; or this broker cannot tell, and the request goes on.
         _ => true,

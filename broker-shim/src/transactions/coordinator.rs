@@ -18,6 +18,7 @@
 //! `partition_txns`). It must not speak the Kafka protocol nor decide ownership (the Kafka handlers
 //! check `Registry::owns_group` over the id).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -464,6 +465,25 @@ impl TransactionCoordinator {
     /// be missing.
     pub async fn list(&self) -> Result<Listed, ErrorCode> {
         self.store.list().await.map_err(|_| ErrorCode::CoordinatorNotAvailable)
+    }
+
+    /// The partitions (topic id, index) of `group_id` with offsets a transaction not ended yet
+    /// will commit or drop (KIP-447: OffsetFetch with `require_stable` answers them
+    /// UNSTABLE_OFFSET_COMMIT). COORDINATOR_LOAD_IN_PROGRESS when some transactional ids could not
+    /// be listed: their pending offsets are unknown.
+    pub async fn pending_offsets(&self, group_id: &str) -> Result<HashSet<TxnPartition>, ErrorCode> {
+        let listed = self.list().await?;
+        if listed.missing.is_some() {
+            return Err(ErrorCode::CoordinatorLoadInProgress);
+        }
+        Ok(listed
+            .transactions
+            .iter()
+            .filter(|(_, t)| t.state == ONGOING || is_prepare(&t.state))
+            .flat_map(|(_, t)| t.pending_offsets.iter())
+            .filter(|o| o.group_id == group_id)
+            .filter_map(|o| Some((o.topic_id.as_slice().try_into().ok()?, o.partition_index)))
+            .collect())
     }
 
     /// One pass of the timer over the ids `owns` says this broker coordinates: ends left prepared

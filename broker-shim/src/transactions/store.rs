@@ -189,6 +189,7 @@ impl TxnStore for ClusterTxnStore {
         offsets: Vec<PendingOffset>,
     ) -> BoxFuture<'a, Result<Vec<ErrorCode>, StoreError>> {
         Box::pin(async move {
+            let n = offsets.len();
             let req = CommitOffsetsRequest {
                 group_id: group_id.to_string(),
                 generation_id: TXN_OFFSETS_GENERATION,
@@ -214,7 +215,10 @@ impl TxnStore for ClusterTxnStore {
                 })
                 .await
                 .map_err(unavailable)?;
-            Ok(r.offsets.iter().map(|o| ErrorCode::from_wire(o.error_code)).collect())
+            // An answer short of offsets leaves the rest unknown (committed again at the retry).
+            let mut codes: Vec<ErrorCode> = r.offsets.iter().map(|o| ErrorCode::from_wire(o.error_code)).collect();
+            codes.resize(n, ErrorCode::RequestTimedOut);
+            Ok(codes)
         })
     }
 }

@@ -96,3 +96,76 @@ async fn t68_transactional_producers_commit_abort_and_are_fenced() {
         );
     }
 }
+
+/// KIP-447: while a transaction that sent a group's offsets has not ended, OffsetFetch with
+/// `require_stable` answers UNSTABLE_OFFSET_COMMIT for those partitions (a consumer taking them
+/// over waits instead of reading the old offset and processing again what the transaction
+/// covers); once it committed, the offset it sent. Without `require_stable` the last committed
+/// offset is answered at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn t68_offset_fetch_require_stable_waits_for_a_transactions_pending_offsets() {
+    use kafka_protocol::messages::*;
+    let c = Cluster::start(3, Options::default()).await;
+    let options = BrokerOptions { kafka: true, commit_interval_ms: 20, ..BrokerOptions::default() };
+    let a = BrokerProc::start(&c, "a", &TestStorage::Local(c.path("objects")), &options).await;
+    create_topic_via(&mut a.client().await, TOPIC, 2).await;
+    let addr = a.kafka_addr.clone().unwrap();
+    let text = |v: &str| StrBytes::from_string(v.to_string());
+    let (txid, group) = (TransactionalId(text("tx-stable")), GroupId(text("g-stable")));
+
+    let init = InitProducerIdRequest::default()
+        .with_transactional_id(Some(txid.clone()))
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    let r: InitProducerIdResponse = kafka_call(&addr, ApiKey::InitProducerId, 4, &init).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let (pid, epoch) = (r.producer_id, r.producer_epoch);
+    let add = AddOffsetsToTxnRequest::default()
+        .with_transactional_id(txid.clone())
+        .with_producer_id(pid)
+        .with_producer_epoch(epoch)
+        .with_group_id(group.clone());
+    let r: AddOffsetsToTxnResponse = kafka_call(&addr, ApiKey::AddOffsetsToTxn, 3, &add).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let commit = TxnOffsetCommitRequest::default()
+        .with_transactional_id(txid.clone())
+        .with_group_id(group.clone())
+        .with_producer_id(pid)
+        .with_producer_epoch(epoch)
+        .with_generation_id(-1)
+        .with_topics(vec![txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+            .with_name(TopicName(text(TOPIC)))
+            .with_partitions(vec![txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
+                .with_partition_index(0)
+                .with_committed_offset(5)])]);
+    let r: TxnOffsetCommitResponse = kafka_call(&addr, ApiKey::TxnOffsetCommit, 3, &commit).await;
+    assert_eq!(r.topics[0].partitions[0].error_code, 0, "{r:?}");
+
+    let fetch = |stable: bool| {
+        OffsetFetchRequest::default().with_require_stable(stable).with_groups(vec![
+            offset_fetch_request::OffsetFetchRequestGroup::default().with_group_id(group.clone()).with_topics(Some(
+                vec![offset_fetch_request::OffsetFetchRequestTopics::default()
+                    .with_name(TopicName(text(TOPIC)))
+                    .with_partition_indexes(vec![0, 1])],
+            )),
+        ])
+    };
+    let fetched = |r: &OffsetFetchResponse| -> Vec<(i64, i16)> {
+        r.groups[0].topics[0].partitions.iter().map(|p| (p.committed_offset, p.error_code)).collect()
+    };
+    let r: OffsetFetchResponse = kafka_call(&addr, ApiKey::OffsetFetch, 8, &fetch(true)).await;
+    assert_eq!(fetched(&r), vec![(-1, 88), (-1, 0)], "pending: UNSTABLE_OFFSET_COMMIT for partition 0 only");
+    let r: OffsetFetchResponse = kafka_call(&addr, ApiKey::OffsetFetch, 8, &fetch(false)).await;
+    assert_eq!(fetched(&r), vec![(-1, 0), (-1, 0)], "without require_stable: the committed offsets (none)");
+
+    let end = EndTxnRequest::default()
+        .with_transactional_id(txid)
+        .with_producer_id(pid)
+        .with_producer_epoch(epoch)
+        .with_committed(true);
+    let r: EndTxnResponse = kafka_call(&addr, ApiKey::EndTxn, 3, &end).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let r: OffsetFetchResponse = kafka_call(&addr, ApiKey::OffsetFetch, 8, &fetch(true)).await;
+    assert_eq!(fetched(&r), vec![(5, 0), (-1, 0)], "committed with the transaction");
+}
