@@ -203,6 +203,11 @@ enum TOp {
         number: u8,
         stale: u8,
     },
+    /// A broker forgets transactional id `id` at the version stored (`stale` 0), or at another.
+    ExpireTxn {
+        id: u8,
+        stale: u8,
+    },
 }
 
 /// A broker lease: mostly valid, sometimes out of bounds.
@@ -376,6 +381,7 @@ fn top() -> impl Strategy<Value = TOp> {
             .prop_map(|(producer, commit, epoch, extra)| TOp::EndTxn { producer, commit, epoch, extra }),
         3 => (0u8..3, 0u8..8, 0u8..4, prop_oneof![6 => Just(0u8), 1 => 1u8..3])
             .prop_map(|(id, state, number, stale)| TOp::StoreTxn { id, state, number, stale }),
+        1 => (0u8..3, prop_oneof![4 => Just(0u8), 1 => 1u8..3]).prop_map(|(id, stale)| TOp::ExpireTxn { id, stale }),
     ]
 }
 
@@ -828,6 +834,11 @@ impl Driver {
                 let expected_version = stored.wrapping_add(u64::from(*stale)) % 4;
                 Op::StoreTxn { transactional_id, record, expected_version }
             }
+            TOp::ExpireTxn { id, stale } => {
+                let transactional_id = if *id == 2 { String::new() } else { format!("txn-{id}") };
+                let expected_version = model.txn_version(&transactional_id).wrapping_add(u64::from(*stale));
+                Op::ExpireTxn { transactional_id, expected_version }
+            }
         };
         Some(Command { now_ms: now, op })
     }
@@ -865,6 +876,7 @@ fn blank(o: Outcome) -> Outcome {
             Outcome::EndTransaction(v.into_iter().map(|r| r.map_err(|f| Failure::new(f.code, ""))).collect())
         }
         Outcome::Txn(r) => Outcome::Txn(r.map_err(|f| Failure::new(f.code, ""))),
+        Outcome::TxnExpired(r) => Outcome::TxnExpired(r.map_err(|f| Failure::new(f.code, ""))),
         other => other,
     }
 }
@@ -1031,8 +1043,17 @@ static OFFSETS_EXPIRED: AtomicUsize = AtomicUsize::new(0);
 static MARKERS: std::sync::Mutex<[usize; 3]> = std::sync::Mutex::new([0; 3]);
 /// Transaction state stores [stored, fenced, refused otherwise].
 static TXN_STORES: std::sync::Mutex<[usize; 3]> = std::sync::Mutex::new([0; 3]);
+/// Transactional id expirations [expired, fenced, refused (a transaction open)].
+static TXN_EXPIRED: std::sync::Mutex<[usize; 3]> = std::sync::Mutex::new([0; 3]);
 
 fn count(outcome: &Outcome) {
+    if let Outcome::TxnExpired(r) = outcome {
+        TXN_EXPIRED.lock().unwrap()[match r {
+            Ok(()) => 0,
+            Err(f) if f.code == ErrorCode::TransactionCoordinatorFenced => 1,
+            Err(_) => 2,
+        }] += 1;
+    }
     if let Outcome::Txn(r) = outcome {
         TXN_STORES.lock().unwrap()[match r {
             Ok(_) => 0,
@@ -1182,10 +1203,13 @@ fn state_machine_matches_the_model_and_replicas_agree_byte_for_byte() {
     let markers = *MARKERS.lock().unwrap();
     println!("transaction markers [written, nothing to end, refused]: {markers:?}");
     let stores = *TXN_STORES.lock().unwrap();
+    let expired = *TXN_EXPIRED.lock().unwrap();
+    println!("transactional id expirations [expired, fenced, refused]: {expired:?}");
     println!("transaction state stores [stored, fenced, refused]: {stores:?}");
     if cases >= 30 {
         assert!(markers.iter().all(|&n| n > 0), "markers {markers:?}");
         assert!(stores.iter().all(|&n| n > 0), "transaction state stores {stores:?}");
+        assert!(expired.iter().all(|&n| n > 0), "transactional id expirations {expired:?}");
         let codes = BATCH_CODES.lock().unwrap();
         // Transactional batches refused: a producer's plain batch inside its transaction, a
         // transactional batch without a producer.

@@ -487,7 +487,8 @@ impl TransactionCoordinator {
     }
 
     /// One pass of the timer over the ids `owns` says this broker coordinates: ends left prepared
-    /// are finished, ongoing transactions past their timeout aborted (their producer fenced).
+    /// are finished, ongoing transactions past their timeout aborted (their producer fenced), and
+    /// ids idle past `id_expiration_ms` forgotten.
     pub async fn check(&self, owns: &(dyn Fn(&str) -> bool + Send + Sync)) {
         // What could be listed is checked: a metadata partition out of reach does not stall the
         // others' expired transactions.
@@ -504,9 +505,13 @@ impl TransactionCoordinator {
             }
         };
         let now = now_ms();
+        let idle = |t: &Transaction| {
+            matches!(t.state.as_str(), EMPTY | COMPLETE_COMMIT | COMPLETE_ABORT)
+                && now > t.updated_ms.saturating_add(self.config.id_expiration_ms)
+        };
         for (id, t) in all.into_iter().filter(|(id, _)| owns(id)) {
             let expired = t.state == ONGOING && t.started_ms >= 0 && now > t.started_ms + i64::from(t.timeout_ms);
-            if !(expired || is_prepare(&t.state)) {
+            if !(expired || is_prepare(&t.state) || idle(&t)) {
                 continue;
             }
             let _serial = self.lock(&id).lock().await;
@@ -516,6 +521,14 @@ impl TransactionCoordinator {
                 Ok(Some(t)) if t.state == ONGOING && now > t.started_ms + i64::from(t.timeout_ms) => {
                     self.fence_abort(&id, t).await.map(|_| "aborted (timed out)")
                 }
+                // Kafka's transactional.id.expiration.ms: an id idle that long is forgotten.
+                Ok(Some(t)) if idle(&t) => match self.store.expire(&id, t.version).await {
+                    Ok(()) => Ok("expired (idle)"),
+                    Err(e) => {
+                        tracing::info!(transactional_id = id, error = %e, "expiring a transactional id failed");
+                        Ok("moved on")
+                    }
+                },
                 Ok(_) => Ok("moved on"),
                 Err(e) => Err(e),
             };

@@ -47,6 +47,8 @@ pub trait TxnStore: Send + Sync + 'static {
         t: Transaction,
         expected: u64,
     ) -> BoxFuture<'a, Result<Transaction, StoreError>>;
+    /// Forgets `id` if the stored version is `expected` and no transaction is open in it.
+    fn expire<'a>(&'a self, id: &'a str, expected: u64) -> BoxFuture<'a, Result<(), StoreError>>;
     /// Every stored transactional id.
     fn list(&self) -> BoxFuture<'_, Result<Listed, StoreError>>;
     /// Writes the markers; per marker, its error code (0: written, or nothing to end).
@@ -121,6 +123,7 @@ impl TxnStore for ClusterTxnStore {
                 transaction: Some(t),
                 expected_version: expected,
                 timeout_ms: TIMEOUT_MS,
+                expire: false,
             };
             let r = self
                 .cluster
@@ -132,6 +135,27 @@ impl TxnStore for ClusterTxnStore {
                 .map_err(unavailable)?;
             refused(r.error_code, r.error_message)?;
             r.transaction.ok_or_else(|| StoreError::Unavailable("StoreTransaction answered no record".into()))
+        })
+    }
+
+    fn expire<'a>(&'a self, id: &'a str, expected: u64) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let req = StoreTransactionRequest {
+                transactional_id: id.to_string(),
+                transaction: None,
+                expected_version: expected,
+                timeout_ms: TIMEOUT_MS,
+                expire: true,
+            };
+            let r = self
+                .cluster
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.store_transaction(req).await }
+                })
+                .await
+                .map_err(unavailable)?;
+            refused(r.error_code, r.error_message)
         })
     }
 

@@ -44,6 +44,24 @@ impl TxnStore for Fake {
             Ok(t)
         })
     }
+    fn expire<'a>(&'a self, id: &'a str, expected: u64) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut all = self.txns.lock().unwrap();
+            match all.get(id) {
+                Some(t)
+                    if t.version == expected
+                        && !matches!(t.state.as_str(), "Ongoing" | "PrepareCommit" | "PrepareAbort") =>
+                {
+                    all.remove(id);
+                    Ok(())
+                }
+                Some(t) if t.version == expected => {
+                    Err(StoreError::Refused { code: ErrorCode::InvalidTxnState, message: String::new() })
+                }
+                _ => Err(StoreError::Refused { code: ErrorCode::TransactionCoordinatorFenced, message: String::new() }),
+            }
+        })
+    }
     fn list(&self) -> BoxFuture<'_, Result<Listed, StoreError>> {
         Box::pin(async move {
             let transactions = self.txns.lock().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
@@ -211,4 +229,23 @@ async fn a_transactions_offsets_are_committed_with_it_and_dropped_with_its_abort
     c.stage_offsets("t", pid, e, "g", vec![offset(11)]).await.unwrap();
     c.end_txn("t", pid, e, false).await.unwrap();
     assert_eq!(fake.committed.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn an_idle_transactional_id_is_forgotten_by_the_timer_and_an_open_one_never() {
+    let fake = Arc::new(Fake::default());
+    let config = TxnConfig { id_expiration_ms: 0, ..TxnConfig::default() };
+    let c = TransactionCoordinator::new(fake.clone(), config, 1);
+    let (pid, e) = c.init_producer_id("idle", 60_000, None).await.unwrap();
+    let (pid2, e2) = c.init_producer_id("busy", 60_000, None).await.unwrap();
+    c.add_partitions("busy", pid2, e2, &[P0]).await.unwrap();
+    // Every stored update is in the past for an expiration of 0 ms.
+    for t in fake.txns.lock().unwrap().values_mut() {
+        t.updated_ms -= 10;
+    }
+    c.check(&|_| true).await;
+    assert!(c.describe("idle").await.unwrap().is_none(), "the idle id is forgotten");
+    assert_eq!(c.describe("busy").await.unwrap().unwrap().state, "Ongoing", "an open transaction stays");
+    // Its producer starts over: the id is new to the coordinator.
+    assert_eq!(c.add_partitions("idle", pid, e, &[P0]).await, Err(ErrorCode::InvalidProducerIdMapping));
 }

@@ -105,6 +105,10 @@ pub enum Op {
     /// the stored version is `expected_version` (0: none stored), else
     /// TRANSACTION_COORDINATOR_FENCED (see `transactional_ids`).
     StoreTxn { transactional_id: String, record: TxnRecord, expected_version: u64 },
+    /// The broker coordinating a transactional id forgets it (Kafka's
+    /// `transactional.id.expiration.ms`): its record is deleted if it is at `expected_version`
+    /// and no transaction is open in it (see `transactional_ids`).
+    ExpireTxn { transactional_id: String, expected_version: u64 },
 }
 
 /// A file's commit whose batches may be transactional.
@@ -325,6 +329,8 @@ pub enum Outcome {
     EndTransaction(Vec<Result<Option<i64>, Failure>>),
     /// StoreTxn: the record as stored (its version and times set), or why not.
     Txn(Result<TxnRecord, Failure>),
+    /// ExpireTxn: the record is gone, or why not.
+    TxnExpired(Result<(), Failure>),
 }
 
 /// Producer ids `[first, first + len)`, for one broker to hand out.
@@ -396,6 +402,9 @@ impl std::fmt::Display for Command {
             Op::StoreGroup { .. } => "StoreGroup",
             Op::StoreTxn { transactional_id, record, .. } => {
                 return write!(f, "StoreTxn({transactional_id}, {}) at {}", record.state.name(), self.now_ms)
+            }
+            Op::ExpireTxn { transactional_id, .. } => {
+                return write!(f, "ExpireTxn({transactional_id}) at {}", self.now_ms)
             }
             Op::CommitOffsets(c) => {
                 return write!(f, "CommitOffsets({}, {} offsets) at {}", c.group_id, c.offsets.len(), self.now_ms)

@@ -183,6 +183,9 @@ impl StateMachine {
             Op::StoreTxn { transactional_id, record, expected_version } => {
                 Outcome::Txn(transactional_ids::store(self, txn, now, transactional_id, record, *expected_version)?)
             }
+            Op::ExpireTxn { transactional_id, expected_version } => {
+                Outcome::TxnExpired(transactional_ids::expire(self, txn, transactional_id, *expected_version)?)
+            }
             Op::DeleteRecords { partitions, budget } => {
                 Outcome::DeleteRecords(delete_records::apply(self, txn, now, partitions, *budget)?)
             }

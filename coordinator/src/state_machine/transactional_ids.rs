@@ -67,6 +67,44 @@ pub fn store(
     Ok(Ok(record))
 }
 
+/// ExpireTxn: the record of `id` is deleted if it is at `expected_version` (else
+/// TRANSACTION_COORDINATOR_FENCED) and holds no open transaction: Empty or Complete (else
+/// INVALID_TXN_STATE). Whether it went idle long enough is the coordinating broker's call, as in
+/// Kafka; a broker that read it since moved it to another version.
+pub fn expire(
+    sm: &StateMachine,
+    txn: &mut Txn<'_>,
+    id: &str,
+    expected_version: u64,
+) -> Result<Result<(), Failure>, StorageError> {
+    if let Err(f) = check_id(id) {
+        return Ok(Err(f));
+    }
+    let Some(old) = get(txn, &sm.keys, id)? else {
+        return Ok(Err(Failure::new(
+            ErrorCode::TransactionCoordinatorFenced,
+            format!("transactional id {id} is not stored (expected version {expected_version})"),
+        )));
+    };
+    if old.version != expected_version {
+        return Ok(Err(Failure::new(
+            ErrorCode::TransactionCoordinatorFenced,
+            format!(
+                "transactional id {id} is at version {} (stored by {}), not {expected_version}",
+                old.version, old.owner
+            ),
+        )));
+    }
+    if !matches!(old.state, TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort) {
+        return Ok(Err(Failure::new(
+            ErrorCode::InvalidTxnState,
+            format!("transactional id {id} is {}: only an idle one expires", old.state.name()),
+        )));
+    }
+    txn.delete(sm.keys.txn(id));
+    Ok(Ok(()))
+}
+
 /// Every transactional id this metadata partition holds, in id order.
 pub fn list(view: &dyn KvRead, keys: &Keys) -> Result<Vec<(String, TxnRecord)>, StorageError> {
     let mut out = vec![];

@@ -72,3 +72,23 @@ fn an_empty_transactional_id_is_refused() {
     let Outcome::Txn(r) = f.apply(op) else { panic!("wrong outcome") };
     assert_eq!(r.unwrap_err().code, ErrorCode::InvalidRequest);
 }
+
+fn expire(f: &mut Fixture, expected: u64) -> Result<(), ErrorCode> {
+    let op = Op::ExpireTxn { transactional_id: "t".into(), expected_version: expected };
+    let Outcome::TxnExpired(r) = f.apply(op) else { panic!("wrong outcome") };
+    r.map_err(|e| e.code)
+}
+
+#[test]
+fn an_idle_transactional_id_expires_at_its_version_and_an_open_one_never() {
+    let mut f = Fixture::new();
+    assert_eq!(expire(&mut f, 0), Err(ErrorCode::TransactionCoordinatorFenced), "nothing stored");
+    store(&mut f, record(TxnState::Ongoing, 1, "a"), 0).unwrap();
+    assert_eq!(expire(&mut f, 1), Err(ErrorCode::InvalidTxnState), "a transaction is open");
+    store(&mut f, record(TxnState::CompleteCommit, 1, "a"), 1).unwrap();
+    assert_eq!(expire(&mut f, 1), Err(ErrorCode::TransactionCoordinatorFenced), "a stale version");
+    assert_eq!(expire(&mut f, 2), Ok(()));
+    assert!(f.sm.transaction(&f.db.read(), "t").unwrap().is_none());
+    // The id starts over.
+    assert_eq!(store(&mut f, record(TxnState::Empty, 0, "b"), 0).unwrap().version, 1);
+}

@@ -179,6 +179,9 @@ impl Model {
             Op::StoreTxn { transactional_id, record, expected_version } => {
                 Outcome::Txn(self.store_txn(now, transactional_id, record, *expected_version))
             }
+            Op::ExpireTxn { transactional_id, expected_version } => {
+                Outcome::TxnExpired(self.expire_txn(transactional_id, *expected_version))
+            }
             Op::DeleteRecords { partitions, budget } => {
                 let r = partitions.iter().map(|p| (p.tp, self.delete_records(p))).collect();
                 self.purge(now, &mut budget.clone());
@@ -470,6 +473,21 @@ impl Model {
         let stored = TxnRecord { started_ms, updated_ms: now, version: expected + 1, ..r.clone() };
         self.txns.insert(id.to_string(), stored.clone());
         Ok(stored)
+    }
+
+    /// ExpireTxn: forgets an idle id at the version expected.
+    fn expire_txn(&mut self, id: &str, expected: u64) -> Result<(), Failure> {
+        if id.is_empty() {
+            return fail(ErrorCode::InvalidRequest);
+        }
+        let Some(old) = self.txns.get(id).filter(|o| o.version == expected) else {
+            return fail(ErrorCode::TransactionCoordinatorFenced);
+        };
+        if !matches!(old.state, TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort) {
+            return fail(ErrorCode::InvalidTxnState);
+        }
+        self.txns.remove(id);
+        Ok(())
     }
 
     /// The stored version of transactional id `id` (0: none).

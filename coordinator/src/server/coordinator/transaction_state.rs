@@ -104,6 +104,16 @@ impl CoordinatorApi {
         let req = request.into_inner();
         let timeout = timeout_of(req.timeout_ms);
         let g = self.transactional_id_partition(&req.transactional_id);
+        if req.expire {
+            let op = Op::ExpireTxn { transactional_id: req.transactional_id, expected_version: req.expected_version };
+            let r = match self.write(g, op, timeout, hop).await {
+                Ok((Outcome::TxnExpired(r), _)) => r,
+                Ok((other, _)) => Err(route_failure(&RouteError::unexpected(g, &other))),
+                Err(e) => Err(route_failure(&e)),
+            };
+            let (error_code, error_message) = result_fields(&r);
+            return Ok(Response::new(StoreTransactionResponse { error_code, error_message, transaction: None }));
+        }
         let r = match txn_record(req.transaction.unwrap_or_default()) {
             Err(f) => Err(f),
             Ok(record) => {
