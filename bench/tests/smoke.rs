@@ -84,4 +84,23 @@ fn the_data_path_phase_measures_latency_and_idle_consumers_through_a_broker() {
     assert_eq!(t["errors"].as_u64(), Some(0), "{json:#}");
     assert!(t["acked_mib_per_s"].as_f64().unwrap() > 0.0, "{json:#}");
     assert!(t["consumed_mib_per_s"].as_f64().unwrap() >= t["acked_mib_per_s"].as_f64().unwrap(), "{json:#}");
+    // The transactions step: 1 and 4 transactional producers committed, and the idempotent
+    // producers of the baseline wrote the same requests without error.
+    let runs = json["transactions"]["runs"].as_array().unwrap();
+    assert_eq!(runs.iter().map(|r| r["producers"].as_u64().unwrap()).collect::<Vec<_>>(), vec![1, 4]);
+    for r in runs {
+        let x = &r["transactional"];
+        assert!(x["transactions"].as_u64().unwrap() > 0, "{json:#}");
+        assert!(x["records_per_s"].as_f64().unwrap() > 0.0, "{json:#}");
+        for figure in ["add_partitions_ms", "produce_ms", "end_txn_ms", "transaction_ms"] {
+            assert!(x[figure]["p50"].as_f64().unwrap() > 0.0, "{figure}: {json:#}");
+        }
+        let idem = r["idempotent"].as_array().unwrap();
+        assert_eq!(idem.len(), 2, "{json:#}");
+        for i in idem {
+            assert_eq!(i["errors"].as_u64(), Some(0), "{json:#}");
+            assert_eq!(i["records"].as_u64(), Some(x["records"].as_u64().unwrap()), "{json:#}");
+            assert!(i["transactional_over_idempotent"].as_f64().unwrap() > 0.0, "{json:#}");
+        }
+    }
 }

@@ -10,6 +10,9 @@
 //!   consumer of them all; produce acknowledgement and end to end P50/P99, the rate reached;
 //! - **wake** (`wake`): a second broker; how soon a parked fetch is answered after the commit that
 //!   fills it, through the committing broker and through the other (the watch);
+//! - **transactions** (`transactions`): 1 and 4 transactional producers, one transaction at a time
+//!   (AddPartitionsToTxn, a Produce of transactional batches, EndTxn), against idempotent producers
+//!   sending the same requests; EndTxn and transaction latency, records/s and MiB/s of each;
 //! - **replay**: a fill, then 10 consumers reading it from the start beside the latency step;
 //! - **idle consumers**: 0, 100 and 1,000 (`--idle`) connections each long-polling the end of an
 //!   idle topic (`max_wait_ms` 500, as consumers do); FindBatches served per second by all the
@@ -38,6 +41,7 @@ use crate::ours::LocalCluster;
 mod moto;
 mod replay;
 mod throughput;
+mod transactions;
 mod wake;
 
 const PRODUCE_V: i16 = 9;
@@ -86,6 +90,16 @@ pub struct DataPathArgs {
     /// Seconds of the wake step (0: none).
     #[arg(long)]
     wake_seconds: Option<f64>,
+    /// Transactions each transactional producer of the transactions step commits, and requests
+    /// each idempotent producer sends (0: no transactions step).
+    #[arg(long)]
+    transactions: Option<u64>,
+    /// Producers of the transactions step, each count a run of its own.
+    #[arg(long, value_delimiter = ',', default_value = "1,4")]
+    transaction_producers: Vec<usize>,
+    /// The transactions step alone (the other steps skipped).
+    #[arg(long)]
+    only_transactions: bool,
     /// The broker's object store is a moto S3 server instead of a local directory.
     #[arg(long)]
     s3: bool,
@@ -439,19 +453,137 @@ fn ms(h: &Histogram<u64>, q: f64) -> f64 {
     h.value_at_quantile(q) as f64 / 1000.0
 }
 
+/// P50, P99 and max of `h` (µs) in ms, as JSON.
+fn latency_json(h: &Histogram<u64>) -> serde_json::Value {
+    serde_json::json!({"p50": ms(h, 0.5), "p99": ms(h, 0.99), "max": h.max() as f64 / 1000.0})
+}
+
+const MIB: f64 = (1 << 20) as f64;
+
+/// The transactions step's tables: latencies, then throughput against the idempotent producers.
+fn transactions_table(runs: &[transactions::Run]) -> String {
+    let mut t = format!(
+        "\ntransactions: {} KiB batches ({} records of {} B) for each of 4 partitions a request, acks=all; \
+         transactional: AddPartitionsToTxn, one Produce, EndTxn(commit), one transaction at a time a producer\n\
+         | producers | figure | P50 ms | P99 ms | max ms |\n| ---: | --- | ---: | ---: | ---: |\n",
+        transactions::RECORDS * transactions::RECORD_BYTES / 1024,
+        transactions::RECORDS,
+        transactions::RECORD_BYTES
+    );
+    for r in runs {
+        let mut rows = vec![
+            ("AddPartitionsToTxn".to_string(), &r.txn.add_partitions),
+            ("transactional Produce".to_string(), &r.txn.produce),
+            ("EndTxn".to_string(), &r.txn.end_txn),
+            ("whole transaction".to_string(), &r.txn.whole),
+        ];
+        for i in &r.idem {
+            rows.push((format!("idempotent Produce, {} in flight", i.in_flight), &i.ack));
+        }
+        for (label, h) in rows {
+            t.push_str(&format!(
+                "| {} | {label} | {:.1} | {:.1} | {:.1} |\n",
+                r.producers,
+                ms(h, 0.5),
+                ms(h, 0.99),
+                h.max() as f64 / 1000.0
+            ));
+        }
+    }
+    t.push_str(
+        "\n| producers | producer | requests | seconds | records/s | MiB/s | transactional / this | errors (retries) |\n\
+         | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    for r in runs {
+        let x = &r.txn;
+        let txn_rate = x.bytes as f64 / x.seconds;
+        t.push_str(&format!(
+            "| {} | transactional | {} | {:.1} | {:.0} | {:.2} | 1.00 | 0 ({}) |\n",
+            r.producers,
+            x.transactions,
+            x.seconds,
+            x.records as f64 / x.seconds,
+            txn_rate / MIB,
+            x.retries
+        ));
+        for i in &r.idem {
+            let rate = i.bytes as f64 / i.seconds;
+            t.push_str(&format!(
+                "| {} | idempotent, {} in flight | {} | {:.1} | {:.0} | {:.2} | {:.2} | {} |\n",
+                r.producers,
+                i.in_flight,
+                i.requests,
+                i.seconds,
+                i.records as f64 / i.seconds,
+                rate / MIB,
+                txn_rate / rate.max(1e-9),
+                i.errors
+            ));
+        }
+    }
+    t
+}
+
+fn transactions_json(runs: &[transactions::Run]) -> serde_json::Value {
+    serde_json::json!({
+        "records_per_batch": transactions::RECORDS,
+        "record_bytes": transactions::RECORD_BYTES,
+        "partitions": 4,
+        "runs": runs.iter().map(|r| {
+            let x = &r.txn;
+            let txn_rate = x.bytes as f64 / x.seconds;
+            serde_json::json!({
+                "producers": r.producers,
+                "transactional": {
+                    "transactions": x.transactions,
+                    "records": x.records,
+                    "seconds": x.seconds,
+                    "records_per_s": x.records as f64 / x.seconds,
+                    "mib_per_s": txn_rate / MIB,
+                    "retries": x.retries,
+                    "add_partitions_ms": latency_json(&x.add_partitions),
+                    "produce_ms": latency_json(&x.produce),
+                    "end_txn_ms": latency_json(&x.end_txn),
+                    "transaction_ms": latency_json(&x.whole),
+                },
+                "idempotent": r.idem.iter().map(|i| {
+                    let rate = i.bytes as f64 / i.seconds;
+                    serde_json::json!({
+                        "in_flight": i.in_flight,
+                        "requests": i.requests,
+                        "records": i.records,
+                        "seconds": i.seconds,
+                        "records_per_s": i.records as f64 / i.seconds,
+                        "mib_per_s": rate / MIB,
+                        "errors": i.errors,
+                        "produce_ack_ms": latency_json(&i.ack),
+                        "transactional_over_idempotent": txn_rate / rate.max(1e-9),
+                    })
+                }).collect::<Vec<_>>(),
+            })
+        }).collect::<Vec<_>>(),
+    })
+}
+
 pub async fn run(a: DataPathArgs) -> anyhow::Result<()> {
     let secs = Duration::from_secs_f64(a.seconds.unwrap_or(if a.smoke { 3.0 } else { 60.0 }));
     let window = Duration::from_secs_f64(a.window.unwrap_or(if a.smoke { 2.0 } else { 10.0 }));
-    let steps = a.idle.clone().unwrap_or(if a.smoke { vec![0, 10] } else { vec![0, 100, 1000] });
+    let only = a.only_transactions;
+    let steps =
+        if only { vec![] } else { a.idle.clone().unwrap_or(if a.smoke { vec![0, 10] } else { vec![0, 100, 1000] }) };
     std::fs::create_dir_all(&a.out)?;
     eprintln!("data path: starting a local 3-node cluster and a broker");
     let cluster = LocalCluster::start(8, None, false).await?;
     let moto = if a.s3 { Some(moto::Moto::start("bench-data-path")?) } else { None };
     let broker = LocalBroker::start(&cluster, moto.as_ref().map(|m| m.storage_toml("bench-data-path"))).await?;
     let store = if moto.is_some() { "moto S3 store" } else { "local object store" };
-    eprintln!("data path: latency, {} records/s for {} s", a.rate, secs.as_secs_f64());
-    let lat = latency(&broker.kafka, a.rate, secs).await?;
-    let wake_secs = a.wake_seconds.unwrap_or(if a.smoke { 3.0 } else { 30.0 });
+    let lat = if only {
+        None
+    } else {
+        eprintln!("data path: latency, {} records/s for {} s", a.rate, secs.as_secs_f64());
+        Some(latency(&broker.kafka, a.rate, secs).await?)
+    };
+    let wake_secs = if only { 0.0 } else { a.wake_seconds.unwrap_or(if a.smoke { 3.0 } else { 30.0 }) };
     let woke = if wake_secs > 0.0 {
         eprintln!(
             "data path: wake, {} records/s through broker 1 for {wake_secs} s, consumers on brokers 1 and 2",
@@ -461,7 +593,7 @@ pub async fn run(a: DataPathArgs) -> anyhow::Result<()> {
     } else {
         None
     };
-    let throughput_mib = a.throughput_mib.unwrap_or(if a.smoke { 5.0 } else { 50.0 });
+    let throughput_mib = if only { 0.0 } else { a.throughput_mib.unwrap_or(if a.smoke { 5.0 } else { 50.0 }) };
     let thr = if throughput_mib > 0.0 {
         let t = Duration::from_secs_f64(a.throughput_seconds.unwrap_or(if a.smoke { 3.0 } else { 30.0 }));
         eprintln!(
@@ -473,7 +605,18 @@ pub async fn run(a: DataPathArgs) -> anyhow::Result<()> {
     } else {
         None
     };
-    let replay_mib = a.replay_mib.unwrap_or(if a.smoke { 4 } else { 1024 });
+    let txn_count = a.transactions.unwrap_or(if a.smoke { 4 } else { 25 });
+    let txns = if txn_count > 0 {
+        eprintln!(
+            "data path: transactions, {:?} transactional producers x {txn_count} transactions, then idempotent \
+             producers x {txn_count} requests",
+            a.transaction_producers
+        );
+        Some(transactions::transactions(&broker.kafka, &a.transaction_producers, txn_count).await?)
+    } else {
+        None
+    };
+    let replay_mib = if only { 0 } else { a.replay_mib.unwrap_or(if a.smoke { 4 } else { 1024 }) };
     let replay = if replay_mib > 0 {
         eprintln!("data path: replay of {replay_mib} MiB by {} consumers beside the tail", a.replayers);
         Some(replay::replay(&broker, replay_mib, a.replayers, a.rate).await?)
@@ -485,20 +628,21 @@ pub async fn run(a: DataPathArgs) -> anyhow::Result<()> {
         eprintln!("data path: {n} idle long-polling consumers, {} s window", window.as_secs_f64());
         idles.push(idle(&broker.kafka, &cluster, broker.child.id(), n, window).await?);
     }
-    let mut table = String::new();
-    table.push_str(&format!(
-        "Data path: one broker, a local 3-node cluster, {store}, 250 ms commit interval\n\n\
-         latency at {} records/s (acks=all, {} in flight), {} sent, {} errors\n\
-         | figure | P50 ms | P99 ms | max ms |\n| --- | ---: | ---: | ---: |\n",
-        a.rate, IN_FLIGHT, lat.sent, lat.errors
-    ));
-    for (label, h) in [("produce acknowledgement", &lat.ack), ("end to end", &lat.e2e)] {
+    let mut table = format!("Data path: one broker, a local 3-node cluster, {store}, 250 ms commit interval\n");
+    if let Some(lat) = &lat {
         table.push_str(&format!(
-            "| {label} | {:.1} | {:.1} | {:.1} |\n",
-            ms(h, 0.5),
-            ms(h, 0.99),
-            h.max() as f64 / 1000.0
+            "\nlatency at {} records/s (acks=all, {} in flight), {} sent, {} errors\n\
+             | figure | P50 ms | P99 ms | max ms |\n| --- | ---: | ---: | ---: |\n",
+            a.rate, IN_FLIGHT, lat.sent, lat.errors
         ));
+        for (label, h) in [("produce acknowledgement", &lat.ack), ("end to end", &lat.e2e)] {
+            table.push_str(&format!(
+                "| {label} | {:.1} | {:.1} | {:.1} |\n",
+                ms(h, 0.5),
+                ms(h, 0.99),
+                h.max() as f64 / 1000.0
+            ));
+        }
     }
     if let Some(w) = &woke {
         table.push_str(&format!(
@@ -541,11 +685,16 @@ pub async fn run(a: DataPathArgs) -> anyhow::Result<()> {
             ));
         }
     }
-    table.push_str(
-        "\nidle long-polling consumers (max_wait_ms 500)\n\
-         | consumers | FindBatches/s (nodes) | nodes' CPU % | vs idle | broker CPU % | fetches answered/s |\n\
-         | ---: | ---: | ---: | ---: | ---: | ---: |\n",
-    );
+    if let Some(runs) = &txns {
+        table.push_str(&transactions_table(runs));
+    }
+    if !idles.is_empty() {
+        table.push_str(
+            "\nidle long-polling consumers (max_wait_ms 500)\n\
+             | consumers | FindBatches/s (nodes) | nodes' CPU % | vs idle | broker CPU % | fetches answered/s |\n\
+             | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        );
+    }
     let base = idles.first().map_or(0.0, |i| i.nodes_cpu);
     for i in &idles {
         table.push_str(&format!(
@@ -591,10 +740,10 @@ pub async fn run(a: DataPathArgs) -> anyhow::Result<()> {
         "store": if a.s3 { "s3 (moto)" } else { "local" },
         "rate": a.rate,
         "seconds": secs.as_secs_f64(),
-        "produce_ack_ms": {"p50": ms(&lat.ack, 0.5), "p99": ms(&lat.ack, 0.99), "max": lat.ack.max() as f64 / 1000.0},
-        "end_to_end_ms": {"p50": ms(&lat.e2e, 0.5), "p99": ms(&lat.e2e, 0.99), "max": lat.e2e.max() as f64 / 1000.0},
-        "sent": lat.sent,
-        "errors": lat.errors,
+        "produce_ack_ms": lat.as_ref().map(|l| latency_json(&l.ack)),
+        "end_to_end_ms": lat.as_ref().map(|l| latency_json(&l.e2e)),
+        "sent": lat.as_ref().map(|l| l.sent),
+        "errors": lat.as_ref().map(|l| l.errors),
         "wake": woke.as_ref().map(|w| serde_json::json!({
             "records": w.records,
             "same_broker_ms": {"p50": ms(&w.same, 0.5), "p99": ms(&w.same, 0.99), "max": w.same.max() as f64 / 1000.0, "received": w.same.len(), "before_ack": w.before_ack.0},
@@ -610,6 +759,7 @@ pub async fn run(a: DataPathArgs) -> anyhow::Result<()> {
             "produce_ack_ms": {"p50": ms(&t.ack, 0.5), "p99": ms(&t.ack, 0.99), "max": t.ack.max() as f64 / 1000.0},
             "end_to_end_ms": {"p50": ms(&t.e2e, 0.5), "p99": ms(&t.e2e, 0.99), "max": t.e2e.max() as f64 / 1000.0},
         })),
+        "transactions": txns.as_ref().map(|runs| transactions_json(runs)),
         "replay": replay.as_ref().map(|r| serde_json::json!({
             "replayers": r.replayers,
             "mib_replayed": r.mib,
