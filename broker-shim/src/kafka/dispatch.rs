@@ -12,7 +12,7 @@ use bytes::Bytes;
 use diskless_proto::ErrorCode;
 use futures_util::future::BoxFuture;
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{Decodable, Message, VersionRange};
+use kafka_protocol::protocol::{Decodable, Message, StrBytes, VersionRange};
 
 use super::frame::{Malformed, Reason};
 use super::response::{encode, ready, Pending, Reply};
@@ -79,14 +79,14 @@ pub(super) static APIS: [Api; 38] = [
     Api {
         key: ApiKey::ApiVersions,
         versions: ApiVersionsRequest::VERSIONS,
-        differs: "no finalized features (KIP-584) are listed",
+        differs: "the only feature listed (KIP-584) is `transaction.version`, finalized at 2",
         start: Start::Any(api_versions),
     },
     later!(Metadata, MetadataRequest, cap(MetadataRequest::VERSIONS, 12), metadata::metadata, "v13+ not spoken; the leader epoch is the broker registry's generation (it grows whenever the live brokers change); every live broker leads a share of the partitions (any broker serves any partition); KIP-1163's v14 fields are not in kafka-protocol yet"),
     Api {
         key: ApiKey::Produce,
         versions: cap(ProduceRequest::VERSIONS, 12),
-        differs: "answered once the batch's segment is uploaded and committed: `acks=1` waits as `all` does (no answer for `acks=0`); a transactional batch is checked against its transaction in the coordinator cluster (KIP-890 part 1: the partition added, the producer's epoch; else INVALID_TXN_STATE or INVALID_PRODUCER_EPOCH)",
+        differs: "answered once the batch's segment is uploaded and committed: `acks=1` waits as `all` does (no answer for `acks=0`); a transactional batch is checked against its transaction in the coordinator cluster (KIP-890 part 1: the partition added, the producer's epoch; else INVALID_TXN_STATE or INVALID_PRODUCER_EPOCH); from v12 its partition is added to the transaction first (KIP-890 part 2), a coordinator out of reach answered REQUEST_TIMED_OUT where Kafka answers NOT_ENOUGH_REPLICAS",
         start: Start::InOrder(|l, header, mut body| {
             Box::pin(async move {
                 let req = decode::<ProduceRequest>(ApiKey::Produce, &header, &mut body)?;
@@ -137,7 +137,7 @@ pub(super) static APIS: [Api; 38] = [
     later!(InitProducerId, InitProducerIdRequest, InitProducerIdRequest::VERSIONS, producer_ids::init_producer_id, "two-phase commit (KIP-939, `enable_2pc`) refused"),
     later!(AddPartitionsToTxn, AddPartitionsToTxnRequest, cap(AddPartitionsToTxnRequest::VERSIONS, 3), transactions::add_partitions_to_txn, "v4+ (broker-to-broker verification) not spoken: a broker verifies a transactional produce against the coordinator cluster itself"),
     later!(AddOffsetsToTxn, AddOffsetsToTxnRequest, AddOffsetsToTxnRequest::VERSIONS, transactions::add_offsets_to_txn, ""),
-    later!(EndTxn, EndTxnRequest, cap(EndTxnRequest::VERSIONS, 4), transactions::end_txn, "transactions v1: v5+ (transactions v2, KIP-890 part 2) not spoken"),
+    later!(EndTxn, EndTxnRequest, EndTxnRequest::VERSIONS, transactions::end_txn, ""),
     later!(TxnOffsetCommit, TxnOffsetCommitRequest, TxnOffsetCommitRequest::VERSIONS, transactions::txn_offset_commit, "the offsets are kept with the transaction in the coordinator cluster and committed to the group by the transaction's coordinator at its COMMIT"),
     later!(DescribeTransactions, DescribeTransactionsRequest, DescribeTransactionsRequest::VERSIONS, transactions::describe_transactions, ""),
     later!(ListTransactions, ListTransactionsRequest, ListTransactionsRequest::VERSIONS, transactions::list_transactions, ""),
@@ -226,6 +226,12 @@ pub fn decode_request(mut frame: Bytes) -> Result<(RequestHeader, RequestKind), 
     Ok((header, body))
 }
 
+/// Kafka's feature naming the transaction protocol's version, and its level here.
+const TRANSACTION_VERSION: &str = "transaction.version";
+const TRANSACTIONS_V2: i16 = 2;
+/// The epoch of the finalized features (they never change).
+const FEATURES_EPOCH: i64 = 1;
+
 /// ApiVersions: answered for any version; a version we do not speak gets v0 with
 /// UNSUPPORTED_VERSION and our list, as Kafka does.
 pub fn api_versions(header: &RequestHeader) -> Reply {
@@ -241,6 +247,23 @@ pub fn api_versions(header: &RequestHeader) -> Reply {
     let range = ApiVersionsRequest::VERSIONS;
     let mut version = header.request_api_version;
     let mut body = ApiVersionsResponse::default().with_api_keys(keys);
+    // KIP-584's features (v3+, tagged): `transaction.version` 2 is finalized, so Kafka 4's Java
+    // producer speaks transactions v2 (KIP-890 part 2). As Kafka's `ApiVersionsResponse` does, a
+    // feature whose lowest version is 0 is listed as supported from v4 only (v3 clients misread
+    // it), and a finalized one with min = max = its level; the epoch never changes here (it is
+    // Kafka's metadata offset), and the client takes features only from an epoch of 0 or more.
+    if version >= 4 {
+        body = body.with_supported_features(vec![api_versions_response::SupportedFeatureKey::default()
+            .with_name(StrBytes::from_static_str(TRANSACTION_VERSION))
+            .with_min_version(0)
+            .with_max_version(TRANSACTIONS_V2)]);
+    }
+    body = body.with_finalized_features_epoch(FEATURES_EPOCH).with_finalized_features(vec![
+        api_versions_response::FinalizedFeatureKey::default()
+            .with_name(StrBytes::from_static_str(TRANSACTION_VERSION))
+            .with_min_version_level(TRANSACTIONS_V2)
+            .with_max_version_level(TRANSACTIONS_V2),
+    ]);
     if !(range.min..=range.max).contains(&version) {
         body = body.with_error_code(ErrorCode::UnsupportedVersion.code());
         version = 0;

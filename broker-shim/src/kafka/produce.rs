@@ -1,5 +1,7 @@
 //! Produce: acks checked, a transactional producer's batches verified against its ongoing
-//! transaction (WRITE on the transactional id; KIP-890 part 1), each topic authorized (WRITE), each partition's records checked to be
+//! transaction (WRITE on the transactional id; KIP-890 part 1) or, from v12 (transactions v2,
+//! KIP-890 part 2), their partitions added to it first, as Kafka's `ReplicaManager` has the
+//! transaction coordinator add them; each topic authorized (WRITE), each partition's records checked to be
 //! exactly one valid batch (`crate::validate`) and enqueued on the producer *before the next
 //! request is read* (so a pipelining producer keeps its order); the answer waits for the commits.
 //! acks=0 sends no answer, and a failure closes the connection. It must not commit anything
@@ -67,14 +69,25 @@ pub(super) async fn produce(l: Arc<Session>, header: RequestHeader, req: Produce
                 encode(ApiKey::Produce, &header, v, &body)
             });
         }
-        txn = Some(TxnContext { state: l.shim.transactions.describe(&id).await });
+        txn = Some(TxnContext { id, state: Err(UNREAD) });
+    }
+    let mut topics = Vec::with_capacity(req.topic_data.len());
+    for t in req.topic_data {
+        let topic = l.topic(&access, Operation::Write, t.name.as_str()).await;
+        topics.push((t, topic));
+    }
+    if let Some(txn) = txn.as_mut() {
+        txn.state = if v >= 12 {
+            added_implicitly(&l, &txn.id, &topics).await
+        } else {
+            l.shim.transactions.describe(&txn.id).await.map_err(|_| UNREAD)
+        };
     }
 
     // Enqueue every batch now, in request order; wait for the commits in the future.
     type Waits = Result<Vec<Waiting>, KafkaError>;
     let mut plan: Vec<(TopicName, Vec<(i32, Waits, bool)>)> = vec![];
-    for t in req.topic_data {
-        let topic = l.topic(&access, Operation::Write, t.name.as_str()).await;
+    for (t, topic) in topics {
         let mut parts = vec![];
         for p in t.partition_data {
             let mut log_append_time = false;
@@ -190,9 +203,55 @@ async fn submit_partition(
     Ok((producer.submit_all(topic.id, partition, validated).await?, log_append_time))
 }
 
-/// A transactional Produce's transaction, as stored when the request was read.
+/// A transactional Produce's transaction, as stored when the request was read (v0–v11, which
+/// only verify), or once its partitions were added to it (v12+, transactions v2).
 struct TxnContext {
-    state: Result<Option<diskless_proto::v1::Transaction>, ErrorCode>,
+    id: String,
+    state: Result<Option<diskless_proto::v1::Transaction>, (ErrorCode, &'static str)>,
+}
+
+/// The transaction's state could not be read. Nothing was committed: the producer may send the
+/// batches again.
+const UNREAD: (ErrorCode, &str) = (ErrorCode::RequestTimedOut, "the transaction's state could not be read");
+
+/// Produce v12+ (transactions v2, KIP-890 part 2): the partitions of the request's transactional
+/// batches added to their producer's transaction, as Kafka's partition leader has the
+/// coordinator add them (`AddPartitionsToTxnManager`, with its error mapping: a fenced producer
+/// reads INVALID_PRODUCER_EPOCH; a coordinator out of reach, which Kafka answers
+/// NOT_ENOUGH_REPLICAS, is REQUEST_TIMED_OUT here, retriable alike). Batches that do not parse, and partitions that do not
+/// exist or may not be written, are left for the checks that refuse them.
+async fn added_implicitly(
+    l: &Session,
+    id: &str,
+    topics: &[(produce_request::TopicProduceData, Result<TopicMeta, KafkaError>)],
+) -> Result<Option<diskless_proto::v1::Transaction>, (ErrorCode, &'static str)> {
+    let mut producer = None;
+    let mut partitions = vec![];
+    for (t, topic) in topics {
+        let Ok(topic) = topic else { continue };
+        for p in &t.partition_data {
+            let Some(records) = p.records.as_deref() else { continue };
+            let Ok(h) = crate::wal::record_batch::parse(records) else { continue };
+            if h.is_transactional() && l.partition(topic, p.index).is_ok() {
+                // One producer per request; a batch of another is refused by its verification.
+                producer.get_or_insert((h.producer_id, h.producer_epoch));
+                partitions.push((topic.id, p.index));
+            }
+        }
+    }
+    let Some((producer_id, epoch)) = producer else {
+        return l.shim.transactions.describe(id).await.map_err(|_| UNREAD);
+    };
+    match l.shim.transactions.add_implicitly(id, producer_id, epoch, &partitions).await {
+        Ok(t) => Ok(Some(t)),
+        Err(ErrorCode::ProducerFenced) => {
+            Err((ErrorCode::InvalidProducerEpoch, "the producer's epoch is not its transactional id's"))
+        }
+        Err(ErrorCode::CoordinatorNotAvailable | ErrorCode::NotCoordinator | ErrorCode::CoordinatorLoadInProgress) => {
+            Err((ErrorCode::RequestTimedOut, "the transaction's state could not be read or stored"))
+        }
+        Err(code) => Err((code, "the partition could not be added to the producer's transaction")),
+    }
 }
 
 impl TxnContext {
@@ -200,8 +259,7 @@ impl TxnContext {
     fn verify(&self, producer_id: i64, epoch: i16, p: crate::transactions::TxnPartition) -> Result<u64, KafkaError> {
         let refused = |code: ErrorCode, why: &str| KafkaError::new(code, why.to_string());
         match &self.state {
-            // Nothing was committed: the producer may send it again.
-            Err(_) => Err(refused(ErrorCode::RequestTimedOut, "the transaction's state could not be read")),
+            Err((code, why)) => Err(refused(*code, why)),
             Ok(None) => Err(refused(ErrorCode::InvalidTxnState, "the transactional id has no transaction")),
             Ok(Some(t)) => crate::transactions::verify_in(t, producer_id, epoch, &p).map_err(|code| {
                 refused(code, "the batch is not part of its producer's ongoing transaction (was the partition added?)")

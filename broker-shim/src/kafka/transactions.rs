@@ -1,6 +1,8 @@
-//! The Kafka APIs of transactions (protocol v1, KIP-98 with KIP-360): InitProducerId with a
-//! transactional id, AddPartitionsToTxn (v0–v3, the producer's form), AddOffsetsToTxn, EndTxn
-//! (v0–v4), TxnOffsetCommit, DescribeTransactions and ListTransactions, over the broker's
+//! The Kafka APIs of transactions (protocols v1, KIP-98 with KIP-360, and v2, KIP-890 part 2):
+//! InitProducerId with a transactional id, AddPartitionsToTxn (v0–v3, the producer's form),
+//! AddOffsetsToTxn, EndTxn (v0–v4, and v5+: transactions v2, the bumped epoch answered),
+//! TxnOffsetCommit (v5+ adding its group to the transaction), DescribeTransactions and
+//! ListTransactions, over the broker's
 //! `transactions::TransactionCoordinator`; FindCoordinator(TRANSACTION) is `groups`'.
 //!
 //! Follows Kafka's `KafkaApis` (`handleInitProducerIdRequest`, `handleAddPartitionsToTxnRequest`,
@@ -151,12 +153,22 @@ pub(super) async fn end_txn(l: &Session, header: &RequestHeader, req: EndTxnRequ
     let v = header.request_api_version;
     let id = req.transactional_id.0.to_string();
     let access = l.access().await;
+    let (pid, epoch, commit) = (req.producer_id.0, req.producer_epoch, req.committed);
+    let t = &l.shim.transactions;
+    // v5+ is transactions v2 (KIP-890 part 2): the epoch bumped, the new one answered.
     let r = match admit(l, &access, Operation::Write, &id) {
-        Ok(()) => l.shim.transactions.end_txn(&id, req.producer_id.0, req.producer_epoch, req.committed).await,
+        Ok(()) if v >= 5 => t.end_txn_v2(&id, pid, epoch, commit).await,
+        Ok(()) => t.end_txn(&id, pid, epoch, commit).await.map(|()| (-1, -1)),
         Err(e) => Err(e),
     };
-    let code = fenced_for(r.err().unwrap_or(ErrorCode::None), v, 2);
-    encode(ApiKey::EndTxn, header, v, &EndTxnResponse::default().with_error_code(code.code()))
+    let body = match r {
+        Ok((pid, epoch)) => EndTxnResponse::default().with_producer_id(ProducerId(pid)).with_producer_epoch(epoch),
+        Err(code) => EndTxnResponse::default()
+            .with_error_code(fenced_for(code, v, 2).code())
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1),
+    };
+    encode(ApiKey::EndTxn, header, v, &body)
 }
 
 pub(super) async fn describe_transactions(
@@ -305,8 +317,12 @@ pub(super) async fn txn_offset_commit(l: &Session, header: &RequestHeader, req: 
         answers.push((t.name.clone(), parts));
     }
     if !offsets.is_empty() {
-        let staged =
-            l.shim.transactions.stage_offsets(&id, req.producer_id.0, req.producer_epoch, &group_id, offsets).await;
+        // v5+ (transactions v2) adds the group to the transaction itself, as Kafka's group
+        // coordinator does (no AddOffsetsToTxn); a fenced producer reads INVALID_PRODUCER_EPOCH.
+        let add_group = v >= 5;
+        let (pid, epoch) = (req.producer_id.0, req.producer_epoch);
+        let staged = l.shim.transactions.stage_offsets(&id, pid, epoch, &group_id, offsets, add_group).await;
+        let staged = staged.map_err(|c| if add_group { fenced_for(c, 0, 1) } else { c });
         if let Err(code) = staged {
             for (_, parts) in &mut answers {
                 for (_, c) in parts.iter_mut().filter(|(_, c)| *c == ErrorCode::None) {

@@ -10,9 +10,10 @@
 //! believe they coordinate an id are serialized by the version: the later store is refused and its
 //! client told CONCURRENT_TRANSACTIONS, and retries.
 //!
-//! Transactions v1 (KIP-98 with KIP-360 and KIP-890 part 1), as the clients we serve speak it:
-//! one producer epoch across transactions, bumped by InitProducerId and by the abort of a
-//! transaction that timed out (fencing its producer). Each transaction gets a number
+//! Transactions v1 (KIP-98 with KIP-360 and KIP-890 part 1), as librdkafka, aiokafka,
+//! kafka-python and KafkaJS speak it: one producer epoch across transactions, bumped by
+//! InitProducerId and by the abort of a transaction that timed out (fencing its producer).
+//! Transactions v2's transitions (an epoch bump at every end) are `v2`'s, over the same record. Each transaction gets a number
 //! (`Transaction.txn_number`), which its verified batches and its markers carry: a marker so ends
 //! only its own transaction, and a batch of an ended transaction is refused (see the coordinator's
 //! `partition_txns`). It must not speak the Kafka protocol nor decide ownership (the Kafka handlers
@@ -31,17 +32,20 @@ use super::store::{Listed, Marker, StoreError, TxnStore};
 /// A partition of a transaction: topic id and index.
 pub type TxnPartition = ([u8; 16], i32);
 
-const EMPTY: &str = "Empty";
-const ONGOING: &str = "Ongoing";
-const PREPARE_COMMIT: &str = "PrepareCommit";
-const PREPARE_ABORT: &str = "PrepareAbort";
-const COMPLETE_COMMIT: &str = "CompleteCommit";
-const COMPLETE_ABORT: &str = "CompleteAbort";
+pub(super) const EMPTY: &str = "Empty";
+pub(super) const ONGOING: &str = "Ongoing";
+pub(super) const PREPARE_COMMIT: &str = "PrepareCommit";
+pub(super) const PREPARE_ABORT: &str = "PrepareAbort";
+pub(super) const COMPLETE_COMMIT: &str = "CompleteCommit";
+pub(super) const COMPLETE_ABORT: &str = "CompleteAbort";
 const PREPARE_EPOCH_FENCE: &str = "PrepareEpochFence";
 
 /// How long an end of a transaction keeps writing markers that fail for a retriable reason.
 const MARKER_PATIENCE: Duration = Duration::from_secs(20);
 const LOCK_STRIPES: usize = 64;
+/// How many times an add refused because another broker stored the id is tried again (20 ms
+/// apart, about Kafka's `add.partitions.to.txn.retry.backoff.max.ms`).
+const ADD_RETRIES: usize = 5;
 
 /// The transactional ids this broker coordinates.
 pub struct TransactionCoordinator {
@@ -52,7 +56,7 @@ pub struct TransactionCoordinator {
     locks: Vec<tokio::sync::Mutex<()>>,
 }
 
-fn is_prepare(state: &str) -> bool {
+pub(super) fn is_prepare(state: &str) -> bool {
     matches!(state, PREPARE_COMMIT | PREPARE_ABORT | PREPARE_EPOCH_FENCE)
 }
 
@@ -61,7 +65,7 @@ fn now_ms() -> i64 {
 }
 
 /// Kafka's checks of the producer a request names against the id's state.
-fn check_producer(t: &Transaction, producer_id: i64, epoch: i16) -> Result<(), ErrorCode> {
+pub(super) fn check_producer(t: &Transaction, producer_id: i64, epoch: i16) -> Result<(), ErrorCode> {
     if t.producer_id != producer_id {
         return Err(ErrorCode::InvalidProducerIdMapping);
     }
@@ -98,12 +102,12 @@ impl TransactionCoordinator {
         Arc::new(TransactionCoordinator { store, identity, config, locks })
     }
 
-    fn lock(&self, id: &str) -> &tokio::sync::Mutex<()> {
+    pub(super) fn lock(&self, id: &str) -> &tokio::sync::Mutex<()> {
         let h = id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
         &self.locks[(h % LOCK_STRIPES as u64) as usize]
     }
 
-    async fn load(&self, id: &str) -> Result<Option<Transaction>, ErrorCode> {
+    pub(super) async fn load(&self, id: &str) -> Result<Option<Transaction>, ErrorCode> {
         self.store.load(id).await.map_err(|e| {
             tracing::info!(transactional_id = id, error = %e, "loading a transactional id failed");
             ErrorCode::CoordinatorNotAvailable
@@ -112,7 +116,7 @@ impl TransactionCoordinator {
 
     /// Stores `t` over version `expected`; a refusal for a newer version stored is
     /// CONCURRENT_TRANSACTIONS (the client retries, this broker reads it again).
-    async fn put(&self, id: &str, mut t: Transaction, expected: u64) -> Result<Transaction, ErrorCode> {
+    pub(super) async fn put(&self, id: &str, mut t: Transaction, expected: u64) -> Result<Transaction, ErrorCode> {
         t.owner = self.identity.clone();
         match self.store.store(id, t, expected).await {
             Ok(stored) => Ok(stored),
@@ -134,7 +138,7 @@ impl TransactionCoordinator {
     /// Writes the markers of a prepared end, again until every partition answered (a partition
     /// gone, or whose producer moved to a later epoch, has nothing left to end), then stores the
     /// Complete state. Returns what was stored.
-    async fn complete(&self, id: &str, t: Transaction) -> Result<Transaction, ErrorCode> {
+    pub(super) async fn complete(&self, id: &str, t: Transaction) -> Result<Transaction, ErrorCode> {
         let commit = t.state == PREPARE_COMMIT;
         let epoch = i16::try_from(t.producer_epoch).map_err(|_| ErrorCode::UnknownServerError)?;
         let mut left: Vec<Marker> = t
@@ -191,13 +195,23 @@ impl TransactionCoordinator {
             self.commit_offsets(id, &t).await?;
         }
         let version = t.version;
-        let done = Transaction {
+        let mut done = Transaction {
             state: if commit { COMPLETE_COMMIT } else { COMPLETE_ABORT }.to_string(),
             partitions: vec![],
             groups: vec![],
             pending_offsets: vec![],
             ..t
         };
+        if done.producer_epoch >= i32::from(i16::MAX) {
+            // The epoch is exhausted (transactions v2 bump it at every end): the id moves to a new
+            // producer id at epoch 0, Kafka's `nextProducerId`; the old one is kept as the last, so
+            // a client retrying this end is answered the new one.
+            let fresh = self.store.new_producer_id().await.map_err(|_| ErrorCode::CoordinatorNotAvailable)?;
+            done.last_producer_id = done.producer_id;
+            done.last_producer_epoch = i32::from(i16::MAX) - 1;
+            done.producer_id = fresh;
+            done.producer_epoch = 0;
+        }
         self.put(id, done, version).await
     }
 
@@ -230,7 +244,8 @@ impl TransactionCoordinator {
     /// fenced (a transaction that timed out, or a new producer's InitProducerId).
     async fn fence_abort(&self, id: &str, t: Transaction) -> Result<Transaction, ErrorCode> {
         let version = t.version;
-        let bumped = if t.producer_epoch < i32::from(i16::MAX) - 1 { t.producer_epoch + 1 } else { t.producer_epoch };
+        // At the last epoch the completion moves the id to a new producer id.
+        let bumped = (t.producer_epoch + 1).min(i32::from(i16::MAX));
         let prepared = Transaction {
             state: PREPARE_ABORT.to_string(),
             last_producer_id: t.producer_id,
@@ -243,7 +258,7 @@ impl TransactionCoordinator {
     }
 
     /// The state of `id` with no end left half done (finished first if one was).
-    async fn settled(&self, id: &str) -> Result<Option<Transaction>, ErrorCode> {
+    pub(super) async fn settled(&self, id: &str) -> Result<Option<Transaction>, ErrorCode> {
         match self.load(id).await? {
             Some(t) if is_prepare(&t.state) => Ok(Some(self.complete(id, t).await?)),
             other => Ok(other),
@@ -319,44 +334,56 @@ impl TransactionCoordinator {
     }
 
     /// Adds partitions and consumer groups to the producer's transaction, beginning one (a new
-    /// number) when none is ongoing. Nothing is stored when all are in it already.
-    async fn add(
+    /// number) when none is ongoing, and returns the transaction. Nothing is stored when all are
+    /// in it already. Another broker storing the id meanwhile (a transactions v2 produce adds its
+    /// partitions on the broker it reaches) is waited out a few times, as Kafka's partition
+    /// leader retries CONCURRENT_TRANSACTIONS for 100 ms, before CONCURRENT_TRANSACTIONS is told.
+    pub(super) async fn add(
         &self,
         id: &str,
         producer_id: i64,
         epoch: i16,
         partitions: &[TxnPartition],
         group: Option<&str>,
-    ) -> Result<(), ErrorCode> {
+    ) -> Result<Transaction, ErrorCode> {
         let _serial = self.lock(id).lock().await;
-        let Some(t) = self.settled(id).await? else { return Err(ErrorCode::InvalidProducerIdMapping) };
-        check_producer(&t, producer_id, epoch)?;
-        let ongoing = t.state == ONGOING;
-        let group_in = group.is_none_or(|g| t.groups.iter().any(|h| h == g));
-        if ongoing && group_in && partitions.iter().all(|p| has(&t, p)) {
-            return Ok(());
-        }
-        let version = t.version;
-        let mut next = if ongoing {
-            t
-        } else {
-            Transaction {
-                state: ONGOING.to_string(),
-                txn_number: t.txn_number + 1,
-                partitions: vec![],
-                groups: vec![],
-                ..t
+        let mut tries = 0;
+        loop {
+            let Some(t) = self.settled(id).await? else { return Err(ErrorCode::InvalidProducerIdMapping) };
+            check_producer(&t, producer_id, epoch)?;
+            let ongoing = t.state == ONGOING;
+            let group_in = group.is_none_or(|g| t.groups.iter().any(|h| h == g));
+            if ongoing && group_in && partitions.iter().all(|p| has(&t, p)) {
+                return Ok(t);
             }
-        };
-        for p in partitions {
-            if !has(&next, p) {
-                next.partitions.push(transaction::Partition { topic_id: p.0.to_vec(), partition_index: p.1 });
+            let version = t.version;
+            let mut next = if ongoing {
+                t
+            } else {
+                Transaction {
+                    state: ONGOING.to_string(),
+                    txn_number: t.txn_number + 1,
+                    partitions: vec![],
+                    groups: vec![],
+                    ..t
+                }
+            };
+            for p in partitions {
+                if !has(&next, p) {
+                    next.partitions.push(transaction::Partition { topic_id: p.0.to_vec(), partition_index: p.1 });
+                }
+            }
+            if let Some(g) = group.filter(|_| !group_in) {
+                next.groups.push(g.to_string());
+            }
+            match self.put(id, next, version).await {
+                Err(ErrorCode::ConcurrentTransactions) if tries < ADD_RETRIES => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                r => return r,
             }
         }
-        if let Some(g) = group.filter(|_| !group_in) {
-            next.groups.push(g.to_string());
-        }
-        self.put(id, next, version).await.map(|_| ())
     }
 
     /// AddPartitionsToTxn (v0–v3, from a producer).
@@ -367,17 +394,18 @@ impl TransactionCoordinator {
         epoch: i16,
         partitions: &[TxnPartition],
     ) -> Result<(), ErrorCode> {
-        self.add(id, producer_id, epoch, partitions, None).await
+        self.add(id, producer_id, epoch, partitions, None).await.map(|_| ())
     }
 
     /// AddOffsetsToTxn: the group whose offsets the transaction commits.
     pub async fn add_offsets(&self, id: &str, producer_id: i64, epoch: i16, group_id: &str) -> Result<(), ErrorCode> {
-        self.add(id, producer_id, epoch, &[], Some(group_id)).await
+        self.add(id, producer_id, epoch, &[], Some(group_id)).await.map(|_| ())
     }
 
-    /// TxnOffsetCommit: `offsets` of `group_id` (added by AddOffsetsToTxn) kept with the
-    /// transaction, committed to the group at its COMMIT, dropped at its ABORT; a later offset of
-    /// the same partition replaces an earlier one. The caller checked the group member.
+    /// TxnOffsetCommit: `offsets` of `group_id` (added by AddOffsetsToTxn, or here when
+    /// `add_group`: TxnOffsetCommit v5+, transactions v2) kept with the transaction, committed to
+    /// the group at its COMMIT, dropped at its ABORT; a later offset of the same partition
+    /// replaces an earlier one. The caller checked the group member.
     pub async fn stage_offsets(
         &self,
         id: &str,
@@ -385,7 +413,11 @@ impl TransactionCoordinator {
         epoch: i16,
         group_id: &str,
         offsets: Vec<PendingOffset>,
+        add_group: bool,
     ) -> Result<(), ErrorCode> {
+        if add_group {
+            self.add(id, producer_id, epoch, &[], Some(group_id)).await?;
+        }
         let _serial = self.lock(id).lock().await;
         // This broker coordinates the group, maybe not the transactional id: the id's own
         // coordinator may store between the read and the store here, so a refused store is tried

@@ -214,11 +214,11 @@ async fn a_transactions_offsets_are_committed_with_it_and_dropped_with_its_abort
         metadata: None,
     };
     // Offsets of a group not added to the transaction are refused.
-    assert_eq!(c.stage_offsets("t", pid, e, "g", vec![offset(5)]).await, Err(ErrorCode::InvalidTxnState));
+    assert_eq!(c.stage_offsets("t", pid, e, "g", vec![offset(5)], false).await, Err(ErrorCode::InvalidTxnState));
     c.add_offsets("t", pid, e, "g").await.unwrap();
-    c.stage_offsets("t", pid, e, "g", vec![offset(5)]).await.unwrap();
-    c.stage_offsets("t", pid, e, "g", vec![offset(7)]).await.unwrap();
-    assert_eq!(c.stage_offsets("t", pid, e + 1, "g", vec![offset(9)]).await, Err(ErrorCode::ProducerFenced));
+    c.stage_offsets("t", pid, e, "g", vec![offset(5)], false).await.unwrap();
+    c.stage_offsets("t", pid, e, "g", vec![offset(7)], false).await.unwrap();
+    assert_eq!(c.stage_offsets("t", pid, e + 1, "g", vec![offset(9)], false).await, Err(ErrorCode::ProducerFenced));
     assert!(fake.committed.lock().unwrap().is_empty(), "nothing committed before the transaction");
     c.end_txn("t", pid, e, true).await.unwrap();
     let committed = fake.committed.lock().unwrap().clone();
@@ -226,7 +226,7 @@ async fn a_transactions_offsets_are_committed_with_it_and_dropped_with_its_abort
     assert!(c.describe("t").await.unwrap().unwrap().pending_offsets.is_empty());
     // An aborted transaction's offsets are dropped.
     c.add_offsets("t", pid, e, "g").await.unwrap();
-    c.stage_offsets("t", pid, e, "g", vec![offset(11)]).await.unwrap();
+    c.stage_offsets("t", pid, e, "g", vec![offset(11)], false).await.unwrap();
     c.end_txn("t", pid, e, false).await.unwrap();
     assert_eq!(fake.committed.lock().unwrap().len(), 1);
 }
@@ -248,4 +248,94 @@ async fn an_idle_transactional_id_is_forgotten_by_the_timer_and_an_open_one_neve
     assert_eq!(c.describe("busy").await.unwrap().unwrap().state, "Ongoing", "an open transaction stays");
     // Its producer starts over: the id is new to the coordinator.
     assert_eq!(c.add_partitions("idle", pid, e, &[P0]).await, Err(ErrorCode::InvalidProducerIdMapping));
+}
+
+#[tokio::test]
+async fn v2_an_end_bumps_the_epoch_its_markers_carry_it_and_a_retry_is_answered_again() {
+    let (fake, c) = coordinator();
+    let (pid, e) = c.init_producer_id("t", 60_000, None).await.unwrap();
+    // Produce v12 adds its partitions itself: the first add begins transaction 1.
+    let t = c.add_implicitly("t", pid, e, &[P0, P1]).await.unwrap();
+    assert_eq!((t.state.as_str(), t.txn_number, t.partitions.len()), ("Ongoing", 1, 2));
+    assert_eq!(c.add_implicitly("t", pid, e, &[P0]).await.unwrap().version, t.version, "nothing stored again");
+    assert_eq!(c.end_txn_v2("t", pid, e, true).await, Ok((pid, e + 1)));
+    let markers = fake.markers.lock().unwrap().clone();
+    assert_eq!(markers.len(), 2);
+    assert!(markers.iter().all(|m| m.commit && m.producer_epoch == e + 1 && m.txn_number == 1));
+    // The client's retry (its answer lost) is answered the same; an abort of it is refused.
+    assert_eq!(c.end_txn_v2("t", pid, e, true).await, Ok((pid, e + 1)));
+    assert_eq!(c.end_txn_v2("t", pid, e, false).await, Err(ErrorCode::InvalidTxnState));
+    // A late batch of the ended transaction carries the old epoch: fenced.
+    assert_eq!(c.add_implicitly("t", pid, e, &[P0]).await.err(), Some(ErrorCode::ProducerFenced));
+    // The next transaction, with the new epoch.
+    let t = c.add_implicitly("t", pid, e + 1, &[P1]).await.unwrap();
+    assert_eq!((t.txn_number, t.producer_epoch), (2, i32::from(e) + 1));
+    assert_eq!(c.end_txn_v2("t", pid, e + 1, false).await, Ok((pid, e + 2)));
+    assert_eq!(c.end_txn_v2("t", pid, e + 1, false).await, Ok((pid, e + 2)), "an abort's retry");
+    assert_eq!(c.end_txn_v2("t", pid, e, false).await, Err(ErrorCode::ProducerFenced), "two epochs back");
+    assert_eq!(c.end_txn_v2("t", pid + 1, e + 2, false).await, Err(ErrorCode::InvalidProducerIdMapping));
+}
+
+#[tokio::test]
+async fn v2_an_abort_with_nothing_ongoing_bumps_the_epoch_and_a_commit_is_refused() {
+    let (fake, c) = coordinator();
+    let (pid, e) = c.init_producer_id("t", 60_000, None).await.unwrap();
+    assert_eq!(c.end_txn_v2("t", pid, e, true).await, Err(ErrorCode::InvalidTxnState));
+    assert_eq!(c.end_txn_v2("t", pid, e, false).await, Ok((pid, e + 1)));
+    assert!(fake.markers.lock().unwrap().is_empty(), "no partition: no marker");
+    let t = c.describe("t").await.unwrap().unwrap();
+    assert_eq!((t.state.as_str(), t.producer_epoch), ("CompleteAbort", i32::from(e) + 1));
+}
+
+#[tokio::test]
+async fn v2_the_last_epoch_moves_the_id_to_a_new_producer_id_and_the_retry_learns_it() {
+    let (fake, c) = coordinator();
+    let (pid, _) = c.init_producer_id("t", 60_000, None).await.unwrap();
+    let last = i16::MAX - 1;
+    fake.txns.lock().unwrap().get_mut("t").unwrap().producer_epoch = i32::from(last);
+    c.add_implicitly("t", pid, last, &[P0]).await.unwrap();
+    let (pid2, e2) = c.end_txn_v2("t", pid, last, true).await.unwrap();
+    assert_ne!(pid2, pid);
+    assert_eq!(e2, 0);
+    // The markers went out with the old producer id at the bumped epoch.
+    let markers = fake.markers.lock().unwrap().clone();
+    assert_eq!((markers[0].producer_id, markers[0].producer_epoch), (pid, i16::MAX));
+    assert_eq!(c.end_txn_v2("t", pid, last, true).await, Ok((pid2, 0)), "the retry learns the new id");
+    assert_eq!(c.add_implicitly("t", pid, last, &[P0]).await.err(), Some(ErrorCode::InvalidProducerIdMapping));
+    assert_eq!(c.add_implicitly("t", pid2, 0, &[P0]).await.unwrap().txn_number, 2);
+}
+
+#[tokio::test]
+async fn v2_txn_offset_commit_adds_its_group_and_the_offsets_commit_with_the_transaction() {
+    let (fake, c) = coordinator();
+    let (pid, e) = c.init_producer_id("t", 60_000, None).await.unwrap();
+    let offset = PendingOffset {
+        group_id: "g".into(),
+        topic_id: vec![1; 16],
+        partition_index: 0,
+        offset: 42,
+        leader_epoch: -1,
+        metadata: None,
+    };
+    // No AddOffsetsToTxn: TxnOffsetCommit v5 begins the transaction and adds the group itself.
+    c.stage_offsets("t", pid, e, "g", vec![offset.clone()], true).await.unwrap();
+    let t = c.describe("t").await.unwrap().unwrap();
+    assert_eq!((t.state.as_str(), t.groups.clone()), ("Ongoing", vec!["g".to_string()]));
+    assert_eq!(c.stage_offsets("t", pid, e + 1, "g", vec![offset], true).await, Err(ErrorCode::ProducerFenced));
+    assert_eq!(c.end_txn_v2("t", pid, e, true).await, Ok((pid, e + 1)));
+    assert_eq!(fake.committed.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn v2_a_timed_out_transaction_is_aborted_and_its_producer_learns_the_epoch_by_aborting() {
+    let (fake, c) = coordinator();
+    let (pid, e) = c.init_producer_id("t", 1, None).await.unwrap();
+    c.add_implicitly("t", pid, e, &[P0]).await.unwrap();
+    fake.txns.lock().unwrap().get_mut("t").unwrap().started_ms = 1;
+    c.check(&|_| true).await;
+    // Its batches are fenced; its abort is the retry of the abort the timer made (Kafka 4's rule).
+    assert_eq!(c.add_implicitly("t", pid, e, &[P0]).await.err(), Some(ErrorCode::ProducerFenced));
+    assert_eq!(c.end_txn_v2("t", pid, e, true).await, Err(ErrorCode::InvalidTxnState));
+    assert_eq!(c.end_txn_v2("t", pid, e, false).await, Ok((pid, e + 1)));
+    assert_eq!(c.add_implicitly("t", pid, e + 1, &[P0]).await.unwrap().txn_number, 2);
 }

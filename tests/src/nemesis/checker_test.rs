@@ -224,7 +224,7 @@ fn txn_produce(h: &History, tp: (&str, i32), txn: &str, values: &[&str], offset:
 
 fn end_txn(h: &History, txn: &str, commit: bool, out: Outcome) {
     tick();
-    let id = h.invoke(7, Op::EndTxn { via: Via::Kafka, target: 0, txn: txn.into(), commit });
+    let id = h.invoke(7, Op::EndTxn { via: Via::Kafka, target: 0, txn: txn.into(), commit, v2: false });
     tick();
     h.complete(7, id, out);
 }

@@ -75,6 +75,9 @@ pub enum Op {
         target: u64,
         txn: String,
         commit: bool,
+        /// EndTxn v5 (transactions v2: the producer's epoch bumped by the end).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        v2: bool,
     },
     /// A strict (linearizable) ListOffsets: latest (-1) or earliest (-2).
     ListOffsets {
@@ -119,7 +122,15 @@ impl Op {
             }
             Op::Read { via, isolation: 1, .. } => ("read-committed", via),
             Op::Read { via, wait_ms, .. } => (if *wait_ms > 0 { "tail-read" } else { "read" }, via),
-            Op::EndTxn { via, commit, .. } => (if *commit { "end-txn-commit" } else { "end-txn-abort" }, via),
+            Op::EndTxn { via, commit, v2, .. } => (
+                match (*commit, *v2) {
+                    (true, false) => "end-txn-commit",
+                    (false, false) => "end-txn-abort",
+                    (true, true) => "end-txn-commit-v2",
+                    (false, true) => "end-txn-abort-v2",
+                },
+                via,
+            ),
             Op::ListOffsets { via, timestamp, .. } => {
                 (if *timestamp == -2 { "list-offsets-earliest" } else { "list-offsets-latest" }, via)
             }

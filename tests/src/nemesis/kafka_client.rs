@@ -4,7 +4,9 @@
 //! Metadata, InitProducerId, Produce (acks=-1, the caller's record batch bytes as they are, so an
 //! idempotent retry re-sends the same bytes), Fetch (one partition, or several in one long poll)
 //! and ListOffsets; for transactional producers FindCoordinator, InitProducerId with a
-//! transactional id, AddPartitionsToTxn and EndTxn (transactions v1, as librdkafka speaks them).
+//! transactional id, AddPartitionsToTxn and EndTxn (transactions v1, as librdkafka speaks them),
+//! and Produce v12, EndTxn v5 and TxnOffsetCommit v5 (transactions v2, as Kafka 4's Java
+//! producer speaks them).
 //!
 //! It must not retry or interpret errors: callers (the workload) do what real clients do.
 
@@ -25,6 +27,11 @@ const LIST_OFFSETS_V: i16 = 7;
 const FIND_COORDINATOR_V: i16 = 4;
 const ADD_PARTITIONS_TO_TXN_V: i16 = 3;
 const END_TXN_V: i16 = 3;
+/// Transactions v2 (KIP-890 part 2): Produce v12 adds its partitions to the transaction, EndTxn
+/// v5 answers the bumped epoch, TxnOffsetCommit v5 adds its group.
+const PRODUCE_TXN_V2: i16 = 12;
+const END_TXN_TXN_V2: i16 = 5;
+const TXN_OFFSET_COMMIT_TXN_V2: i16 = 5;
 
 pub struct KafkaClient {
     stream: TcpStream,
@@ -69,6 +76,9 @@ impl KafkaClient {
             (ApiKey::FindCoordinator, FIND_COORDINATOR_V),
             (ApiKey::AddPartitionsToTxn, ADD_PARTITIONS_TO_TXN_V),
             (ApiKey::EndTxn, END_TXN_V),
+            (ApiKey::Produce, PRODUCE_TXN_V2),
+            (ApiKey::EndTxn, END_TXN_TXN_V2),
+            (ApiKey::TxnOffsetCommit, TXN_OFFSET_COMMIT_TXN_V2),
         ] {
             let ok = r.api_keys.iter().any(|a| a.api_key == key as i16 && a.min_version <= v && v <= a.max_version);
             anyhow::ensure!(ok, "the broker does not speak {key:?} v{v}");
@@ -190,6 +200,63 @@ impl KafkaClient {
         Ok(self.call(&req, END_TXN_V).await?.error_code)
     }
 
+    /// EndTxn v5 (transactions v2): `(error code, producer id, epoch)`, the id and epoch the
+    /// producer continues with (-1 on error).
+    pub async fn end_txn_v2(
+        &mut self,
+        id: &str,
+        producer: (i64, i16),
+        commit: bool,
+    ) -> anyhow::Result<(i16, i64, i16)> {
+        let req = EndTxnRequest::default()
+            .with_transactional_id(TransactionalId(StrBytes::from_string(id.to_string())))
+            .with_producer_id(ProducerId(producer.0))
+            .with_producer_epoch(producer.1)
+            .with_committed(commit);
+        let r = self.call(&req, END_TXN_TXN_V2).await?;
+        Ok((r.error_code, r.producer_id.0, r.producer_epoch))
+    }
+
+    /// Produce v12 of a transactional batch (transactions v2: no AddPartitionsToTxn before it):
+    /// `(error code, base offset)`.
+    pub async fn produce_txn_v2(
+        &mut self,
+        transactional_id: &str,
+        topic: &str,
+        partition: i32,
+        batch: Bytes,
+    ) -> anyhow::Result<(i16, i64)> {
+        self.produce_at(Some(transactional_id), topic, partition, batch, PRODUCE_TXN_V2).await
+    }
+
+    /// TxnOffsetCommit v5 (transactions v2: no AddOffsetsToTxn before it) of `offset` for
+    /// partition `partition` of `topic` in group `group`, without a member (as a producer not in
+    /// the group sends it): the partition's error code.
+    pub async fn txn_offset_commit_v2(
+        &mut self,
+        id: &str,
+        producer: (i64, i16),
+        group: &str,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> anyhow::Result<i16> {
+        let req = TxnOffsetCommitRequest::default()
+            .with_transactional_id(TransactionalId(StrBytes::from_string(id.to_string())))
+            .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+            .with_producer_id(ProducerId(producer.0))
+            .with_producer_epoch(producer.1)
+            .with_generation_id(-1)
+            .with_topics(vec![txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+                .with_name(name(topic))
+                .with_partitions(vec![txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
+                    .with_partition_index(partition)
+                    .with_committed_offset(offset)])]);
+        let r = self.call(&req, TXN_OFFSET_COMMIT_TXN_V2).await?;
+        let p = r.topics.first().and_then(|t| t.partitions.first()).context("the answer names no partition")?;
+        Ok(p.error_code)
+    }
+
     /// Produces one record batch (acks = all): `(error code, base offset)`.
     pub async fn produce(&mut self, topic: &str, partition: i32, batch: Bytes) -> anyhow::Result<(i16, i64)> {
         self.produce_as(None, topic, partition, batch).await
@@ -203,6 +270,17 @@ impl KafkaClient {
         partition: i32,
         batch: Bytes,
     ) -> anyhow::Result<(i16, i64)> {
+        self.produce_at(transactional_id, topic, partition, batch, PRODUCE_V).await
+    }
+
+    async fn produce_at(
+        &mut self,
+        transactional_id: Option<&str>,
+        topic: &str,
+        partition: i32,
+        batch: Bytes,
+        version: i16,
+    ) -> anyhow::Result<(i16, i64)> {
         let id = transactional_id.map(|t| TransactionalId(StrBytes::from_string(t.to_string())));
         let req =
             ProduceRequest::default().with_transactional_id(id).with_acks(-1).with_timeout_ms(30_000).with_topic_data(
@@ -210,7 +288,7 @@ impl KafkaClient {
                     produce_request::PartitionProduceData::default().with_index(partition).with_records(Some(batch)),
                 ])],
             );
-        let r = self.call(&req, PRODUCE_V).await?;
+        let r = self.call(&req, version).await?;
         let p = r
             .responses
             .first()

@@ -1,7 +1,9 @@
 //! Transactional producers and `read_committed` consumers (issue 27), over the transactional
 //! topic only (the long-lived topics' checks know nothing of markers and aborted records).
 //!
-//! A transactional producer speaks Kafka's transaction protocol v1 as librdkafka does: it finds
+//! A transactional producer speaks Kafka's transaction protocol v1 as librdkafka does, or v2 as
+//! Kafka 4's Java producer does (no AddPartitionsToTxn: Produce v12 adds the partition; EndTxn v5
+//! answers the bumped epoch its next transaction uses from sequence 0): it finds
 //! its transactional id's coordinator (FindCoordinator), gets its producer id and epoch
 //! (InitProducerId, which fences an earlier session of the id and settles its open transaction),
 //! then per transaction adds 1–3 partitions (AddPartitionsToTxn), produces one transactional batch
@@ -93,10 +95,12 @@ impl Clients {
     }
 }
 
-/// One transactional producer (transactional id `nemesis-tx-<process>`).
+/// One transactional producer (transactional id `nemesis-tx-<process>`), of transactions v1 or
+/// v2 (half of them each, drawn from the seed).
 pub async fn txn_producer(ctx: Arc<Ctx>, process: u32, mut rng: Rng) {
     let Some(topic) = ctx.txn_topic.clone() else { return };
     let id = format!("nemesis-tx-{process}");
+    let v2 = rng.chance(0.5);
     let brokers = ctx.system.brokers.len();
     let mut clients = Clients::new(&ctx, false);
     let mut coordinator: Option<usize> = None;
@@ -141,27 +145,33 @@ pub async fn txn_producer(ctx: Arc<Ctx>, process: u32, mut rng: Rng) {
         partitions.truncate(1 + rng.below(3.min(topic.partitions as usize)));
         partitions.sort_unstable();
 
-        // AddPartitionsToTxn, retried while the answer says to.
+        // AddPartitionsToTxn, retried while the answer says to (v2: Produce adds them).
         let deadline = Instant::now() + STEP_DEADLINE;
-        let added = loop {
-            let (c, name, txid) = (coordinator.unwrap_or(c), topic.name.clone(), id.clone());
-            let parts = partitions.clone();
-            let r = clients
-                .call(&ctx, c, |k| Box::pin(async move { k.add_partitions_to_txn(&txid, p, &name, &parts).await }))
-                .await;
-            match r {
-                Ok(0) => break Some(true),
-                Ok(code) if restart_code(code) => break None,
-                Ok(code) if moved_code(code) => coordinator = find_coordinator(&ctx, &mut clients, &id, &mut rng).await,
-                // CONCURRENT_TRANSACTIONS and the like: again.
-                Ok(_) => {}
-                // Maybe added: the transaction is ended (aborted) below either way.
-                Err(_) => coordinator = find_coordinator(&ctx, &mut clients, &id, &mut rng).await,
+        let added = if v2 {
+            Some(true)
+        } else {
+            loop {
+                let (c, name, txid) = (coordinator.unwrap_or(c), topic.name.clone(), id.clone());
+                let parts = partitions.clone();
+                let r = clients
+                    .call(&ctx, c, |k| Box::pin(async move { k.add_partitions_to_txn(&txid, p, &name, &parts).await }))
+                    .await;
+                match r {
+                    Ok(0) => break Some(true),
+                    Ok(code) if restart_code(code) => break None,
+                    Ok(code) if moved_code(code) => {
+                        coordinator = find_coordinator(&ctx, &mut clients, &id, &mut rng).await
+                    }
+                    // CONCURRENT_TRANSACTIONS and the like: again.
+                    Ok(_) => {}
+                    // Maybe added: the transaction is ended (aborted) below either way.
+                    Err(_) => coordinator = find_coordinator(&ctx, &mut clients, &id, &mut rng).await,
+                }
+                if Instant::now() > deadline || ctx.stopped() {
+                    break Some(false);
+                }
+                ctx.pause(Duration::from_millis(50 + rng.range(0..200))).await;
             }
-            if Instant::now() > deadline || ctx.stopped() {
-                break Some(false);
-            }
-            ctx.pause(Duration::from_millis(50 + rng.range(0..200))).await;
         };
         let Some(added) = added else {
             // Nothing was sent in this transaction: start over.
@@ -193,7 +203,13 @@ pub async fn txn_producer(ctx: Arc<Ctx>, process: u32, mut rng: Rng) {
                 let (name, b, txid) = (topic.name.clone(), bytes.clone(), id.clone());
                 let r = clients
                     .call(&ctx, broker, |k| {
-                        Box::pin(async move { k.produce_as(Some(&txid), &name, partition, b).await })
+                        Box::pin(async move {
+                            if v2 {
+                                k.produce_txn_v2(&txid, &name, partition, b).await
+                            } else {
+                                k.produce_as(Some(&txid), &name, partition, b).await
+                            }
+                        })
                     })
                     .await;
                 let (outcome, done) = match r {
@@ -226,11 +242,18 @@ pub async fn txn_producer(ctx: Arc<Ctx>, process: u32, mut rng: Rng) {
         }
 
         let commit = all_acked && rng.chance(0.75);
-        let ended = end_txn(&ctx, &mut clients, &mut coordinator, &mut rng, process, &id, p, &tag, commit).await;
-        if !ended || !all_acked {
+        let end = End { process, id: &id, producer: p, tag: &tag, commit, v2 };
+        let ended = end_txn(&ctx, &mut clients, &mut coordinator, &mut rng, end).await;
+        match ended {
+            // Transactions v2: every end bumps the epoch, which starts at sequence 0 again.
+            Some(next) if v2 => {
+                producer = Some(next);
+                seqs.clear();
+            }
+            Some(_) if all_acked => {}
             // What the producer's partitions hold is uncertain: a new epoch starts at sequence 0,
             // and InitProducerId settles the transaction if it is still open.
-            producer = None;
+            _ => producer = None,
         }
         ctx.pause(Duration::from_millis(rng.range(0..50))).await;
     }
@@ -247,36 +270,54 @@ async fn find_coordinator(ctx: &Ctx, clients: &mut Clients, id: &str, rng: &mut 
     }
 }
 
+/// One end of a transaction to ask for.
+struct End<'a> {
+    process: u32,
+    id: &'a str,
+    producer: (i64, i16),
+    tag: &'a str,
+    commit: bool,
+    /// EndTxn v5 (transactions v2), which answers the producer's next id and epoch.
+    v2: bool,
+}
+
 /// EndTxn, retried as a client retries it (the same request, through the coordinator as found
-/// again); each attempt recorded. Whether an attempt was answered NONE.
-#[allow(clippy::too_many_arguments)]
+/// again); each attempt recorded. When an attempt was answered NONE, the producer id and epoch
+/// to go on with.
 async fn end_txn(
     ctx: &Ctx,
     clients: &mut Clients,
     coordinator: &mut Option<usize>,
     rng: &mut Rng,
-    process: u32,
-    id: &str,
-    producer: (i64, i16),
-    tag: &str,
-    commit: bool,
-) -> bool {
+    end: End<'_>,
+) -> Option<(i64, i16)> {
+    let End { process, id, producer, tag, commit, v2 } = end;
     let deadline = Instant::now() + STEP_DEADLINE;
     loop {
         if coordinator.is_none() {
             *coordinator = find_coordinator(ctx, clients, id, rng).await;
         }
         if let Some(c) = *coordinator {
-            let op = Op::EndTxn { via: Via::Kafka, target: c as u64, txn: tag.to_string(), commit };
+            let op = Op::EndTxn { via: Via::Kafka, target: c as u64, txn: tag.to_string(), commit, v2 };
             let op_id = ctx.history.invoke(process, op);
             let txid = id.to_string();
-            let r = clients.call(ctx, c, |k| Box::pin(async move { k.end_txn(&txid, producer, commit).await })).await;
+            let r = clients
+                .call(ctx, c, |k| {
+                    Box::pin(async move {
+                        if v2 {
+                            k.end_txn_v2(&txid, producer, commit).await
+                        } else {
+                            k.end_txn(&txid, producer, commit).await.map(|code| (code, producer.0, producer.1))
+                        }
+                    })
+                })
+                .await;
             // An end not answered NONE may still happen (a prepared end is finished by whichever
             // broker coordinates the id next): never a definite failure.
             let (outcome, next) = match r {
-                Ok(0) => (Outcome::Ok(Res::Done), Some(true)),
-                Ok(code) if restart_code(code) => (Outcome::Unknown(format!("error code {code}")), Some(false)),
-                Ok(code) => {
+                Ok((0, pid, epoch)) => (Outcome::Ok(Res::Done), Some(Some((pid, epoch)))),
+                Ok((code, ..)) if restart_code(code) => (Outcome::Unknown(format!("error code {code}")), Some(None)),
+                Ok((code, ..)) => {
                     if moved_code(code) {
                         *coordinator = None;
                     }
@@ -293,7 +334,7 @@ async fn end_txn(
             }
         }
         if Instant::now() > deadline || ctx.stopped() {
-            return false;
+            return None;
         }
         ctx.pause(Duration::from_millis(50 + rng.range(0..300))).await;
     }
