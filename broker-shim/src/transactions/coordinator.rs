@@ -191,8 +191,14 @@ impl TransactionCoordinator {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(1));
         }
-        if commit {
-            self.commit_offsets(id, &t).await?;
+        if commit && !t.pending_offsets.is_empty() {
+            // Only while the end is still the one prepared: a broker that took long to write the
+            // markers must not commit offsets after the producer's later transactions did (the
+            // store below would be refused, but the offsets would be written).
+            match self.load(id).await? {
+                Some(now) if now.version == t.version => self.commit_offsets(id, &t).await?,
+                _ => return Err(ErrorCode::ConcurrentTransactions),
+            }
         }
         let version = t.version;
         let mut done = Transaction {
@@ -303,7 +309,11 @@ impl TransactionCoordinator {
         };
         if let Some((pid, epoch)) = expected {
             let epoch = i32::from(epoch);
-            let retry = pid == t.last_producer_id && epoch == t.last_producer_epoch && t.state == EMPTY;
+            // Kafka's `prepareIncrementProducerEpoch`: the epoch before the last bump is a retry
+            // of the call that bumped it, or a producer recovering after its transaction was
+            // aborted for it (timed out): answered the current epoch, which it goes on with.
+            let settled = matches!(t.state.as_str(), EMPTY | COMPLETE_COMMIT | COMPLETE_ABORT);
+            let retry = pid == t.last_producer_id && epoch == t.last_producer_epoch && settled;
             if retry {
                 return Ok((t.producer_id, t.producer_epoch as i16));
             }
@@ -338,19 +348,33 @@ impl TransactionCoordinator {
     /// in it already. Another broker storing the id meanwhile (a transactions v2 produce adds its
     /// partitions on the broker it reaches) is waited out a few times, as Kafka's partition
     /// leader retries CONCURRENT_TRANSACTIONS for 100 ms, before CONCURRENT_TRANSACTIONS is told.
+    ///
+    /// `owner`: the call came to the id's coordinator (AddPartitionsToTxn, AddOffsetsToTxn), which
+    /// finishes an end left prepared first. Any other broker (the implicit adds of transactions
+    /// v2) leaves ends to the coordinator, as Kafka's partition leaders do: an end in progress is
+    /// CONCURRENT_TRANSACTIONS (the client retries), or fences a producer of an older epoch.
     pub(super) async fn add(
         &self,
         id: &str,
-        producer_id: i64,
-        epoch: i16,
+        (producer_id, epoch): (i64, i16),
         partitions: &[TxnPartition],
         group: Option<&str>,
+        owner: bool,
     ) -> Result<Transaction, ErrorCode> {
         let _serial = self.lock(id).lock().await;
         let mut tries = 0;
         loop {
-            let Some(t) = self.settled(id).await? else { return Err(ErrorCode::InvalidProducerIdMapping) };
+            let t = if owner { self.settled(id).await? } else { self.load(id).await? };
+            let Some(t) = t else { return Err(ErrorCode::InvalidProducerIdMapping) };
             check_producer(&t, producer_id, epoch)?;
+            if is_prepare(&t.state) {
+                if tries < ADD_RETRIES {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+                return Err(ErrorCode::ConcurrentTransactions);
+            }
             let ongoing = t.state == ONGOING;
             let group_in = group.is_none_or(|g| t.groups.iter().any(|h| h == g));
             if ongoing && group_in && partitions.iter().all(|p| has(&t, p)) {
@@ -394,12 +418,12 @@ impl TransactionCoordinator {
         epoch: i16,
         partitions: &[TxnPartition],
     ) -> Result<(), ErrorCode> {
-        self.add(id, producer_id, epoch, partitions, None).await.map(|_| ())
+        self.add(id, (producer_id, epoch), partitions, None, true).await.map(|_| ())
     }
 
     /// AddOffsetsToTxn: the group whose offsets the transaction commits.
     pub async fn add_offsets(&self, id: &str, producer_id: i64, epoch: i16, group_id: &str) -> Result<(), ErrorCode> {
-        self.add(id, producer_id, epoch, &[], Some(group_id)).await.map(|_| ())
+        self.add(id, (producer_id, epoch), &[], Some(group_id), true).await.map(|_| ())
     }
 
     /// TxnOffsetCommit: `offsets` of `group_id` (added by AddOffsetsToTxn, or here when
@@ -416,7 +440,7 @@ impl TransactionCoordinator {
         add_group: bool,
     ) -> Result<(), ErrorCode> {
         if add_group {
-            self.add(id, producer_id, epoch, &[], Some(group_id)).await?;
+            self.add(id, (producer_id, epoch), &[], Some(group_id), false).await?;
         }
         let _serial = self.lock(id).lock().await;
         // This broker coordinates the group, maybe not the transactional id: the id's own

@@ -339,3 +339,34 @@ async fn v2_a_timed_out_transaction_is_aborted_and_its_producer_learns_the_epoch
     assert_eq!(c.end_txn_v2("t", pid, e, false).await, Ok((pid, e + 1)));
     assert_eq!(c.add_implicitly("t", pid, e + 1, &[P0]).await.unwrap().txn_number, 2);
 }
+
+#[tokio::test]
+async fn an_implicit_add_leaves_an_end_in_progress_to_the_coordinator() {
+    let (fake, c) = coordinator();
+    let (pid, e) = c.init_producer_id("t", 60_000, None).await.unwrap();
+    c.add_partitions("t", pid, e, &[P0]).await.unwrap();
+    *fake.failing_ends.lock().unwrap() = 1_000;
+    tokio::time::pause();
+    assert_eq!(c.end_txn("t", pid, e, true).await, Err(ErrorCode::CoordinatorNotAvailable));
+    *fake.failing_ends.lock().unwrap() = 0;
+    // Another broker's implicit add (Produce v12) does not finish it: CONCURRENT_TRANSACTIONS.
+    let other = TransactionCoordinator::new(fake.clone(), TxnConfig::default(), 2);
+    assert_eq!(other.add_implicitly("t", pid, e, &[P1]).await.err(), Some(ErrorCode::ConcurrentTransactions));
+    assert_eq!(c.describe("t").await.unwrap().unwrap().state, "PrepareCommit");
+    assert!(fake.markers.lock().unwrap().is_empty());
+    // The coordinator does (the client's EndTxn retried).
+    assert_eq!(c.end_txn("t", pid, e, true).await, Ok(()));
+    assert_eq!(fake.markers.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn kip_360_a_producer_whose_transaction_timed_out_recovers_with_its_epoch() {
+    let (fake, c) = coordinator();
+    let (pid, e) = c.init_producer_id("t", 1, None).await.unwrap();
+    c.add_partitions("t", pid, e, &[P0]).await.unwrap();
+    fake.txns.lock().unwrap().get_mut("t").unwrap().started_ms = 1;
+    c.check(&|_| true).await;
+    // Kafka answers the epoch the abort bumped to, and the producer goes on with it.
+    assert_eq!(c.init_producer_id("t", 60_000, Some((pid, e))).await, Ok((pid, e + 1)));
+    c.add_partitions("t", pid, e + 1, &[P0]).await.unwrap();
+}

@@ -105,6 +105,6 @@ impl TransactionCoordinator {
         epoch: i16,
         partitions: &[TxnPartition],
     ) -> Result<Transaction, ErrorCode> {
-        self.add(id, producer_id, epoch, partitions, None).await
+        self.add(id, (producer_id, epoch), partitions, None, false).await
     }
 }
