@@ -51,6 +51,8 @@ pub struct Shim {
     pub store_faults: Option<Arc<storage::faulty::StoreFaults>>,
     /// The consumer groups this broker coordinates.
     pub groups: Arc<groups::GroupCoordinator>,
+    /// KIP-848 consumer groups.
+    pub consumer_groups: Arc<groups::consumer::ConsumerGroups>,
     /// The transactional ids this broker coordinates.
     pub transactions: Arc<transactions::TransactionCoordinator>,
     /// This broker in the broker registry; the live brokers.
@@ -109,6 +111,9 @@ impl Shim {
         cluster.start_watches(stop_rx.clone());
         let groups = groups::GroupCoordinator::new(cluster.clone(), config.groups.clone(), config.broker_id);
         tokio::spawn(groups.clone().run(stop_rx.clone()));
+        let consumer_groups =
+            groups::consumer::ConsumerGroups::new(cluster.clone(), config.groups.clone(), config.broker_id);
+        tokio::spawn(consumer_group_timers(consumer_groups.clone(), cluster.clone(), stop_rx.clone()));
         let registry = registry::Registry::new(cluster.clone(), config.registry.clone(), config.broker_id);
         // Expired transactions and ends left prepared, of the ids this broker coordinates.
         if config.advertised {
@@ -127,6 +132,7 @@ impl Shim {
             producer_ids,
             store_faults,
             groups,
+            consumer_groups,
             transactions,
             registry,
             tasks: std::sync::Mutex::new(Some(tasks)),
@@ -144,7 +150,13 @@ impl Shim {
             return None;
         }
         let groups = self.groups.clone();
+        let consumer_groups = self.consumer_groups.clone();
         let moved = move |r: &registry::Registry| {
+            for id in consumer_groups.held() {
+                if !r.owns_group(&id) {
+                    consumer_groups.release(&id);
+                }
+            }
             for id in groups.states().into_keys() {
                 if !r.owns_group(&id) {
                     tracing::info!(
@@ -177,6 +189,34 @@ impl Shim {
         drop(self);
         if let Some(t) = tasks {
             t.join().await;
+        }
+    }
+}
+
+/// The timers of the KIP-848 groups this broker coordinates, every 250 ms until `stop`, against
+/// the topic catalog as it is then (a removed member's partitions are assigned again).
+async fn consumer_group_timers(
+    groups: Arc<groups::consumer::ConsumerGroups>,
+    cluster: Arc<cluster::ClusterClient>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut every = tokio::time::interval(std::time::Duration::from_millis(250));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {
+                if groups.held().is_empty() {
+                    continue;
+                }
+                match cluster.all_topics().await {
+                    Ok(topics) => {
+                        let catalog = topics.into_iter().map(|t| (t.name, (t.id, t.partitions))).collect();
+                        groups.tick(&catalog).await;
+                    }
+                    Err(e) => tracing::debug!(error = %e, "consumer group timers: no catalog"),
+                }
+            }
+            _ = stop.changed() => return,
         }
     }
 }

@@ -83,11 +83,17 @@ pub enum ErrorCode {
     OperationNotAttempted = 55,
     TransactionalIdNotFound = 105,
     UnstableOffsetCommit = 88,
+    // KIP-848 consumer groups (issue 28).
+    FencedMemberEpoch = 110,
+    UnreleasedInstanceId = 111,
+    UnsupportedAssignor = 112,
+    StaleMemberEpoch = 113,
+    InvalidRegularExpression = 128,
 }
 
 impl ErrorCode {
     /// Every code above, for exhaustive tests and lookups.
-    pub const ALL: [ErrorCode; 64] = [
+    pub const ALL: [ErrorCode; 69] = [
         ErrorCode::None,
         ErrorCode::UnknownServerError,
         ErrorCode::OffsetOutOfRange,
@@ -152,6 +158,11 @@ impl ErrorCode {
         ErrorCode::OperationNotAttempted,
         ErrorCode::TransactionalIdNotFound,
         ErrorCode::UnstableOffsetCommit,
+        ErrorCode::FencedMemberEpoch,
+        ErrorCode::UnreleasedInstanceId,
+        ErrorCode::UnsupportedAssignor,
+        ErrorCode::StaleMemberEpoch,
+        ErrorCode::InvalidRegularExpression,
     ];
 
     /// The code as Kafka's `int16`.
@@ -242,6 +253,11 @@ impl ErrorCode {
             ErrorCode::TransactionalIdNotFound => "TRANSACTIONAL_ID_NOT_FOUND",
             ErrorCode::OffsetMetadataTooLarge => "OFFSET_METADATA_TOO_LARGE",
             ErrorCode::UnstableOffsetCommit => "UNSTABLE_OFFSET_COMMIT",
+            ErrorCode::FencedMemberEpoch => "FENCED_MEMBER_EPOCH",
+            ErrorCode::UnreleasedInstanceId => "UNRELEASED_INSTANCE_ID",
+            ErrorCode::UnsupportedAssignor => "UNSUPPORTED_ASSIGNOR",
+            ErrorCode::StaleMemberEpoch => "STALE_MEMBER_EPOCH",
+            ErrorCode::InvalidRegularExpression => "INVALID_REGULAR_EXPRESSION",
         }
     }
 

@@ -40,6 +40,10 @@ fn every_code_a_documentation_table_names_is_the_enums() {
     let mut rows = 0;
     for entry in std::fs::read_dir(&docs).expect("docs/") {
         let path = entry.expect("a docs entry").path();
+        // Pages only: docs/research/ holds notes on Kafka's sources, whose codes are Kafka's.
+        if path.is_dir() {
+            continue;
+        }
         let text = std::fs::read_to_string(&path).expect("a docs page");
         for line in text.lines() {
             // Rows like "| 42 | `INVALID_REQUEST` | ..." in any table.

@@ -109,6 +109,18 @@ impl ClusterClient {
         Ok(topics)
     }
 
+    /// Every topic, from the cache while it is younger than [`CATALOG_MAX_AGE`] (a consumer
+    /// group's subscriptions are matched against it at each heartbeat).
+    pub async fn all_topics(&self) -> Result<Vec<TopicMeta>, tonic::Status> {
+        {
+            let c = self.cached();
+            if c.loaded_at.is_some_and(|at| at.elapsed() < CATALOG_MAX_AGE) {
+                return Ok(c.by_name.values().cloned().collect());
+            }
+        }
+        self.refresh_topics().await
+    }
+
     /// Forgets a topic (after deleting it, or when the coordinator says it is unknown).
     pub fn forget_topic(&self, name: &str) {
         self.cached().by_name.remove(name);

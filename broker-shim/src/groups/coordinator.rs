@@ -68,13 +68,21 @@ impl GroupCoordinator {
         if self.lock().contains_key(group_id) {
             return Ok(());
         }
-        let loaded = match self.store.load(group_id).await {
+        let mut loaded = match self.store.load(group_id).await {
             Ok(g) => g,
             Err(e) => {
                 tracing::info!(group = group_id, error = %e, "loading a group failed");
                 return Err(ErrorCode::CoordinatorLoadInProgress);
             }
         };
+        if let Some(g) = loaded.as_mut().filter(|g| super::consumer::is_consumer_protocol(g)) {
+            // A KIP-848 group: classic members may not join while it has members (Kafka without
+            // online migration); an empty one gives way, its generation continued.
+            if !g.members.is_empty() {
+                return Err(ErrorCode::InconsistentGroupProtocol);
+            }
+            g.protocol = None;
+        }
         let now = Instant::now();
         self.lock()
             .entry(group_id.to_string())

@@ -1,5 +1,6 @@
 //! Consumer groups: the classic group protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) for
-//! the groups this broker coordinates, with member state in memory as in Kafka.
+//! the groups this broker coordinates, with member state in memory as in Kafka, and KIP-848's
+//! consumer protocol (`consumer`).
 //!
 //! - `rebalance`: one group's state machine (members, generations, rebalances, static
 //!   membership), pure: no lock, clock or I/O.
@@ -8,6 +9,8 @@
 //! - `store`: where a group is kept when this broker is gone ([`GroupStore`]: the coordinator
 //!   cluster, faked in the tests).
 //! - `api`: what the Kafka handlers ask and are told; `config`: `[groups]`.
+//! - `consumer`: KIP-848 consumer groups (`group.protocol=consumer`), whose assignments the
+//!   coordinator computes.
 //!
 //! What must survive this broker — the last completed generation and the committed offsets — is
 //! the cluster's. This module must not commit offsets (the Kafka handlers send them to the
@@ -15,6 +18,7 @@
 
 pub mod api;
 pub mod config;
+pub mod consumer;
 pub mod coordinator;
 mod rebalance;
 pub mod store;

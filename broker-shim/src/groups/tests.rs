@@ -38,7 +38,12 @@ impl GroupStore for FakeStore {
 }
 
 fn config() -> GroupConfig {
-    GroupConfig { initial_rebalance_delay_ms: 0, min_session_timeout_ms: 10, max_session_timeout_ms: 60_000 }
+    GroupConfig {
+        initial_rebalance_delay_ms: 0,
+        min_session_timeout_ms: 10,
+        max_session_timeout_ms: 60_000,
+        ..GroupConfig::default()
+    }
 }
 
 fn join(member_id: &str, instance: Option<&str>, session_ms: i32) -> JoinRequest {

@@ -19,8 +19,8 @@ use super::response::{encode, ready, Pending, Reply};
 use super::security::sasl;
 use super::session::Session;
 use super::{
-    acls, configs, epochs, fetch, group_offsets, groups, metadata, offsets, produce, producer_ids, producers, topics,
-    transactions,
+    acls, configs, consumer_groups, epochs, fetch, group_offsets, groups, metadata, offsets, produce, producer_ids,
+    producers, topics, transactions,
 };
 
 /// How a request is started.
@@ -75,7 +75,7 @@ macro_rules! later {
 
 /// Every API this broker answers. Produce and Fetch stop at 12, OffsetCommit and OffsetFetch at
 /// 9 (later versions name topics by id only), Metadata at 12, DescribeGroups at 5.
-pub(super) static APIS: [Api; 38] = [
+pub(super) static APIS: [Api; 39] = [
     Api {
         key: ApiKey::ApiVersions,
         versions: ApiVersionsRequest::VERSIONS,
@@ -176,15 +176,8 @@ pub(super) static APIS: [Api; 38] = [
         differs: "",
         start: Start::Any(|header| sasl::illegal_state(ApiKey::SaslAuthenticate, header)),
     },
-    // Advertised to be refused: a Kafka broker whose consumer protocol is off answers
-    // UNSUPPORTED_VERSION, which librdkafka reports at once as a fatal error; when the API is not
-    // advertised, a `group.protocol=consumer` client waits silently forever.
-    Api {
-        key: ApiKey::ConsumerGroupHeartbeat,
-        versions: ConsumerGroupHeartbeatRequest::VERSIONS,
-        differs: "refused: UNSUPPORTED_VERSION, \"use group.protocol=classic\" (KIP-848: issue 28)",
-        start: Start::Later(|_, header, _| Ok(ready(groups::consumer_group_heartbeat(&header)))),
-    },
+    later!(ConsumerGroupHeartbeat, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatRequest::VERSIONS, consumer_groups::consumer_group_heartbeat, "KIP-848 groups: the `uniform` (sticky) and `range` assignors; a broker taking a group over bumps its epoch; no online migration from or to a classic group with members (GROUP_ID_NOT_FOUND, INCONSISTENT_GROUP_PROTOCOL)"),
+    later!(ConsumerGroupDescribe, ConsumerGroupDescribeRequest, ConsumerGroupDescribeRequest::VERSIONS, consumer_groups::consumer_group_describe, "authorized operations not answered"),
 ];
 
 fn api(key: ApiKey) -> Option<&'static Api> {

@@ -20,20 +20,47 @@ use super::response::{encode, text as s, topic_name, Reply};
 use super::session::Session;
 use crate::authz::{Access, Operation, Resource};
 
+/// OffsetCommit's check when `group_id` is a KIP-848 group (None: it is not).
+async fn consumer_protocol_commit(
+    l: &Session,
+    group_id: &str,
+    member_id: &str,
+    member_epoch: i32,
+) -> Option<Result<i32, ErrorCode>> {
+    if l.shim.groups.has_members(group_id) {
+        return None;
+    }
+    let topics = match l.shim.cluster.all_topics().await {
+        Ok(t) => t,
+        Err(_) => return Some(Err(ErrorCode::CoordinatorNotAvailable)),
+    };
+    let catalog = topics.into_iter().map(|t| (t.name, (t.id, t.partitions))).collect();
+    l.shim.consumer_groups.check_commit(group_id, member_id, member_epoch, &catalog).await
+}
+
 pub(super) async fn offset_commit(l: &Session, header: &RequestHeader, req: OffsetCommitRequest) -> Reply {
     let v = header.request_api_version;
     let access = l.access().await;
     let group_id = req.group_id.0.to_string();
     // Any negative generation is "none", as Kafka reads it (and never the transaction
     // coordinator's own, `TXN_OFFSETS_GENERATION`, which skips the fence).
-    let generation = req.generation_id_or_member_epoch.max(-1);
+    let mut generation = req.generation_id_or_member_epoch.max(-1);
     let member_id = req.member_id.to_string();
     // Per topic: its id, or the error for all its partitions.
     let mut answers: Vec<(String, Vec<(i32, ErrorCode)>)> = vec![];
     let mut sent: Vec<(usize, usize)> = vec![];
     let mut offsets = vec![];
     let check = match may(&access, Operation::Read, &group_id).and_then(|()| owned(l, &group_id)) {
-        Ok(()) => l.shim.groups.check_commit(&group_id, generation, &member_id).await,
+        Ok(()) => match consumer_protocol_commit(l, &group_id, &member_id, req.generation_id_or_member_epoch).await {
+            // A KIP-848 member (v9+, as Kafka requires), fenced in the cluster by the group epoch.
+            Some(Ok(_)) if v < 9 && !member_id.is_empty() => Err(ErrorCode::UnsupportedVersion),
+            Some(Ok(epoch)) => {
+                generation = epoch;
+                Ok(())
+            }
+            Some(Err(code)) => Err(code),
+            None => l.shim.groups.check_commit(&group_id, generation, &member_id).await,
+        },
         Err(code) => Err(code),
     };
     for (ti, t) in req.topics.iter().enumerate() {

@@ -107,7 +107,7 @@ pub(super) async fn join_group(l: &Session, header: &RequestHeader, req: JoinGro
         member_id: req.member_id.to_string(),
         group_instance_id: req.group_instance_id.as_ref().map(|i| i.to_string()),
         client_id: header.client_id.as_ref().map(|c| c.to_string()).unwrap_or_default(),
-        client_host: String::new(),
+        client_host: l.client_host(),
         session_timeout_ms: req.session_timeout_ms,
         // v0 has no rebalance timeout: the session timeout serves.
         rebalance_timeout_ms: if v >= 1 { req.rebalance_timeout_ms } else { req.session_timeout_ms },
@@ -116,6 +116,12 @@ pub(super) async fn join_group(l: &Session, header: &RequestHeader, req: JoinGro
         require_known_member_id: v >= 4,
     };
     let out = match may(&access, Operation::Read, &join.group_id).and_then(|()| owned(l, &join.group_id)) {
+        // A KIP-848 group with members takes no classic member (Kafka without online migration).
+        Ok(()) if l.shim.consumer_groups.has_members(&join.group_id).await => crate::groups::JoinOutcome {
+            error: ErrorCode::InconsistentGroupProtocol,
+            member_id: join.member_id,
+            ..Default::default()
+        },
         Ok(()) => l.shim.groups.join(join).await,
         Err(error) => crate::groups::JoinOutcome { error, member_id: join.member_id, ..Default::default() },
     };
@@ -202,17 +208,6 @@ pub(super) async fn leave_group(l: &Session, header: &RequestHeader, req: LeaveG
         }
     };
     encode(ApiKey::LeaveGroup, header, v, &body)
-}
-
-/// KIP-848's protocol is not built: refused so the client falls back to the classic protocol.
-pub(super) fn consumer_group_heartbeat(header: &RequestHeader) -> Reply {
-    let v = header.request_api_version;
-    let body = ConsumerGroupHeartbeatResponse::default()
-        .with_error_code(ErrorCode::UnsupportedVersion.code())
-        .with_error_message(Some(s(
-            "the consumer group protocol (KIP-848) is not supported; use group.protocol=classic",
-        )));
-    encode(ApiKey::ConsumerGroupHeartbeat, header, v, &body)
 }
 
 // ---------------------------------------------------------------- admin

@@ -27,10 +27,20 @@ pub(super) async fn metadata(l: &Session, header: &RequestHeader, req: MetadataR
             vec![]
         }
     };
-    let wanted: Option<Vec<String>> = match &req.topics {
+    // Topics named, or from v10 given by id without a name (KIP-516: a KIP-848 consumer learns
+    // its assignment by topic id and asks for those).
+    let wanted: Option<Vec<Result<String, uuid::Uuid>>> = match &req.topics {
         None => None,
         Some(list) if list.is_empty() && v == 0 => None,
-        Some(list) => Some(list.iter().filter_map(|t| t.name.as_ref().map(|n| n.as_str().to_string())).collect()),
+        Some(list) => Some(
+            list.iter()
+                .filter_map(|t| match &t.name {
+                    Some(n) => Some(Ok(n.as_str().to_string())),
+                    None if v >= 10 && !t.topic_id.is_nil() => Some(Err(t.topic_id)),
+                    None => None,
+                })
+                .collect(),
+        ),
     };
     // Every live broker; each partition led by its rendezvous owner among them (all serve it),
     // the others listed as replicas so clients know them (a preferred read replica is one).
@@ -69,14 +79,27 @@ pub(super) async fn metadata(l: &Session, header: &RequestHeader, req: MetadataR
         None => all.iter().filter(|t| may_describe(&t.name)).map(describe).collect(),
         Some(names) => names
             .iter()
-            .map(|n| match all.iter().find(|t| &t.name == n) {
-                _ if !may_describe(n) => metadata_response::MetadataResponseTopic::default()
-                    .with_name(Some(topic_name(n)))
-                    .with_error_code(refused(Resource::Topic, Operation::Describe, n).code.code()),
-                Some(t) => describe(t),
-                None => metadata_response::MetadataResponseTopic::default()
-                    .with_name(Some(topic_name(n)))
-                    .with_error_code(ErrorCode::UnknownTopicOrPartition.code()),
+            .map(|want| match want {
+                Ok(n) => match all.iter().find(|t| &t.name == n) {
+                    _ if !may_describe(n) => metadata_response::MetadataResponseTopic::default()
+                        .with_name(Some(topic_name(n)))
+                        .with_error_code(refused(Resource::Topic, Operation::Describe, n).code.code()),
+                    Some(t) => describe(t),
+                    None => metadata_response::MetadataResponseTopic::default()
+                        .with_name(Some(topic_name(n)))
+                        .with_error_code(ErrorCode::UnknownTopicOrPartition.code()),
+                },
+                // By id, answered with the id and no name when refused (Kafka's rule).
+                Err(id) => match all.iter().find(|t| t.id == *id.as_bytes()) {
+                    Some(t) if may_describe(&t.name) => describe(t),
+                    found => metadata_response::MetadataResponseTopic::default().with_topic_id(*id).with_error_code(
+                        match found {
+                            Some(_) => ErrorCode::TopicAuthorizationFailed,
+                            None => ErrorCode::UnknownTopicId,
+                        }
+                        .code(),
+                    ),
+                },
             })
             .collect(),
     };

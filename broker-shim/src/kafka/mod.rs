@@ -26,6 +26,7 @@ mod acls;
 pub mod config;
 mod configs;
 mod connection;
+mod consumer_groups;
 mod dispatch;
 mod epochs;
 mod fetch;

@@ -40,6 +40,11 @@ impl Session {
         Session { listener, who: Requester { principal: principal_of(principal), host: peer.to_string() } }
     }
 
+    /// The client's address as Kafka's group APIs show it (`InetAddress.toString()`: "/1.2.3.4").
+    pub fn client_host(&self) -> String {
+        format!("/{}", self.who.host)
+    }
+
     /// What this client may do, under the ACLs as they are now (everything without an authorizer).
     pub async fn access(&self) -> Access {
         match &self.listener.authorizer {

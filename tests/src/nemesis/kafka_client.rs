@@ -148,6 +148,17 @@ impl KafkaClient {
         Ok((c.error_code, c.node_id.0))
     }
 
+    /// FindCoordinator of consumer group `group`: the coordinating broker's id.
+    pub async fn find_group_coordinator(&mut self, group: &str) -> anyhow::Result<i32> {
+        let req = FindCoordinatorRequest::default()
+            .with_key_type(0)
+            .with_coordinator_keys(vec![StrBytes::from_string(group.to_string())]);
+        let r = self.call(&req, FIND_COORDINATOR_V).await?;
+        let c = r.coordinators.first().context("the answer names no coordinator")?;
+        anyhow::ensure!(c.error_code == 0, "FindCoordinator error {}", c.error_code);
+        Ok(c.node_id.0)
+    }
+
     /// InitProducerId for transactional id `id`: `(error code, producer id, epoch)`.
     pub async fn init_transactional_id(&mut self, id: &str, timeout_ms: i32) -> anyhow::Result<(i16, i64, i16)> {
         let req = InitProducerIdRequest::default()

@@ -318,13 +318,20 @@ fn fixture(api: ApiKey, v: i16) -> (RequestKind, Vec<i16>) {
             )),
             vec![54],
         ),
+        // A join without its rebalance timeout (Kafka's validation).
         ApiKey::ConsumerGroupHeartbeat => (
             R::ConsumerGroupHeartbeat(
                 ConsumerGroupHeartbeatRequest::default()
                     .with_group_id(GroupId(s(NO_GROUP)))
                     .with_member_id(s("conformance-member")),
             ),
-            vec![35],
+            vec![42],
+        ),
+        ApiKey::ConsumerGroupDescribe => (
+            R::ConsumerGroupDescribe(
+                ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(s(NO_GROUP))]),
+            ),
+            vec![69],
         ),
         ApiKey::AddPartitionsToTxn => (
             R::AddPartitionsToTxn(
@@ -462,6 +469,7 @@ fn codes(r: &ResponseKind) -> (Vec<i16>, i32) {
         R::CreateAcls(r) => (r.results.iter().map(|t| t.error_code).collect(), r.throttle_time_ms),
         R::DeleteAcls(r) => (r.filter_results.iter().map(|t| t.error_code).collect(), r.throttle_time_ms),
         R::ConsumerGroupHeartbeat(r) => (vec![r.error_code], r.throttle_time_ms),
+        R::ConsumerGroupDescribe(r) => (r.groups.iter().map(|g| g.error_code).collect(), r.throttle_time_ms),
         R::AddPartitionsToTxn(r) => (
             r.results_by_topic_v3_and_below
                 .iter()
