@@ -151,6 +151,10 @@ kind = str(getattr(d, "type", "CONSUMER"))
 check("CONSUMER" in kind.upper(), f"described as a consumer-protocol group ({kind})")
 check(len(d.members) == 1 and len(d.members[0].assignment.topic_partitions) == PARTITIONS,
       f"one member with 6 partitions ({[(m.member_id, len(m.assignment.topic_partitions)) for m in d.members]})")
+listed = admin.list_consumer_groups().result(timeout=30)
+mine = [g for g in listed.valid if g.group_id == GROUP]
+check(len(mine) == 1 and "CONSUMER" in str(getattr(mine[0], "type", "CONSUMER")).upper(),
+      f"listed as a consumer-protocol group ({[(g.group_id, str(getattr(g, 'type', None))) for g in mine]})")
 a.close()
 
 

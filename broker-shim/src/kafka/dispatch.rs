@@ -157,7 +157,7 @@ pub(super) static APIS: [Api; 39] = [
     later!(LeaveGroup, LeaveGroupRequest, LeaveGroupRequest::VERSIONS, groups::leave_group, ""),
     later!(OffsetCommit, OffsetCommitRequest, cap(OffsetCommitRequest::VERSIONS, 9), group_offsets::offset_commit, "v10+ (topic ids) not spoken"),
     later!(OffsetFetch, OffsetFetchRequest, cap(OffsetFetchRequest::VERSIONS, 9), group_offsets::offset_fetch, "v10+ (topic ids) not spoken"),
-    later!(ListGroups, ListGroupsRequest, ListGroupsRequest::VERSIONS, groups::list_groups, "classic groups only"),
+    later!(ListGroups, ListGroupsRequest, ListGroupsRequest::VERSIONS, groups::list_groups, "a group this broker does not hold in memory is Empty or Stable, from its stored record"),
     later!(DescribeGroups, DescribeGroupsRequest, cap(DescribeGroupsRequest::VERSIONS, 5), groups::describe_groups, "v6 not spoken"),
     later!(DeleteGroups, DeleteGroupsRequest, DeleteGroupsRequest::VERSIONS, groups::delete_groups, ""),
     later!(OffsetDelete, OffsetDeleteRequest, OffsetDeleteRequest::VERSIONS, groups::offset_delete, ""),

@@ -230,24 +230,31 @@ pub(super) async fn list_groups(l: &Session, header: &RequestHeader, req: ListGr
         code = ErrorCode::None;
     }
     let live = l.shim.groups.states();
-    let mut all: BTreeMap<String, (String, &'static str)> = BTreeMap::new();
+    // Per group: protocol type, state, and type (v5: "classic", or "consumer" for KIP-848's).
+    let mut all: BTreeMap<String, (String, &'static str, &'static str)> = BTreeMap::new();
     for e in stored {
+        let kind = match &e.group {
+            Some(g) if crate::groups::consumer::is_consumer_protocol(g) => "consumer",
+            _ => "classic",
+        };
         let (protocol_type, state) = match &e.group {
             Some(g) if g.members.is_empty() => (g.protocol_type.clone(), "Empty"),
             Some(g) => (g.protocol_type.clone(), "Stable"),
             None => (String::new(), "Empty"),
         };
-        all.insert(e.group_id, (protocol_type, state));
+        all.insert(e.group_id, (protocol_type, state, kind));
     }
-    all.extend(live.into_iter().filter(|(_, (t, _))| !t.is_empty()));
+    all.extend(live.into_iter().filter(|(_, (t, _))| !t.is_empty()).map(|(id, (t, st))| (id, (t, st, "classic"))));
     // As Kafka: each broker lists the groups it coordinates (admin clients ask every broker).
     all.retain(|id, _| l.shim.registry.owns_group(id));
     all.retain(|id, _| every || access.allowed(Operation::Describe, Resource::Group, id));
     let filter: Vec<String> = req.states_filter.iter().map(|s| s.to_lowercase()).collect();
+    let types: Vec<String> = req.types_filter.iter().map(|s| s.to_lowercase()).collect();
     let groups = all
         .into_iter()
-        .filter(|(_, (_, state))| v < 4 || filter.is_empty() || filter.contains(&state.to_lowercase()))
-        .map(|(id, (protocol_type, state))| {
+        .filter(|(_, (_, state, _))| v < 4 || filter.is_empty() || filter.contains(&state.to_lowercase()))
+        .filter(|(_, (_, _, kind))| v < 5 || types.is_empty() || types.iter().any(|t| t == kind))
+        .map(|(id, (protocol_type, state, kind))| {
             let mut g = list_groups_response::ListedGroup::default()
                 .with_group_id(GroupId(s(&id)))
                 .with_protocol_type(s(&protocol_type));
@@ -255,7 +262,7 @@ pub(super) async fn list_groups(l: &Session, header: &RequestHeader, req: ListGr
                 g = g.with_group_state(s(state));
             }
             if v >= 5 {
-                g = g.with_group_type(s("classic"));
+                g = g.with_group_type(s(kind));
             }
             g
         })
