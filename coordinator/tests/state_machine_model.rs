@@ -48,6 +48,7 @@ fn group_record(generation: i32, members: u8, coordinator: u8) -> GroupRecord {
                 rebalance_timeout_ms: 30_000,
                 subscription: vec![i],
                 assignment: vec![],
+                member_epoch: 0,
             })
             .collect(),
         updated_ms: 0,

@@ -7,6 +7,10 @@
 //! ([`FILE_DESCRIPTOR_SET`]). It must not hold behaviour beyond that: no I/O,
 //! no state.
 
+/// The protocol a stored consumer group is marked with when it is a KIP-848 group (classic groups
+/// store their assignment protocol there, e.g. "range"): its commits are fenced by member epoch.
+pub const CONSUMER_PROTOCOL_MARK: &str = "(consumer protocol)";
+
 pub mod error_code;
 pub mod partitioning;
 pub mod split;

@@ -144,6 +144,7 @@ impl Group {
                     rebalance_timeout_ms: m.rebalance_timeout.as_millis() as i32,
                     subscription: m.metadata(&protocol).to_vec(),
                     assignment: m.assignment.to_vec(),
+                    member_epoch: 0,
                 })
                 .collect(),
             updated_ms: 0,

@@ -146,7 +146,7 @@ pub(super) async fn consumer_group_describe(
             Ok(()) if group_id.is_empty() => {
                 Err(Refused { code: ErrorCode::InvalidGroupId, message: "GroupId can't be empty.".into() })
             }
-            Ok(()) => l.shim.consumer_groups.describe(&group_id, &catalog).await,
+            Ok(()) => l.shim.consumer_groups.describe(&group_id).await,
         };
         groups.push(match r {
             Err(e) => out.with_error_code(e.code.code()).with_error_message(Some(s(&e.message))),

@@ -20,13 +20,14 @@ use super::response::{encode, text as s, topic_name, Reply};
 use super::session::Session;
 use crate::authz::{Access, Operation, Resource};
 
-/// OffsetCommit's check when `group_id` is a KIP-848 group (None: it is not).
-async fn consumer_protocol_commit(
+/// OffsetCommit's and TxnOffsetCommit's check when `group_id` is a KIP-848 group (None: it is
+/// not).
+pub(super) async fn consumer_protocol_commit(
     l: &Session,
     group_id: &str,
     member_id: &str,
     member_epoch: i32,
-) -> Option<Result<i32, ErrorCode>> {
+) -> Option<Result<(), ErrorCode>> {
     if l.shim.groups.has_members(group_id) {
         return None;
     }
@@ -44,7 +45,7 @@ pub(super) async fn offset_commit(l: &Session, header: &RequestHeader, req: Offs
     let group_id = req.group_id.0.to_string();
     // Any negative generation is "none", as Kafka reads it (and never the transaction
     // coordinator's own, `TXN_OFFSETS_GENERATION`, which skips the fence).
-    let mut generation = req.generation_id_or_member_epoch.max(-1);
+    let generation = req.generation_id_or_member_epoch.max(-1);
     let member_id = req.member_id.to_string();
     // Per topic: its id, or the error for all its partitions.
     let mut answers: Vec<(String, Vec<(i32, ErrorCode)>)> = vec![];
@@ -52,13 +53,9 @@ pub(super) async fn offset_commit(l: &Session, header: &RequestHeader, req: Offs
     let mut offsets = vec![];
     let check = match may(&access, Operation::Read, &group_id).and_then(|()| owned(l, &group_id)) {
         Ok(()) => match consumer_protocol_commit(l, &group_id, &member_id, req.generation_id_or_member_epoch).await {
-            // A KIP-848 member (v9+, as Kafka requires), fenced in the cluster by the group epoch.
-            Some(Ok(_)) if v < 9 && !member_id.is_empty() => Err(ErrorCode::UnsupportedVersion),
-            Some(Ok(epoch)) => {
-                generation = epoch;
-                Ok(())
-            }
-            Some(Err(code)) => Err(code),
+            // A KIP-848 member (v9+, as Kafka requires), fenced in the cluster by its epoch.
+            Some(Ok(())) if v < 9 && !member_id.is_empty() => Err(ErrorCode::UnsupportedVersion),
+            Some(r) => r,
             None => l.shim.groups.check_commit(&group_id, generation, &member_id).await,
         },
         Err(code) => Err(code),

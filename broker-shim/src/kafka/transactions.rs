@@ -285,7 +285,14 @@ pub(super) async fn txn_offset_commit(l: &Session, header: &RequestHeader, req: 
     // Kafka's `validateOffsetCommit` for a transactional commit: a member and generation are
     // checked when named; without them the commit is taken whatever the group's state.
     if check.is_ok() && (req.generation_id >= 0 || !member_id.is_empty()) {
-        check = l.shim.groups.check_commit(&group_id, req.generation_id, &member_id).await;
+        check = match super::group_offsets::consumer_protocol_commit(l, &group_id, &member_id, req.generation_id).await
+        {
+            // A KIP-848 member: its epoch (Kafka's TxnOffsetCommit reads a stale one as
+            // ILLEGAL_GENERATION).
+            Some(Err(ErrorCode::StaleMemberEpoch)) => Err(ErrorCode::IllegalGeneration),
+            Some(r) => r,
+            None => l.shim.groups.check_commit(&group_id, req.generation_id, &member_id).await,
+        };
     }
     // Per topic: the name, and per partition its index and the error so far.
     let mut answers: Vec<(TopicName, Vec<(i32, ErrorCode)>)> = vec![];

@@ -62,9 +62,28 @@ pub fn store(
 /// never pass a client's generation below -1 on.
 pub const TXN_OFFSETS_GENERATION: i32 = i32::MIN;
 
-/// Kafka's classic-group commit rules, against the stored generation.
+/// Kafka's commit rules, against the stored group: a classic group's generation, or a KIP-848
+/// group's member epoch (`ConsumerGroup.validateOffsetCommit`: STALE_MEMBER_EPOCH).
 fn fence(group_id: &str, stored: Option<&GroupRecord>, generation: i32, member_id: &str) -> Result<(), Failure> {
     if generation == TXN_OFFSETS_GENERATION {
+        return Ok(());
+    }
+    if let Some(g) = stored.filter(|g| g.protocol.as_deref() == Some(diskless_proto::CONSUMER_PROTOCOL_MARK)) {
+        if generation < 0 && member_id.is_empty() && g.members.is_empty() {
+            return Ok(());
+        }
+        let Some(m) = g.members.iter().find(|m| m.member_id == member_id) else {
+            return Err(Failure::new(
+                ErrorCode::UnknownMemberId,
+                format!("{member_id:?} is not a member of group {group_id}"),
+            ));
+        };
+        if m.member_epoch != generation {
+            return Err(Failure::new(
+                ErrorCode::StaleMemberEpoch,
+                format!("member {member_id:?} of group {group_id} is at epoch {}, not {generation}", m.member_epoch),
+            ));
+        }
         return Ok(());
     }
     let members = stored.map(|g| g.members.as_slice()).unwrap_or_default();

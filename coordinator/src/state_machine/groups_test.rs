@@ -12,6 +12,7 @@ fn member(id: &str) -> MemberRecord {
         rebalance_timeout_ms: 30_000,
         subscription: vec![1],
         assignment: vec![2],
+        member_epoch: 0,
     }
 }
 
@@ -205,4 +206,27 @@ fn groups_and_offsets_travel_in_snapshots() {
     assert_eq!(fetched(&g, "solo"), vec![(1, 5)]);
     // The installed replica keeps fencing: generation 3 is the stored one.
     assert_eq!(commit(&mut g, "g", 2, "m", &[(1, 0, 1)]), vec![ErrorCode::IllegalGeneration]);
+}
+
+#[test]
+fn a_kip_848_members_commit_is_fenced_by_its_stored_epoch_whatever_the_group_epoch() {
+    let mut f = Fixture::new();
+    f.create(1, 1).unwrap();
+    let mut g = group(7, &["m1", "m2"]);
+    g.protocol = Some(diskless_proto::CONSUMER_PROTOCOL_MARK.into());
+    g.members[0].member_epoch = 6;
+    g.members[1].member_epoch = 7;
+    store(&mut f, "g", g.clone()).unwrap();
+    // A member's own epoch, not the group's: m1 is still reconciling at 6.
+    assert_eq!(commit(&mut f, "g", 6, "m1", &[(1, 0, 5)]), vec![ErrorCode::None]);
+    assert_eq!(commit(&mut f, "g", 7, "m1", &[(1, 0, 6)]), vec![ErrorCode::StaleMemberEpoch]);
+    assert_eq!(commit(&mut f, "g", 7, "m2", &[(1, 0, 7)]), vec![ErrorCode::None]);
+    assert_eq!(commit(&mut f, "g", 7, "m3", &[(1, 0, 8)]), vec![ErrorCode::UnknownMemberId]);
+    assert_eq!(commit(&mut f, "g", -1, "", &[(1, 0, 9)]), vec![ErrorCode::UnknownMemberId], "not while it has members");
+    // Empty: an admin's commit is taken.
+    g.members.clear();
+    g.generation = 8;
+    store(&mut f, "g", g).unwrap();
+    assert_eq!(commit(&mut f, "g", -1, "", &[(1, 0, 10)]), vec![ErrorCode::None]);
+    assert_eq!(fetched(&f, "g"), vec![(0, 10)]);
 }

@@ -247,6 +247,8 @@ pub struct MemberRecord {
     /// The member's subscription (its protocol metadata for the chosen protocol).
     pub subscription: Vec<u8>,
     pub assignment: Vec<u8>,
+    /// A KIP-848 member's epoch (see `groups::fence`); 0 for classic members.
+    pub member_epoch: i32,
 }
 
 /// A committed offset (Kafka's OffsetAndMetadata).

@@ -24,7 +24,7 @@ use crate::groups::store::{GroupStore, StoreError};
 
 /// The protocol a stored KIP-848 group is marked with (classic groups store their assignment
 /// protocol there, e.g. "range"), its protocol type being Kafka's "consumer".
-pub const MARK: &str = "(consumer protocol)";
+pub const MARK: &str = diskless_proto::CONSUMER_PROTOCOL_MARK;
 pub const PROTOCOL_TYPE: &str = "consumer";
 
 /// Whether a stored group is a KIP-848 consumer group.
@@ -77,6 +77,7 @@ fn to_record(g: &Group, identity: &str, session_ms: u64) -> ConsumerGroup {
                 rebalance_timeout_ms: m.rebalance_timeout_ms,
                 subscription: serde_json::to_vec(m).unwrap_or_default(),
                 assignment: vec![],
+                member_epoch: m.current.epoch,
             })
             .collect(),
         updated_ms: 0,
@@ -199,6 +200,13 @@ impl ConsumerGroups {
         let leaving = hb.member_epoch < 0;
         self.ensure(group_id, &mut held, hb.member_epoch == 0, catalog).await?;
         let live = held.as_mut().expect("ensured");
+        let revoking_before = |g: &Group, id: &str| {
+            g.members
+                .get(id)
+                .filter(|m| m.current.state == MemberState::UnrevokedPartitions)
+                .map(|m| m.current.pending_revocation.clone())
+        };
+        let before = revoking_before(&live.group, &hb.member_id);
         let mut next = live.group.clone();
         let answer = next.heartbeat(hb, catalog)?;
         if next != live.group {
@@ -218,8 +226,12 @@ impl ConsumerGroups {
                     live.sessions.insert(id.clone(), now + self.session());
                 }
                 if m.current.state == MemberState::UnrevokedPartitions {
+                    // Armed when the member is told to revoke something new (Kafka reschedules
+                    // it whenever it writes the member in UNREVOKED_PARTITIONS with a change).
                     let timeout = Duration::from_millis(m.rebalance_timeout_ms.max(0) as u64);
-                    live.revoking.entry(id.clone()).or_insert((m.current.epoch, now + timeout));
+                    if before.as_ref() != Some(&m.current.pending_revocation) || !live.revoking.contains_key(id) {
+                        live.revoking.insert(id.clone(), (m.current.epoch, now + timeout));
+                    }
                 } else {
                     live.revoking.remove(id);
                 }
@@ -232,16 +244,16 @@ impl ConsumerGroups {
         Ok(answer)
     }
 
-    /// OffsetCommit's check of a member of a KIP-848 group (loaded if it is stored as one): the
-    /// group epoch to fence the commit with in the cluster, or `None` when the group is not a
-    /// KIP-848 one (the classic check runs).
+    /// OffsetCommit's check of a member of a KIP-848 group (loaded if it is stored as one), or
+    /// `None` when the group is not a KIP-848 one (the classic check runs). The cluster fences the
+    /// commit again by the stored member's epoch.
     pub async fn check_commit(
         &self,
         group_id: &str,
         member_id: &str,
         member_epoch: i32,
         catalog: &Catalog,
-    ) -> Option<Result<i32, ErrorCode>> {
+    ) -> Option<Result<(), ErrorCode>> {
         let slot = self.slot(group_id);
         let mut held = slot.lock().await;
         if held.is_none() {
@@ -283,18 +295,34 @@ impl ConsumerGroups {
         }
     }
 
-    /// ConsumerGroupDescribe of a group (loaded if need be).
-    pub async fn describe(&self, group_id: &str, catalog: &Catalog) -> Result<Described, Refused> {
-        let slot = self.slot(group_id);
-        let mut held = slot.lock().await;
-        self.ensure(group_id, &mut held, false, catalog).await?;
-        let g = &held.as_ref().expect("ensured").group;
-        Ok(Described {
+    /// ConsumerGroupDescribe of a group: as held here, else as the cluster stores it (a read
+    /// changes nothing: the group is not taken over by describing it).
+    pub async fn describe(&self, group_id: &str) -> Result<Described, Refused> {
+        let described = |g: &Group| Described {
             epoch: g.epoch,
             state: state_name(g),
             assignor: g.assignor(),
             members: g.members.values().cloned().collect(),
-        })
+        };
+        let slot = self.groups.lock().unwrap_or_else(|e| e.into_inner()).get(group_id).cloned();
+        if let Some(slot) = slot {
+            if let Some(live) = slot.lock().await.as_ref() {
+                return Ok(described(&live.group));
+            }
+        }
+        let not_found =
+            || Refused { code: ErrorCode::GroupIdNotFound, message: format!("Group {group_id} not found.") };
+        match self.store.load(group_id).await {
+            Ok(Some(r)) if is_consumer_protocol(&r) => Ok(described(&from_record(group_id, &r)?)),
+            Ok(_) => Err(not_found()),
+            Err(e) => {
+                tracing::info!(group = group_id, error = %e, "loading a consumer group failed");
+                Err(Refused {
+                    code: ErrorCode::CoordinatorLoadInProgress,
+                    message: "the group could not be loaded".into(),
+                })
+            }
+        }
     }
 
     /// The groups held here: id → state name.
@@ -334,10 +362,10 @@ impl ConsumerGroups {
                 continue;
             }
             let mut next = live.group.clone();
+            let ids: Vec<&str> = gone.iter().map(|(m, _)| m.as_str()).collect();
+            next.remove_all(&ids, catalog);
             for (m, why) in &gone {
-                if next.remove(m, catalog) {
-                    tracing::info!(group = group_id, member = m, why, "member removed");
-                }
+                tracing::info!(group = group_id, member = m, why, "member removed");
             }
             match self.put(&group_id, &next).await {
                 Ok(()) => {

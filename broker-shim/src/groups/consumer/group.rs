@@ -132,6 +132,11 @@ pub struct Group {
     pub metadata: Option<BTreeMap<TopicId, i32>>,
 }
 
+/// The most topic names one member may subscribe to by name.
+pub const MAX_SUBSCRIBED_NAMES: usize = 10_000;
+/// The longest subscription expression, in bytes.
+pub const MAX_REGEX_BYTES: usize = 4_096;
+
 /// Kafka's `throwIfConsumerGroupHeartbeatRequestIsInvalid`.
 pub fn validate(hb: &Heartbeat) -> Result<(), Refused> {
     let blank = |s: &Option<String>| s.as_ref().is_some_and(|s| s.trim().is_empty());
@@ -160,6 +165,14 @@ pub fn validate(hb: &Heartbeat) -> Result<(), Refused> {
         -2 if hb.instance_id.is_none() => return invalid("InstanceId can't be null."),
         e if e < -2 => return invalid("MemberEpoch is invalid."),
         _ => {}
+    }
+    // Bounds of ours (the whole group is one stored record, and every heartbeat matches the
+    // subscriptions against the catalog): far above what a consumer sends.
+    if hb.subscribed_names.as_ref().is_some_and(|n| n.len() > MAX_SUBSCRIBED_NAMES) {
+        return invalid("SubscribedTopicNames lists too many topics.");
+    }
+    if hb.subscribed_regex.as_ref().is_some_and(|r| r.len() > MAX_REGEX_BYTES) {
+        return Err(refused(ErrorCode::InvalidRegularExpression, "SubscribedTopicRegex is too long."));
     }
     if let Some(a) = hb.server_assignor.as_ref().filter(|a| !assignor::ASSIGNORS.contains(&a.as_str())) {
         return Err(refused(ErrorCode::UnsupportedAssignor, format!("ServerAssignor {a} is not supported.")));
@@ -326,11 +339,16 @@ impl Group {
     /// Removes a member (it left, or its session or rebalance timed out): the epoch is bumped and
     /// the others' targets recomputed. Whether it was a member.
     pub fn remove(&mut self, member_id: &str, catalog: &Catalog) -> bool {
-        if self.members.remove(member_id).is_none() {
-            return false;
+        self.remove_all(&[member_id], catalog) == 1
+    }
+
+    /// Removes members (the timers': one epoch bump for all of them); how many were members.
+    pub fn remove_all(&mut self, member_ids: &[&str], catalog: &Catalog) -> usize {
+        let removed = member_ids.iter().filter(|m| self.members.remove(**m).is_some()).count();
+        if removed > 0 {
+            self.bump(catalog);
         }
-        self.bump(catalog);
-        true
+        removed
     }
 
     /// Every subscribed topic's id and partition count.
@@ -379,16 +397,16 @@ impl Group {
     }
 
     /// OffsetCommit's check of a consumer-protocol member (Kafka's `ConsumerGroup
-    /// .validateOffsetCommit`): the group epoch to fence the commit with in the cluster.
-    pub fn check_commit(&self, member_id: &str, member_epoch: i32) -> Result<i32, ErrorCode> {
-        if member_epoch < 0 && self.members.is_empty() {
-            return Ok(self.epoch);
+    /// .validateOffsetCommit`); the cluster checks again against the stored members' epochs.
+    pub fn check_commit(&self, member_id: &str, member_epoch: i32) -> Result<(), ErrorCode> {
+        if member_epoch < 0 && member_id.is_empty() && self.members.is_empty() {
+            return Ok(());
         }
         let m = self.members.get(member_id).ok_or(ErrorCode::UnknownMemberId)?;
         if m.current.epoch != member_epoch {
             return Err(ErrorCode::StaleMemberEpoch);
         }
-        Ok(self.epoch)
+        Ok(())
     }
 }
 

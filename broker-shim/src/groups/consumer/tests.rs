@@ -59,7 +59,8 @@ fn a_second_member_gets_partitions_only_after_the_first_revoked_them() {
     assert!(theirs[&FOO].is_disjoint(&kept[&FOO]), "no partition is owned twice");
     assert_eq!(super::group::state_name(&g), "Stable");
     // Commits: the member's epoch, else STALE_MEMBER_EPOCH; strangers UNKNOWN_MEMBER_ID.
-    assert_eq!(g.check_commit("a", 2), Ok(2));
+    assert_eq!(g.check_commit("a", 2), Ok(()));
+    assert_eq!(Group::default().check_commit("", -1), Ok(()), "an admin commit to an empty group");
     assert_eq!(g.check_commit("a", 1), Err(ErrorCode::StaleMemberEpoch));
     assert_eq!(g.check_commit("z", 2), Err(ErrorCode::UnknownMemberId));
     // b leaves: epoch 3, a gets everything back.

@@ -41,6 +41,7 @@ pub fn group_record(g: ConsumerGroup) -> GroupRecord {
                 rebalance_timeout_ms: m.rebalance_timeout_ms,
                 subscription: m.subscription,
                 assignment: m.assignment,
+                member_epoch: m.member_epoch,
             })
             .collect(),
         updated_ms: g.updated_ms,
@@ -66,6 +67,7 @@ pub fn consumer_group(g: GroupRecord) -> ConsumerGroup {
                 rebalance_timeout_ms: m.rebalance_timeout_ms,
                 subscription: m.subscription,
                 assignment: m.assignment,
+                member_epoch: m.member_epoch,
             })
             .collect(),
         updated_ms: g.updated_ms,
