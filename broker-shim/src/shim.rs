@@ -53,6 +53,13 @@ pub struct Shim {
     pub groups: Arc<groups::GroupCoordinator>,
     /// KIP-848 consumer groups.
     pub consumer_groups: Arc<groups::consumer::ConsumerGroups>,
+    /// KIP-932 share groups: the groups this broker coordinates, the share-partition states it
+    /// serves, its share sessions.
+    pub share_groups: Arc<groups::share::ShareGroups>,
+    pub share_states: Arc<groups::share::ShareStates>,
+    pub share_sessions: groups::share::ShareSessions,
+    /// `[groups]`, as configured.
+    pub groups_config: groups::GroupConfig,
     /// The transactional ids this broker coordinates.
     pub transactions: Arc<transactions::TransactionCoordinator>,
     /// This broker in the broker registry; the live brokers.
@@ -114,6 +121,10 @@ impl Shim {
         let consumer_groups =
             groups::consumer::ConsumerGroups::new(cluster.clone(), config.groups.clone(), config.broker_id);
         tokio::spawn(consumer_group_timers(consumer_groups.clone(), cluster.clone(), stop_rx.clone()));
+        let share_groups = groups::share::ShareGroups::new(cluster.clone(), config.groups.clone(), config.broker_id);
+        let share_states = groups::share::ShareStates::new(cluster.clone(), config.broker_id);
+        let share_sessions = groups::share::ShareSessions::new(config.groups.share_max_sessions);
+        tokio::spawn(share_group_timers(share_groups.clone(), share_states.clone(), cluster.clone(), stop_rx.clone()));
         let registry = registry::Registry::new(cluster.clone(), config.registry.clone(), config.broker_id);
         // Expired transactions and ends left prepared, of the ids this broker coordinates.
         if config.advertised {
@@ -133,6 +144,10 @@ impl Shim {
             store_faults,
             groups,
             consumer_groups,
+            share_groups,
+            share_states,
+            share_sessions,
+            groups_config: config.groups.clone(),
             transactions,
             registry,
             tasks: std::sync::Mutex::new(Some(tasks)),
@@ -151,7 +166,13 @@ impl Shim {
         }
         let groups = self.groups.clone();
         let consumer_groups = self.consumer_groups.clone();
+        let share_groups = self.share_groups.clone();
         let moved = move |r: &registry::Registry| {
+            for id in share_groups.held() {
+                if !r.owns_group(&id) {
+                    share_groups.release(&id);
+                }
+            }
             for id in consumer_groups.held() {
                 if !r.owns_group(&id) {
                     consumer_groups.release(&id);
@@ -189,6 +210,42 @@ impl Shim {
         drop(self);
         if let Some(t) = tasks {
             t.join().await;
+        }
+    }
+}
+
+/// The session timers of the share groups this broker coordinates, every 250 ms until `stop`; a
+/// removed member's records are given back.
+async fn share_group_timers(
+    groups: Arc<groups::share::ShareGroups>,
+    states: Arc<groups::share::ShareStates>,
+    cluster: Arc<cluster::ClusterClient>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut every = tokio::time::interval(std::time::Duration::from_millis(250));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {
+                if groups.held().is_empty() {
+                    continue;
+                }
+                match cluster.all_topics().await {
+                    Ok(topics) => {
+                        let catalog: groups::consumer::group::Catalog =
+                            topics.iter().map(|t| (t.name.clone(), (t.id, t.partitions))).collect();
+                        for (group_id, members) in groups.tick(&catalog).await {
+                            let partitions: Vec<([u8; 16], i32)> =
+                                topics.iter().flat_map(|t| (0..t.partitions).map(move |p| (t.id, p))).collect();
+                            for m in members {
+                                states.release_member(&group_id, &m, &partitions).await;
+                            }
+                        }
+                    }
+                    Err(e) => tracing::debug!(error = %e, "share group timers: no catalog"),
+                }
+            }
+            _ = stop.changed() => return,
         }
     }
 }

@@ -89,11 +89,18 @@ pub enum ErrorCode {
     UnsupportedAssignor = 112,
     StaleMemberEpoch = 113,
     InvalidRegularExpression = 128,
+    // KIP-932 share groups (issue 28).
+    InvalidRecordState = 121,
+    ShareSessionNotFound = 122,
+    InvalidShareSessionEpoch = 123,
+    FencedStateEpoch = 124,
+    ShareSessionLimitReached = 133,
+    GroupMaxSizeReached = 81,
 }
 
 impl ErrorCode {
     /// Every code above, for exhaustive tests and lookups.
-    pub const ALL: [ErrorCode; 69] = [
+    pub const ALL: [ErrorCode; 75] = [
         ErrorCode::None,
         ErrorCode::UnknownServerError,
         ErrorCode::OffsetOutOfRange,
@@ -163,6 +170,12 @@ impl ErrorCode {
         ErrorCode::UnsupportedAssignor,
         ErrorCode::StaleMemberEpoch,
         ErrorCode::InvalidRegularExpression,
+        ErrorCode::InvalidRecordState,
+        ErrorCode::ShareSessionNotFound,
+        ErrorCode::InvalidShareSessionEpoch,
+        ErrorCode::FencedStateEpoch,
+        ErrorCode::ShareSessionLimitReached,
+        ErrorCode::GroupMaxSizeReached,
     ];
 
     /// The code as Kafka's `int16`.
@@ -258,6 +271,12 @@ impl ErrorCode {
             ErrorCode::UnsupportedAssignor => "UNSUPPORTED_ASSIGNOR",
             ErrorCode::StaleMemberEpoch => "STALE_MEMBER_EPOCH",
             ErrorCode::InvalidRegularExpression => "INVALID_REGULAR_EXPRESSION",
+            ErrorCode::InvalidRecordState => "INVALID_RECORD_STATE",
+            ErrorCode::ShareSessionNotFound => "SHARE_SESSION_NOT_FOUND",
+            ErrorCode::InvalidShareSessionEpoch => "INVALID_SHARE_SESSION_EPOCH",
+            ErrorCode::FencedStateEpoch => "FENCED_STATE_EPOCH",
+            ErrorCode::ShareSessionLimitReached => "SHARE_SESSION_LIMIT_REACHED",
+            ErrorCode::GroupMaxSizeReached => "GROUP_MAX_SIZE_REACHED",
         }
     }
 
@@ -279,6 +298,9 @@ impl ErrorCode {
                 | ErrorCode::UnknownLeaderEpoch
                 | ErrorCode::ConcurrentTransactions
                 | ErrorCode::UnstableOffsetCommit
+                | ErrorCode::ShareSessionNotFound
+                | ErrorCode::InvalidShareSessionEpoch
+                | ErrorCode::ShareSessionLimitReached
         )
     }
 }

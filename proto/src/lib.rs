@@ -11,6 +11,10 @@
 /// store their assignment protocol there, e.g. "range"): its commits are fenced by member epoch.
 pub const CONSUMER_PROTOCOL_MARK: &str = "(consumer protocol)";
 
+/// The protocol a stored group is marked with when it is a KIP-932 share group (its protocol type
+/// "share"): offsets are never committed to it; its progress is its share-partition states.
+pub const SHARE_PROTOCOL_MARK: &str = "(share protocol)";
+
 pub mod error_code;
 pub mod partitioning;
 pub mod split;

@@ -18,6 +18,25 @@ pub struct GroupConfig {
     pub consumer_session_timeout_ms: u64,
     /// KIP-848 groups: Kafka's `group.consumer.heartbeat.interval.ms`, told to members.
     pub consumer_heartbeat_interval_ms: i32,
+    /// Share groups: Kafka's `group.share.session.timeout.ms` and
+    /// `group.share.heartbeat.interval.ms`.
+    pub share_session_timeout_ms: u64,
+    pub share_heartbeat_interval_ms: i32,
+    /// Kafka's `group.share.record.lock.duration.ms`: how long a share consumer holds the records
+    /// it was given before they are delivered again.
+    pub share_record_lock_duration_ms: u64,
+    /// Kafka's `group.share.delivery.count.limit`: a record delivered this many times without
+    /// being accepted is archived (never delivered again).
+    pub share_delivery_count_limit: i32,
+    /// Kafka's `group.share.partition.max.record.locks`: records in flight per share partition.
+    pub share_partition_max_record_locks: i64,
+    /// Kafka's `group.share.max.share.sessions`: share sessions this broker keeps.
+    pub share_max_sessions: usize,
+    /// Kafka's `group.share.max.size`: members per share group.
+    pub share_max_size: usize,
+    /// Kafka's group config `share.auto.offset.reset`, for every share group: where a share group
+    /// starts consuming a partition it has no state for, "latest" (Kafka's default) or "earliest".
+    pub share_auto_offset_reset: String,
 }
 
 impl Default for GroupConfig {
@@ -28,6 +47,14 @@ impl Default for GroupConfig {
             max_session_timeout_ms: 1_800_000,
             consumer_session_timeout_ms: 45_000,
             consumer_heartbeat_interval_ms: 5_000,
+            share_session_timeout_ms: 45_000,
+            share_heartbeat_interval_ms: 5_000,
+            share_record_lock_duration_ms: 30_000,
+            share_delivery_count_limit: 5,
+            share_partition_max_record_locks: 2_000,
+            share_max_sessions: 2_000,
+            share_max_size: 200,
+            share_auto_offset_reset: "latest".to_string(),
         }
     }
 }

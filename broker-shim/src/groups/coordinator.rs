@@ -75,9 +75,11 @@ impl GroupCoordinator {
                 return Err(ErrorCode::CoordinatorLoadInProgress);
             }
         };
-        if let Some(g) = loaded.as_mut().filter(|g| super::consumer::is_consumer_protocol(g)) {
-            // A KIP-848 group: classic members may not join while it has members (Kafka without
-            // online migration); an empty one gives way, its generation continued.
+        if let Some(g) =
+            loaded.as_mut().filter(|g| super::consumer::is_consumer_protocol(g) || super::share::is_share_group(g))
+        {
+            // A KIP-848 or share group: classic members may not join while it has members (Kafka
+            // without online migration); an empty one gives way, its generation continued.
             if !g.members.is_empty() {
                 return Err(ErrorCode::InconsistentGroupProtocol);
             }

@@ -21,6 +21,7 @@ pub mod config;
 pub mod consumer;
 pub mod coordinator;
 mod rebalance;
+pub mod share;
 pub mod store;
 
 pub use api::{Described, JoinOutcome, JoinRequest, SyncOutcome};

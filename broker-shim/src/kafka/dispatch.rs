@@ -20,7 +20,7 @@ use super::security::sasl;
 use super::session::Session;
 use super::{
     acls, configs, consumer_groups, epochs, fetch, group_offsets, groups, metadata, offsets, produce, producer_ids,
-    producers, topics, transactions,
+    producers, share_fetch, share_groups, topics, transactions,
 };
 
 /// How a request is started.
@@ -75,7 +75,7 @@ macro_rules! later {
 
 /// Every API this broker answers. Produce and Fetch stop at 12, OffsetCommit and OffsetFetch at
 /// 9 (later versions name topics by id only), Metadata at 12, DescribeGroups at 5.
-pub(super) static APIS: [Api; 39] = [
+pub(super) static APIS: [Api; 46] = [
     Api {
         key: ApiKey::ApiVersions,
         versions: ApiVersionsRequest::VERSIONS,
@@ -178,6 +178,13 @@ pub(super) static APIS: [Api; 39] = [
     },
     later!(ConsumerGroupHeartbeat, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatRequest::VERSIONS, consumer_groups::consumer_group_heartbeat, "KIP-848 groups: the `uniform` (sticky) and `range` assignors; a broker taking a group over bumps its epoch; no online migration from or to a classic group with members (GROUP_ID_NOT_FOUND, INCONSISTENT_GROUP_PROTOCOL)"),
     later!(ConsumerGroupDescribe, ConsumerGroupDescribeRequest, ConsumerGroupDescribeRequest::VERSIONS, consumer_groups::consumer_group_describe, "authorized operations not answered"),
+    later!(ShareGroupHeartbeat, ShareGroupHeartbeatRequest, ShareGroupHeartbeatRequest::VERSIONS, share_groups::share_group_heartbeat, "assignment as Kafka's `simple` assignor in effect (every subscribed partition to at least one member), not its hashing; a member rejoining at epoch 0 is taken back rather than fenced"),
+    later!(ShareGroupDescribe, ShareGroupDescribeRequest, ShareGroupDescribeRequest::VERSIONS, share_groups::share_group_describe, "authorized operations not answered"),
+    later!(ShareFetch, ShareFetchRequest, ShareFetchRequest::VERSIONS, share_fetch::share_fetch, "acquisitions are stored in the coordinator cluster (Kafka keeps them in the partition leader's memory), so a broker's failure loses no lock; any broker serves any partition; `share.isolation.level` is read_uncommitted; `share.auto.offset.reset` is the broker's `[groups] share_auto_offset_reset`"),
+    later!(ShareAcknowledge, ShareAcknowledgeRequest, ShareAcknowledgeRequest::VERSIONS, share_fetch::share_acknowledge, ""),
+    later!(DescribeShareGroupOffsets, DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsRequest::VERSIONS, share_groups::describe_share_group_offsets, "leader epoch 0"),
+    later!(AlterShareGroupOffsets, AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsRequest::VERSIONS, share_groups::alter_share_group_offsets, ""),
+    later!(DeleteShareGroupOffsets, DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsRequest::VERSIONS, share_groups::delete_share_group_offsets, ""),
 ];
 
 fn api(key: ApiKey) -> Option<&'static Api> {

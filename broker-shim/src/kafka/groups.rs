@@ -230,11 +230,12 @@ pub(super) async fn list_groups(l: &Session, header: &RequestHeader, req: ListGr
         code = ErrorCode::None;
     }
     let live = l.shim.groups.states();
-    // Per group: protocol type, state, and type (v5: "classic", or "consumer" for KIP-848's).
+    // Per group: protocol type, state, and type (v5: "classic", "consumer" for KIP-848's, "share").
     let mut all: BTreeMap<String, (String, &'static str, &'static str)> = BTreeMap::new();
     for e in stored {
         let kind = match &e.group {
             Some(g) if crate::groups::consumer::is_consumer_protocol(g) => "consumer",
+            Some(g) if crate::groups::share::is_share_group(g) => "share",
             _ => "classic",
         };
         let (protocol_type, state) = match &e.group {
@@ -326,7 +327,7 @@ pub(super) async fn delete_groups(l: &Session, header: &RequestHeader, req: Dele
         let id = id.0.to_string();
         if let Err(code) = may(&access, Operation::Delete, &id).and_then(|()| owned(l, &id)) {
             results.insert(id, code);
-        } else if l.shim.groups.has_members(&id) {
+        } else if l.shim.groups.has_members(&id) || l.shim.share_groups.has_members(&id).await {
             results.insert(id, ErrorCode::NonEmptyGroup);
         } else {
             ask.push(id);
@@ -348,6 +349,8 @@ pub(super) async fn delete_groups(l: &Session, header: &RequestHeader, req: Dele
                     let code = cluster_code(e.error_code);
                     if code == ErrorCode::None {
                         l.shim.groups.forget(&e.group_id);
+                        l.shim.share_groups.release(&e.group_id);
+                        l.shim.share_states.forget(&e.group_id, &[]);
                     }
                     results.insert(e.group_id, code);
                 }

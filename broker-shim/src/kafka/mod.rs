@@ -43,6 +43,8 @@ mod producers;
 pub mod response;
 pub mod security;
 mod session;
+mod share_fetch;
+mod share_groups;
 mod topics;
 mod transactions;
 

@@ -26,7 +26,8 @@ use super::{Node, RouteError, CHANGE_TIMEOUT};
 use crate::raft::NodeId;
 use crate::state_machine::{
     AclBinding, AclFilter, BrokerRecord, CommitFile, CommitFileV2, Failure, FileState, FileToDelete, GroupRecord,
-    OffsetAndTimestamp, OffsetRecord, Op, Outcome, ProducerDescription, TopicInfo, TopicPartition, TxnRecord,
+    OffsetAndTimestamp, OffsetRecord, Op, Outcome, ProducerDescription, ShareStateRecord, TopicInfo, TopicPartition,
+    TxnRecord,
 };
 use crate::storage::codec;
 
@@ -96,6 +97,8 @@ pub enum Read {
     ListTransactions,
     /// DescribeProducers: per partition.
     Producers(Vec<TopicPartition>),
+    /// Every share-partition state of a share group.
+    ShareStates { group_id: String },
 }
 
 /// A [`Read`]'s answer (the variant of the same name).
@@ -112,6 +115,7 @@ pub enum Answer {
     Transactions(Vec<Option<TxnRecord>>),
     ListTransactions(Vec<(String, TxnRecord)>),
     Producers(Vec<Result<Vec<ProducerDescription>, Failure>>),
+    ShareStates(Vec<(TopicPartition, ShareStateRecord)>),
 }
 
 /// A change of a metadata partition's membership or leadership, made by its leader

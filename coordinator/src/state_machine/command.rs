@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::acls::{AclBinding, AclFilter};
 use super::keys::TopicPartition;
-use super::records::{GroupRecord, TxnRecord};
+use super::records::{GroupRecord, ShareStateRecord, TxnRecord};
 use super::topic_settings::{SettingChange, TopicSettings};
 pub use diskless_proto::ErrorCode;
 
@@ -109,6 +109,12 @@ pub enum Op {
     /// `transactional.id.expiration.ms`): its record is deleted if it is at `expected_version`
     /// and no transaction is open in it (see `transactional_ids`).
     ExpireTxn { transactional_id: String, expected_version: u64 },
+    /// A broker stores a share group's state of one partition: applied only if the stored version
+    /// is `expected_version` (0: none stored), else FENCED_STATE_EPOCH (see `share_states`).
+    StoreShareState { group_id: String, tp: TopicPartition, record: ShareStateRecord, expected_version: u64 },
+    /// A share group's states of these topics (all when empty) are deleted
+    /// (DeleteShareGroupOffsets).
+    DeleteShareStates { group_id: String, topic_ids: Vec<Uuid> },
 }
 
 /// A file's commit whose batches may be transactional.
@@ -331,6 +337,10 @@ pub enum Outcome {
     Txn(Result<TxnRecord, Failure>),
     /// ExpireTxn: the record is gone, or why not.
     TxnExpired(Result<(), Failure>),
+    /// StoreShareState: the record as stored (its version and time set), or why not.
+    ShareState(Result<ShareStateRecord, Failure>),
+    /// DeleteShareStates.
+    ShareStatesDeleted(Result<(), Failure>),
 }
 
 /// Producer ids `[first, first + len)`, for one broker to hand out.
@@ -406,6 +416,10 @@ impl std::fmt::Display for Command {
             Op::ExpireTxn { transactional_id, .. } => {
                 return write!(f, "ExpireTxn({transactional_id}) at {}", self.now_ms)
             }
+            Op::StoreShareState { group_id, tp, .. } => {
+                return write!(f, "StoreShareState({group_id}, {tp}) at {}", self.now_ms)
+            }
+            Op::DeleteShareStates { .. } => "DeleteShareStates",
             Op::CommitOffsets(c) => {
                 return write!(f, "CommitOffsets({}, {} offsets) at {}", c.group_id, c.offsets.len(), self.now_ms)
             }

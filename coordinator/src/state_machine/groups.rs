@@ -254,12 +254,17 @@ pub fn delete_groups(
             has_offsets = true;
             Ok(false)
         })?;
-        if g.is_none() && !has_offsets {
+        let has_share_states = !super::share_states::list(txn, keys, id)?.is_empty();
+        if g.is_none() && !has_offsets && !has_share_states {
             out.push(Err(Failure::new(ErrorCode::GroupIdNotFound, format!("there is no group {id}"))));
             continue;
         }
         txn.delete(keys.group(id));
         delete_all_offsets(txn, keys, id)?;
+        if let Err(f) = super::share_states::delete(sm, txn, id, &[])? {
+            out.push(Err(f));
+            continue;
+        }
         out.push(Ok(()));
     }
     Ok(out)

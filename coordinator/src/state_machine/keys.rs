@@ -29,6 +29,7 @@
 //! | `O` | committed offsets | group id (u16 length, bytes), topic id, partition | `OffsetRecord` |
 //! | `W` | committed offsets by topic | topic id, group id (u16 length, bytes) | empty |
 //! | `J` | transactional ids (those this metadata partition holds) | transactional id bytes | `TxnRecord` |
+//! | `s` | share groups' share-partition states | group id (u16 length, bytes), topic id, partition | `ShareStateRecord` |
 //! | `H` | the broker registry (metadata partition 0 only) | broker id | `BrokerRecord` |
 //! | `Z` | ACL bindings (metadata partition 0 only) | resource type, pattern type, then name, principal, host (each u16 length, bytes), operation, permission | `AclBinding` |
 //! | `M` | metadata-partition values | name | per name |
@@ -68,6 +69,7 @@ pub const OFFSET_BY_TOPIC: u8 = b'W';
 pub const BROKER: u8 = b'H';
 pub const ACL: u8 = b'Z';
 pub const TXN: u8 = b'J';
+pub const SHARE_STATE: u8 = b's';
 pub const APPLIED: u8 = b'A';
 
 /// Names under the `M` table.
@@ -338,6 +340,42 @@ impl Keys {
         let mut k = self.start(TXN, transactional_id.len());
         k.extend_from_slice(transactional_id.as_bytes());
         k
+    }
+
+    /// The start of a share group's `s` rows (the caller checked the id fits).
+    fn share_states_prefix(&self, group_id: &str, cap: usize) -> Vec<u8> {
+        let mut k = self.start(SHARE_STATE, 2 + group_id.len() + cap);
+        k.extend_from_slice(&(group_id.len() as u16).to_be_bytes());
+        k.extend_from_slice(group_id.as_bytes());
+        k
+    }
+
+    /// A share group's state of one partition (`s`).
+    pub fn share_state(&self, group_id: &str, tp: &TopicPartition) -> Vec<u8> {
+        let mut k = self.share_states_prefix(group_id, 20);
+        k.extend_from_slice(tp.topic_id.as_bytes());
+        k.extend_from_slice(&tp.partition.to_be_bytes());
+        k
+    }
+
+    /// Every share-partition state of a group: `[from, to)`.
+    pub fn share_states_of_group(&self, group_id: &str) -> (Vec<u8>, Vec<u8>) {
+        let from = self.share_states_prefix(group_id, 0);
+        let mut to = from.clone();
+        to.extend_from_slice(&[0xff; 21]);
+        (from, to)
+    }
+
+    /// The topic-partition of an `s` key.
+    pub fn decode_share_state(key: &[u8]) -> Option<TopicPartition> {
+        let len = usize::from(u16::from_be_bytes(key.get(5..7)?.try_into().ok()?));
+        let rest = key.get(7 + len..)?;
+        if rest.len() != 20 {
+            return None;
+        }
+        let topic_id = Uuid::from_slice(&rest[..16]).ok()?;
+        let partition = i32::from_be_bytes(rest[16..20].try_into().ok()?);
+        Some(TopicPartition { topic_id, partition })
     }
 
     /// The transactional id of a `J` key.

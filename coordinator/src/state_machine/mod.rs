@@ -31,6 +31,7 @@ mod producer_state;
 mod purge;
 mod registry;
 mod retention;
+pub mod share_states;
 mod tables;
 mod time_index;
 pub mod topic_settings;
@@ -63,6 +64,8 @@ mod registry_test;
 #[cfg(test)]
 mod retention_test;
 #[cfg(test)]
+mod share_states_test;
+#[cfg(test)]
 mod transactional_ids_test;
 
 pub use acls::{AclBinding, AclFilter, ACL_AUTHORITY, MAX_ACLS_PER_OP};
@@ -82,6 +85,7 @@ pub use queries::{
 };
 pub use records::{BatchRecord, MarkerRecord};
 pub use records::{BrokerRecord, GroupRecord, MemberRecord, OffsetRecord, PendingOffset, TxnRecord, TxnState};
+pub use records::{ShareRange, ShareStateRecord};
 pub use registry::{MAX_BROKER_LEASE_MS, REGISTRY_AUTHORITY};
 pub use time_index::FANOUT as TIME_INDEX_FANOUT;
 pub use topic_settings::{SettingChange, TopicSettings};
@@ -185,6 +189,12 @@ impl StateMachine {
             }
             Op::ExpireTxn { transactional_id, expected_version } => {
                 Outcome::TxnExpired(transactional_ids::expire(self, txn, transactional_id, *expected_version)?)
+            }
+            Op::StoreShareState { group_id, tp, record, expected_version } => {
+                Outcome::ShareState(share_states::store(self, txn, now, group_id, tp, record, *expected_version)?)
+            }
+            Op::DeleteShareStates { group_id, topic_ids } => {
+                Outcome::ShareStatesDeleted(share_states::delete(self, txn, group_id, topic_ids)?)
             }
             Op::DeleteRecords { partitions, budget } => {
                 Outcome::DeleteRecords(delete_records::apply(self, txn, now, partitions, *budget)?)
@@ -311,6 +321,15 @@ impl StateMachine {
     /// Every transactional id this metadata partition holds, in id order.
     pub fn list_transactions(&self, view: &dyn KvRead) -> Result<Vec<(String, TxnRecord)>, StorageError> {
         transactional_ids::list(view, &self.keys)
+    }
+
+    /// Every share-partition state of share group `group_id`.
+    pub fn share_states(
+        &self,
+        view: &dyn KvRead,
+        group_id: &str,
+    ) -> Result<Vec<(TopicPartition, ShareStateRecord)>, StorageError> {
+        share_states::list(view, &self.keys, group_id)
     }
 
     /// Every broker of the registry with its record, by id, live or not (metadata partition 0;

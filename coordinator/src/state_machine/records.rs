@@ -293,6 +293,36 @@ pub struct TxnRecord {
     pub pending_offsets: Vec<PendingOffset>,
 }
 
+/// A share group's state of one partition (table `s` of the group's metadata partition): Kafka's
+/// share-partition state (`ShareGroupOffset` in `__share_group_state`) with the acquisitions,
+/// which Kafka keeps only in its partition leader's memory. The broker decides every transition;
+/// the state machine keeps the version (a compare-and-set), the time, and bounds its size.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShareStateRecord {
+    pub state_epoch: i32,
+    /// Every offset below it is acknowledged or archived.
+    pub start_offset: i64,
+    /// The records at and above `start_offset` that were handed out: in order, disjoint.
+    pub ranges: Vec<ShareRange>,
+    pub version: u64,
+    pub updated_ms: i64,
+    /// The broker (id and process incarnation) that stored it.
+    pub owner: String,
+}
+
+/// Records `[first, last]` of a share-partition state, all in one state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShareRange {
+    pub first: i64,
+    pub last: i64,
+    /// Kafka's `RecordState` id: 0 available, 1 acquired, 2 acknowledged, 4 archived.
+    pub state: i8,
+    pub delivery_count: i32,
+    /// The member holding an acquired range, and until when (the broker's clock).
+    pub member_id: String,
+    pub lock_until_ms: i64,
+}
+
 /// An offset a transaction commits to a consumer group when it commits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingOffset {

@@ -83,6 +83,7 @@ pub struct Model {
     parts: BTreeMap<TopicPartition, Partition>,
     producers: BTreeMap<(TopicPartition, i64), Producer>,
     txns: BTreeMap<String, TxnRecord>,
+    share_states: BTreeMap<(String, TopicPartition), ShareStateRecord>,
     files: BTreeMap<String, File>,
     /// Fenced object keys and when they were fenced (tombstones).
     fenced: BTreeMap<String, i64>,
@@ -123,6 +124,7 @@ impl Model {
             parts: BTreeMap::new(),
             producers: BTreeMap::new(),
             txns: BTreeMap::new(),
+            share_states: BTreeMap::new(),
             files: BTreeMap::new(),
             fenced: BTreeMap::new(),
             queue: BTreeSet::new(),
@@ -181,6 +183,24 @@ impl Model {
             }
             Op::ExpireTxn { transactional_id, expected_version } => {
                 Outcome::TxnExpired(self.expire_txn(transactional_id, *expected_version))
+            }
+            // Share-partition states are a compare-and-set like transactional ids; the generator
+            // does not draw them (`share_states_test` covers their shape checks).
+            Op::StoreShareState { group_id, tp, record, expected_version } => {
+                let key = (group_id.clone(), *tp);
+                let old = self.share_states.get(&key).map_or(0, |o| o.version);
+                Outcome::ShareState(if old == *expected_version {
+                    let stored = ShareStateRecord { version: old + 1, updated_ms: now, ..record.clone() };
+                    self.share_states.insert(key, stored.clone());
+                    Ok(stored)
+                } else {
+                    fail(ErrorCode::FencedStateEpoch)
+                })
+            }
+            Op::DeleteShareStates { group_id, topic_ids } => {
+                self.share_states
+                    .retain(|(g, tp), _| g != group_id || !(topic_ids.is_empty() || topic_ids.contains(&tp.topic_id)));
+                Outcome::ShareStatesDeleted(Ok(()))
             }
             Op::DeleteRecords { partitions, budget } => {
                 let r = partitions.iter().map(|p| (p.tp, self.delete_records(p))).collect();

@@ -87,7 +87,7 @@ impl KafkaClient {
     }
 
     /// Sends one request and reads its answer.
-    async fn call<R: Request>(&mut self, req: &R, version: i16) -> anyhow::Result<R::Response> {
+    pub async fn call<R: Request>(&mut self, req: &R, version: i16) -> anyhow::Result<R::Response> {
         self.correlation = self.correlation.wrapping_add(1);
         let key = ApiKey::try_from(R::KEY).map_err(|_| anyhow::anyhow!("unknown API key {}", R::KEY))?;
         let header = RequestHeader::default()

@@ -39,6 +39,7 @@ mod t73_broker_registry;
 mod t74_kafka_semantics;
 mod t75_conformance;
 mod t76_consumer_protocol;
+mod t77_share_groups;
 mod t80_metrics;
 mod t81_health;
 mod t82_coordctl;

@@ -333,6 +333,54 @@ fn fixture(api: ApiKey, v: i16) -> (RequestKind, Vec<i16>) {
             ),
             vec![69],
         ),
+        // Share groups: a join without subscribed topics (Kafka's validation), an unknown group, a
+        // share fetch without a session, an acknowledgement opening one.
+        ApiKey::ShareGroupHeartbeat => (
+            R::ShareGroupHeartbeat(
+                ShareGroupHeartbeatRequest::default()
+                    .with_group_id(GroupId(s(NO_GROUP)))
+                    .with_member_id(s("conformance-member")),
+            ),
+            vec![42],
+        ),
+        ApiKey::ShareGroupDescribe => (
+            R::ShareGroupDescribe(ShareGroupDescribeRequest::default().with_group_ids(vec![GroupId(s(NO_GROUP))])),
+            vec![69],
+        ),
+        ApiKey::ShareFetch => (
+            R::ShareFetch(
+                ShareFetchRequest::default()
+                    .with_group_id(Some(GroupId(s(NO_GROUP))))
+                    .with_member_id(Some(s("conformance-member")))
+                    .with_share_session_epoch(1),
+            ),
+            vec![122],
+        ),
+        ApiKey::ShareAcknowledge => (
+            R::ShareAcknowledge(
+                ShareAcknowledgeRequest::default()
+                    .with_group_id(Some(GroupId(s(NO_GROUP))))
+                    .with_member_id(Some(s("conformance-member")))
+                    .with_share_session_epoch(0),
+            ),
+            vec![123],
+        ),
+        ApiKey::DescribeShareGroupOffsets => (
+            R::DescribeShareGroupOffsets(DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+                describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup::default()
+                    .with_group_id(GroupId(s(NO_GROUP)))
+                    .with_topics(None),
+            ])),
+            vec![0],
+        ),
+        ApiKey::AlterShareGroupOffsets => (
+            R::AlterShareGroupOffsets(AlterShareGroupOffsetsRequest::default().with_group_id(GroupId(s(NO_GROUP)))),
+            vec![69],
+        ),
+        ApiKey::DeleteShareGroupOffsets => (
+            R::DeleteShareGroupOffsets(DeleteShareGroupOffsetsRequest::default().with_group_id(GroupId(s(NO_GROUP)))),
+            vec![69],
+        ),
         ApiKey::AddPartitionsToTxn => (
             R::AddPartitionsToTxn(
                 AddPartitionsToTxnRequest::default()
@@ -470,6 +518,29 @@ fn codes(r: &ResponseKind) -> (Vec<i16>, i32) {
         R::DeleteAcls(r) => (r.filter_results.iter().map(|t| t.error_code).collect(), r.throttle_time_ms),
         R::ConsumerGroupHeartbeat(r) => (vec![r.error_code], r.throttle_time_ms),
         R::ConsumerGroupDescribe(r) => (r.groups.iter().map(|g| g.error_code).collect(), r.throttle_time_ms),
+        R::ShareGroupHeartbeat(r) => (vec![r.error_code], r.throttle_time_ms),
+        R::ShareGroupDescribe(r) => (r.groups.iter().map(|g| g.error_code).collect(), r.throttle_time_ms),
+        R::ShareFetch(r) => {
+            let mut c = vec![r.error_code];
+            c.extend(r.responses.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)));
+            (c, r.throttle_time_ms)
+        }
+        R::ShareAcknowledge(r) => {
+            let mut c = vec![r.error_code];
+            c.extend(r.responses.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)));
+            (c, r.throttle_time_ms)
+        }
+        R::DescribeShareGroupOffsets(r) => (r.groups.iter().map(|g| g.error_code).collect(), r.throttle_time_ms),
+        R::AlterShareGroupOffsets(r) => {
+            let mut c = vec![r.error_code];
+            c.extend(r.responses.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)));
+            (c, r.throttle_time_ms)
+        }
+        R::DeleteShareGroupOffsets(r) => {
+            let mut c = vec![r.error_code];
+            c.extend(r.responses.iter().map(|t| t.error_code));
+            (c, r.throttle_time_ms)
+        }
         R::AddPartitionsToTxn(r) => (
             r.results_by_topic_v3_and_below
                 .iter()

@@ -30,6 +30,7 @@
 //! | `acls` | CreateAcls, DescribeAcls, DeleteAcls |
 //! | `transactions` | EndTransaction |
 //! | `transaction_state` | StoreTransaction, DescribeTransactions, ListTransactions |
+//! | `share_states` | StoreShareState, ReadShareStates, DeleteShareStates (KIP-932 share groups) |
 //! | `watch` | WatchPartitions (this node's replica's changes, streamed; never forwarded) |
 //!
 //! This module must not decide where a part runs (that is `node::route`) nor apply rules of the
@@ -46,6 +47,7 @@ mod offsets;
 mod producer_ids;
 mod producers;
 mod request;
+mod share_states;
 mod topics;
 mod transaction_state;
 mod transactions;
@@ -124,6 +126,27 @@ impl CoordinatorService for CoordinatorApi {
         r: Request<DescribeTransactionsRequest>,
     ) -> Result<Response<DescribeTransactionsResponse>, Status> {
         self.serve_describe_transactions(r).await
+    }
+
+    async fn store_share_state(
+        &self,
+        r: Request<StoreShareStateRequest>,
+    ) -> Result<Response<StoreShareStateResponse>, Status> {
+        self.serve_store_share_state(r).await
+    }
+
+    async fn read_share_states(
+        &self,
+        r: Request<ReadShareStatesRequest>,
+    ) -> Result<Response<ReadShareStatesResponse>, Status> {
+        self.serve_read_share_states(r).await
+    }
+
+    async fn delete_share_states(
+        &self,
+        r: Request<DeleteShareStatesRequest>,
+    ) -> Result<Response<DeleteShareStatesResponse>, Status> {
+        self.serve_delete_share_states(r).await
     }
 
     async fn list_transactions(

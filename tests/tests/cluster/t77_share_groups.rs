@@ -1,0 +1,101 @@
+//! KIP-932 share groups (issue 28) with librdkafka's ShareConsumer through two brokers
+//! (`tests/python/share_groups.py`): consumers share one partition's records, accepted records are
+//! not delivered again, a consumer killed with `kill -9` gives its records back when their locks
+//! expire, a record released at every delivery is archived at the delivery count limit. Then the
+//! admin APIs on the wire: ShareGroupDescribe, DescribeShareGroupOffsets (the start offset past
+//! every record), AlterShareGroupOffsets (refused while the group has members elsewhere: here it is
+//! empty, so taken), and the broker coordinating the group is killed: through the other broker the
+//! group goes on from the stored share-partition state, from the altered start offset.
+
+use diskless_cluster_tests::nemesis::kafka_client::KafkaClient;
+use diskless_cluster_tests::*;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+const TOPIC: &str = "kip932";
+const GROUP: &str = "kip932-group";
+/// What the script produces before the admin checks: 300 + 20 + 1 records, all acknowledged or
+/// archived.
+const CONSUMED: i64 = 321;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn t77_share_groups_share_acknowledge_redeliver_and_survive_their_coordinator() {
+    if !kafka_clients_available() {
+        return;
+    }
+    let c = Cluster::start(3, Options::default()).await;
+    let groups = "\n[groups]\nshare_session_timeout_ms = 6000\nshare_heartbeat_interval_ms = 500\n\
+                  share_record_lock_duration_ms = 4000\nshare_delivery_count_limit = 3\n\
+                  share_auto_offset_reset = \"earliest\"\n";
+    let options = BrokerOptions {
+        kafka: true,
+        commit_interval_ms: 20,
+        kafka_toml: groups.to_string(),
+        ..BrokerOptions::default()
+    };
+    let storage = TestStorage::Local(c.path("objects"));
+    let mut a = BrokerProc::start(&c, "a", &storage, &options).await;
+    let mut b = BrokerProc::start(&c, "b", &storage, &options).await;
+    let (ka, kb) = (a.kafka_addr.clone().unwrap(), b.kafka_addr.clone().unwrap());
+    let out = run_python_checks(
+        "share_groups.py",
+        vec![format!("{ka},{kb}"), TOPIC.into(), GROUP.into()],
+        "ALL SHARE GROUP CHECKS PASSED",
+    )
+    .await;
+    println!("{out}");
+
+    let mut k = KafkaClient::connect(&ka).await.unwrap();
+    let coordinator = k.find_group_coordinator(GROUP).await.unwrap();
+    let (mut on_coordinator, survivor) = if coordinator == a.broker_id {
+        (KafkaClient::connect(&ka).await.unwrap(), kb.clone())
+    } else {
+        (KafkaClient::connect(&kb).await.unwrap(), ka.clone())
+    };
+    let group = || GroupId(StrBytes::from_static_str(GROUP));
+    let d = on_coordinator.call(&ShareGroupDescribeRequest::default().with_group_ids(vec![group()]), 1).await.unwrap();
+    let g = &d.groups[0];
+    assert_eq!((g.error_code, g.group_state.as_str(), g.assignor_name.as_str()), (0, "Empty", "simple"), "{g:?}");
+    assert!(g.group_epoch > 0);
+
+    let describe = DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+        describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup::default()
+            .with_group_id(group())
+            .with_topics(None),
+    ]);
+    let start_offset = |r: &DescribeShareGroupOffsetsResponse| {
+        let g = &r.groups[0];
+        assert_eq!(g.error_code, 0, "{g:?}");
+        g.topics[0].partitions[0].start_offset
+    };
+    let r = on_coordinator.call(&describe, 0).await.unwrap();
+    assert_eq!(start_offset(&r), CONSUMED, "every record acknowledged or archived: {r:?}");
+
+    let alter = AlterShareGroupOffsetsRequest::default().with_group_id(group()).with_topics(vec![
+        alter_share_group_offsets_request::AlterShareGroupOffsetsRequestTopic::default()
+            .with_topic_name(TopicName(StrBytes::from_static_str(TOPIC)))
+            .with_partitions(vec![alter_share_group_offsets_request::AlterShareGroupOffsetsRequestPartition::default(
+            )
+            .with_partition_index(0)
+            .with_start_offset(300)]),
+    ]);
+    let r = on_coordinator.call(&alter, 0).await.unwrap();
+    assert_eq!((r.error_code, r.responses[0].partitions[0].error_code), (0, 0), "{r:?}");
+    let r = on_coordinator.call(&describe, 0).await.unwrap();
+    assert_eq!(start_offset(&r), 300);
+
+    // The coordinating broker killed: the other goes on from the stored state (from offset 300:
+    // the 21 records after it are delivered again, then the new ones).
+    if coordinator == a.broker_id {
+        a.kill();
+    } else {
+        b.kill();
+    }
+    let out = run_python_checks(
+        "share_groups.py",
+        vec![survivor, TOPIC.into(), GROUP.into(), "--resume".into()],
+        "ALL SHARE GROUP CHECKS PASSED",
+    )
+    .await;
+    println!("{out}");
+}
