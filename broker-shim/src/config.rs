@@ -105,6 +105,7 @@ impl ShimConfig {
         anyhow::ensure!(!self.coordinators.is_empty(), "coordinators lists no node");
         self.registry.validate()?;
         self.produce.validate()?;
+        self.groups.validate()?;
         if let Some(k) = &self.kafka {
             k.validate()?;
         }

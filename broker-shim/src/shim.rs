@@ -123,7 +123,10 @@ impl Shim {
         tokio::spawn(consumer_group_timers(consumer_groups.clone(), cluster.clone(), stop_rx.clone()));
         let share_groups = groups::share::ShareGroups::new(cluster.clone(), config.groups.clone(), config.broker_id);
         let share_states = groups::share::ShareStates::new(cluster.clone(), config.broker_id);
-        let share_sessions = groups::share::ShareSessions::new(config.groups.share_max_sessions);
+        let share_sessions = groups::share::ShareSessions::new(
+            config.groups.share_max_sessions,
+            std::time::Duration::from_millis(config.groups.share_session_timeout_ms),
+        );
         tokio::spawn(share_group_timers(share_groups.clone(), share_states.clone(), cluster.clone(), stop_rx.clone()));
         let registry = registry::Registry::new(cluster.clone(), config.registry.clone(), config.broker_id);
         // Expired transactions and ends left prepared, of the ids this broker coordinates.
@@ -232,14 +235,25 @@ async fn share_group_timers(
                 }
                 match cluster.all_topics().await {
                     Ok(topics) => {
+                        states.prune();
                         let catalog: groups::consumer::group::Catalog =
                             topics.iter().map(|t| (t.name.clone(), (t.id, t.partitions))).collect();
                         for (group_id, members) in groups.tick(&catalog).await {
-                            let partitions: Vec<([u8; 16], i32)> =
-                                topics.iter().flat_map(|t| (0..t.partitions).map(move |p| (t.id, p))).collect();
-                            for m in members {
-                                states.release_member(&group_id, &m, &partitions).await;
-                            }
+                            // What a removed member holds in the topics it subscribed to is given
+                            // back, in a task of its own (the timers go on meanwhile).
+                            let states = states.clone();
+                            let catalog = catalog.clone();
+                            tokio::spawn(async move {
+                                for m in members {
+                                    let partitions: Vec<([u8; 16], i32)> = m
+                                        .subscribed_names
+                                        .iter()
+                                        .filter_map(|n| catalog.get(n))
+                                        .flat_map(|&(id, n)| (0..n).map(move |p| (id, p)))
+                                        .collect();
+                                    states.release_member(&group_id, &m.member_id, &partitions).await;
+                                }
+                            });
                         }
                     }
                     Err(e) => tracing::debug!(error = %e, "share group timers: no catalog"),

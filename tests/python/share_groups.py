@@ -3,13 +3,15 @@
 one partition's records (each record delivered to one consumer), acknowledged records are not
 delivered again, the records a consumer held when it was killed with kill -9 are delivered again
 once their locks expire (delivery count 2), and a record released at every delivery is archived at
-the delivery count limit. The brokers run with `share_auto_offset_reset = "earliest"`, a lock of
+the delivery count limit; a consumer killed with kill -9 gives its records back at once (its
+connection closed), one frozen (SIGSTOP) when their locks expire. The brokers run with `share_auto_offset_reset = "earliest"`, a lock of
 LOCK_S seconds and a delivery count limit of LIMIT.
 
 Usage: share_groups.py BROKER[,BROKER...] TOPIC GROUP [--resume]
 (--resume: only the last check: records produced now reach a new consumer of the group)
 Exits non-zero with a message on the first failed check; prints ALL SHARE GROUP CHECKS PASSED.
 """
+import signal
 import subprocess
 import sys
 import time
@@ -92,7 +94,7 @@ def main():
         produce(late)
         c = share_consumer("resumer")
         # The test moved the start offset back to 300 (AlterShareGroupOffsets): k0.. come again.
-        want = set(late) | {"k0", "k19"}
+        want = set(late) | {"k0", "k19", "f0", "f19"}
         seen = consume_until([c], want, 60)
         check(want <= set(seen), "from the altered start offset, records reach a new consumer through the other broker")
         check("r299" not in seen, "nothing below the altered start offset is delivered")
@@ -125,24 +127,41 @@ def main():
     again = [m.value() for m in records(c.poll(3.0))] + [m.value() for m in records(c.poll(2.0))]
     check(not again, f"accepted records not delivered again (got {len(again)})")
 
-    # A consumer killed holding records: they come back once their locks expire.
-    held_values = [f"k{i}" for i in range(20)]
-    produce(held_values)
-    proc = subprocess.Popen([sys.executable, __file__, BROKERS, TOPIC, GROUP, "--child"], stdout=subprocess.PIPE, text=True)
-    line = ""
-    deadline = time.time() + 60
-    while time.time() < deadline and not line.startswith("held"):
-        line = proc.stdout.readline().strip() or line
-    check(line.startswith("held"), f"the child holds records ({line!r})")
-    held = [int(o) for o in line.split()[1].split(",")]
-    proc.kill()
-    proc.wait()
-    killed = time.time()
-    seen = consume_until([c], set(held_values), 60)
-    check(set(held_values) <= set(seen), "every record delivered after the holder's kill")
-    redelivered = [d for v, d in seen.items() if d and d[0][1] >= 2]
-    check(len(redelivered) == len(held), f"the {len(held)} held records delivered again, counted twice ({len(redelivered)} were)")
-    print(f"FIGURE held records back after the kill in {time.time() - killed:.1f} s (lock {LOCK_S} s)", flush=True)
+    # A consumer killed with kill -9 holding records: its connection closes, and the broker gives
+    # its records back at once, that delivery not counted (Kafka's release on disconnect). A
+    # consumer frozen holding records (SIGSTOP: its connection stays open): they come back when
+    # their locks expire, counted twice.
+    for how, prefix in (("kill", "k"), ("freeze", "f")):
+        held_values = [f"{prefix}{i}" for i in range(20)]
+        produce(held_values)
+        proc = subprocess.Popen([sys.executable, __file__, BROKERS, TOPIC, GROUP, "--child"], stdout=subprocess.PIPE, text=True)
+        line = ""
+        deadline = time.time() + 60
+        while time.time() < deadline and not line.startswith("held"):
+            line = proc.stdout.readline().strip() or line
+        check(line.startswith("held"), f"the child holds records ({line!r})")
+        held = [int(o) for o in line.split()[1].split(",")]
+        if how == "kill":
+            proc.kill()
+        else:
+            proc.send_signal(signal.SIGSTOP)
+        stopped = time.time()
+        seen = consume_until([c], set(held_values), 60)
+        back = time.time() - stopped
+        if how == "freeze":
+            proc.kill()
+        proc.wait()
+        check(set(held_values) <= set(seen), f"every record delivered after the holder's {how}")
+        counts = sorted({d[0][1] for v, d in seen.items() if d})
+        want = 1 if how == "kill" else 2
+        again = [v for v, d in seen.items() if d and d[0][1] == want]
+        if how == "kill":
+            # Given back at the disconnect, not by lock expiry (which would count a delivery).
+            check(len(again) == len(held), f"the killed holder's {len(held)} records back, the delivery not counted ({len(again)})")
+        else:
+            check(len(again) == len(held) and back >= LOCK_S - 1,
+                  f"the frozen holder's {len(held)} records back after their lock, counted twice ({len(again)}, {back:.1f} s)")
+        print(f"FIGURE held records back after the holder's {how} in {back:.1f} s (lock {LOCK_S} s), delivery counts {counts}", flush=True)
     c.close()
 
     # A record released at every delivery is archived at the delivery count limit.

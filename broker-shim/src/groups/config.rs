@@ -58,3 +58,52 @@ impl Default for GroupConfig {
         }
     }
 }
+
+impl GroupConfig {
+    /// Refuses share-group settings Kafka would refuse, or that would hand out no record.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            matches!(self.share_auto_offset_reset.as_str(), "latest" | "earliest"),
+            "[groups] share_auto_offset_reset is {:?}: \"latest\" or \"earliest\"",
+            self.share_auto_offset_reset
+        );
+        anyhow::ensure!(
+            (1..=100).contains(&self.share_delivery_count_limit),
+            "[groups] share_delivery_count_limit is {}: 1 to 100",
+            self.share_delivery_count_limit
+        );
+        anyhow::ensure!(
+            self.share_record_lock_duration_ms >= 100 && self.share_record_lock_duration_ms <= 3_600_000,
+            "[groups] share_record_lock_duration_ms is {}: 100 to 3600000",
+            self.share_record_lock_duration_ms
+        );
+        anyhow::ensure!(
+            (1..=1_000_000).contains(&self.share_partition_max_record_locks),
+            "[groups] share_partition_max_record_locks is {}: 1 to 1000000",
+            self.share_partition_max_record_locks
+        );
+        anyhow::ensure!(
+            self.share_max_sessions >= 1 && self.share_max_size >= 1 && self.share_heartbeat_interval_ms > 0,
+            "[groups] share_max_sessions, share_max_size and share_heartbeat_interval_ms must be positive"
+        );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn share_settings_out_of_range_are_refused() {
+        GroupConfig::default().validate().unwrap();
+        for bad in [
+            GroupConfig { share_auto_offset_reset: "by_duration:PT1H".into(), ..GroupConfig::default() },
+            GroupConfig { share_delivery_count_limit: 0, ..GroupConfig::default() },
+            GroupConfig { share_record_lock_duration_ms: 0, ..GroupConfig::default() },
+            GroupConfig { share_partition_max_record_locks: 0, ..GroupConfig::default() },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+    }
+}

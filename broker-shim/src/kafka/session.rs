@@ -24,7 +24,14 @@ use crate::error::KafkaError;
 pub struct Session {
     listener: Arc<Listener>,
     who: Requester,
+    /// The share sessions (group, member) this connection opened: closed when it closes, their
+    /// records given back, as Kafka's `ShareSessionCache` does on a disconnect.
+    share_sessions: std::sync::Mutex<std::collections::BTreeSet<(String, String)>>,
+    /// This connection's number (share sessions name the connection that opened them).
+    pub conn: u64,
 }
+
+static CONNECTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// Kafka's principal for what a connection authenticated as.
 pub fn principal_of(p: &Principal) -> String {
@@ -37,9 +44,39 @@ pub fn principal_of(p: &Principal) -> String {
 
 impl Session {
     pub fn new(listener: Arc<Listener>, principal: &Principal, peer: std::net::IpAddr) -> Session {
-        Session { listener, who: Requester { principal: principal_of(principal), host: peer.to_string() } }
+        Session {
+            listener,
+            who: Requester { principal: principal_of(principal), host: peer.to_string() },
+            share_sessions: Default::default(),
+            conn: CONNECTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        }
     }
 
+    /// Notes that this connection opened the share session of `member` in `group_id`.
+    pub fn opened_share_session(&self, group_id: &str, member: &str) {
+        self.share_sessions.lock().unwrap_or_else(|e| e.into_inner()).insert((group_id.into(), member.into()));
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let opened = std::mem::take(&mut *self.share_sessions.lock().unwrap_or_else(|e| e.into_inner()));
+        if opened.is_empty() {
+            return;
+        }
+        let shim = self.listener.shim.clone();
+        let conn = self.conn;
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        rt.spawn(async move {
+            for (group_id, member) in opened {
+                let partitions = shim.share_sessions.close_opened_by(conn, &group_id, &member);
+                shim.share_states.release_member(&group_id, &member, &partitions).await;
+            }
+        });
+    }
+}
+
+impl Session {
     /// The client's address as Kafka's group APIs show it (`InetAddress.toString()`: "/1.2.3.4").
     pub fn client_host(&self) -> String {
         format!("/{}", self.who.host)

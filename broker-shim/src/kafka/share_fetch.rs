@@ -136,11 +136,16 @@ async fn acquire_one(
                 if log_start > 0 {
                     p.advance_to(log_start);
                 }
-                p.acquire(member, &offsets, now, &lim, max_records)
+                p.acquire(member, from, &offsets, now, &lim, max_records)
             },
         )
-        .await
-        .map_err(failed)?;
+        .await;
+    let acquired = match acquired {
+        Ok(a) => a,
+        // A lock not yet expired by the cluster's clock: nothing this time.
+        Err(e) if e.code == ErrorCode::InvalidRecordState => vec![],
+        Err(e) => return Err(failed(e)),
+    };
     if acquired.is_empty() {
         return Ok((Bytes::new(), vec![], f.high_watermark));
     }
@@ -154,31 +159,24 @@ async fn acquire_one(
     Ok((out.freeze(), acquired, f.high_watermark))
 }
 
-/// Applies `batches` of `member` to `tp`'s state: the partition's acknowledgement error.
+/// Applies `batches` of `member` to `tp`'s state: the partition's acknowledgement error (a state
+/// that is not stored, e.g. deleted meanwhile, holds nothing of the member: INVALID_RECORD_STATE).
 async fn acknowledge_one(l: &Session, group_id: &str, member: &str, tp: Tp, batches: &[AckBatch]) -> ErrorCode {
     let key = (group_id.to_string(), tp.0, tp.1);
     let limit = l.shim.groups_config.share_delivery_count_limit;
-    match l.shim.share_states.peek(&key).await {
-        Ok(Some(_)) => {}
-        Ok(None) => return ErrorCode::InvalidRecordState,
-        Err(e) => return e.code,
-    }
     let now = now_ms();
-    match l
+    let r = l
         .shim
         .share_states
-        .update(
-            &key,
-            || 0,
-            |p| {
-                p.expire(now, limit);
-                p.acknowledge(member, batches, limit)
-            },
-        )
-        .await
-    {
-        Ok(Ok(())) => ErrorCode::None,
-        Ok(Err(code)) => code,
+        .update_existing(&key, |p| {
+            p.expire(now, limit);
+            p.acknowledge(member, batches, limit)
+        })
+        .await;
+    match r {
+        Ok(Some(Ok(()))) => ErrorCode::None,
+        Ok(Some(Err(code))) => code,
+        Ok(None) => ErrorCode::InvalidRecordState,
         Err(e) => e.code,
     }
 }
@@ -216,22 +214,29 @@ struct Part {
     listed: bool,
 }
 
-/// The topics a request names, by id: READ on each is required (TOPIC_AUTHORIZATION_FAILED),
-/// unknown ids are UNKNOWN_TOPIC_ID.
-async fn check_topic(
-    l: &Session,
-    access: &crate::authz::Access,
-    id: [u8; 16],
-    partition: i32,
-) -> Result<(), KafkaError> {
+/// The topic catalog by id, read once per request.
+async fn catalog(l: &Session) -> Result<BTreeMap<[u8; 16], crate::cluster::TopicMeta>, KafkaError> {
     let topics = l.shim.cluster.all_topics().await.map_err(|e| KafkaError::unavailable("list topics", &e))?;
-    let Some(t) = topics.iter().find(|t| t.id == id) else {
+    Ok(topics.into_iter().map(|t| (t.id, t)).collect())
+}
+
+/// READ on the partition's topic is required (TOPIC_AUTHORIZATION_FAILED), an unknown id is
+/// UNKNOWN_TOPIC_ID, a partition past the topic's UNKNOWN_TOPIC_OR_PARTITION. Checked for every
+/// partition of the session at every request, as Kafka does (an ACL removed takes effect at once).
+fn check_topic(
+    l: &Session,
+    catalog: &Result<BTreeMap<[u8; 16], crate::cluster::TopicMeta>, KafkaError>,
+    access: &crate::authz::Access,
+    tp: Tp,
+) -> Result<(), KafkaError> {
+    let topics = catalog.as_ref().map_err(Clone::clone)?;
+    let Some(t) = topics.get(&tp.0) else {
         return Err(KafkaError::new(ErrorCode::UnknownTopicId, "no topic with that id"));
     };
     if !access.allowed(Operation::Read, Resource::Topic, &t.name) {
         return Err(super::session::refused(Resource::Topic, Operation::Read, &t.name));
     }
-    l.partition(t, partition)
+    l.partition(t, tp.1)
 }
 
 pub(super) async fn share_fetch(l: &Session, header: &RequestHeader, req: ShareFetchRequest) -> Reply {
@@ -272,8 +277,26 @@ pub(super) async fn share_fetch(l: &Session, header: &RequestHeader, req: ShareF
         .iter()
         .flat_map(|t| t.partitions.iter().map(move |p| (t.topic_id.into_bytes(), *p)))
         .collect();
-    let add: Vec<Tp> = asked.keys().copied().collect();
-    let opened = match l.shim.share_sessions.step(&group_id, &member, req.share_session_epoch, &add, &forget, true) {
+    let catalog = catalog(l).await;
+    let mut parts: BTreeMap<Tp, Part> = BTreeMap::new();
+    // Partitions the client may not read, or that do not exist, are answered so, never join the
+    // session and are not fetched; their acknowledgements are answered with the same error.
+    for &tp in asked.keys() {
+        if let Err(e) = check_topic(l, &catalog, &access, tp) {
+            let ack = asked.get(&tp).is_some_and(|b| !b.is_empty()).then_some(e.code);
+            parts.insert(tp, Part { error: Some(e), ack, listed: true, ..Part::default() });
+        }
+    }
+    let add: Vec<Tp> = asked.keys().copied().filter(|tp| !parts.contains_key(tp)).collect();
+    let opened = match l.shim.share_sessions.step(
+        l.conn,
+        &group_id,
+        &member,
+        req.share_session_epoch,
+        &add,
+        &forget,
+        true,
+    ) {
         Ok(o) => o,
         Err(code) => {
             tracing::debug!(group = group_id, member, epoch = req.share_session_epoch, %code, "share fetch: session refused");
@@ -281,12 +304,8 @@ pub(super) async fn share_fetch(l: &Session, header: &RequestHeader, req: ShareF
         }
     };
     tracing::debug!(group = group_id, member, epoch = req.share_session_epoch, ?opened, "share fetch");
-    let mut parts: BTreeMap<Tp, Part> = BTreeMap::new();
-    // Partitions the client may not read, or that do not exist, are answered so and not fetched.
-    for &tp in &add {
-        if let Err(e) = check_topic(l, &access, tp.0, tp.1).await {
-            parts.insert(tp, Part { error: Some(e), listed: true, ..Part::default() });
-        }
+    if matches!(opened, Opened::New(_)) {
+        l.opened_share_session(&group_id, &member);
     }
     for (tp, batches) in &asked {
         if batches.is_empty() || parts.contains_key(tp) {
@@ -302,8 +321,18 @@ pub(super) async fn share_fetch(l: &Session, header: &RequestHeader, req: ShareF
     if closing {
         release(l, &group_id, &member, &fetchable).await;
     }
-    let fetchable: Vec<Tp> =
-        fetchable.into_iter().filter(|tp| parts.get(tp).is_none_or(|p| p.error.is_none())).collect();
+    // Every partition of the session is authorized again.
+    let mut allowed = vec![];
+    for tp in fetchable {
+        match check_topic(l, &catalog, &access, tp) {
+            Ok(()) => allowed.push(tp),
+            Err(e) => {
+                let p = parts.entry(tp).or_default();
+                p.error = Some(e);
+            }
+        }
+    }
+    let fetchable = allowed;
     if matches!(opened, Opened::New(_)) {
         for tp in &add {
             parts.entry(*tp).or_default().listed = true;
@@ -315,9 +344,11 @@ pub(super) async fn share_fetch(l: &Session, header: &RequestHeader, req: ShareF
         let max_bytes = if req.max_bytes < 0 { i32::MAX } else { req.max_bytes };
         let per_partition = (max_bytes / fetchable.len().max(1) as i32).max(1);
         let marks = l.shim.cluster.marks();
+        // Records acquired in any round are kept (a later round adds to them): every acquisition
+        // is stored, so it must be answered.
+        let mut got = 0i64;
         loop {
             let waiter = marks.waiter(fetchable.iter().copied());
-            let mut got = 0i64;
             let mut answered = vec![];
             for &tp in &fetchable {
                 if got >= max_records {
@@ -330,8 +361,14 @@ pub(super) async fn share_fetch(l: &Session, header: &RequestHeader, req: ShareF
                         answered.push(hwm);
                         if !acquired.is_empty() {
                             let p = parts.entry(tp).or_default();
-                            p.records = records;
-                            p.acquired = acquired;
+                            if p.records.is_empty() {
+                                p.records = records;
+                            } else {
+                                let mut all = BytesMut::from(&p.records[..]);
+                                all.extend_from_slice(&records);
+                                p.records = all.freeze();
+                            }
+                            p.acquired.extend(acquired);
                         }
                     }
                     Err(e) => {
@@ -421,7 +458,8 @@ pub(super) async fn share_acknowledge(l: &Session, header: &RequestHeader, req: 
     if !access.allowed(Operation::Read, Resource::Group, &group_id) {
         return top(ErrorCode::GroupAuthorizationFailed, "not authorized to read the group");
     }
-    let opened = match l.shim.share_sessions.step(&group_id, &member, req.share_session_epoch, &[], &[], false) {
+    let opened = match l.shim.share_sessions.step(l.conn, &group_id, &member, req.share_session_epoch, &[], &[], false)
+    {
         Ok(o) => o,
         Err(code) => return top(code, code.name()),
     };
@@ -434,9 +472,10 @@ pub(super) async fn share_acknowledge(l: &Session, header: &RequestHeader, req: 
                 .extend(ack_batches_of(&p.acknowledgement_batches));
         }
     }
+    let catalog = catalog(l).await;
     let mut by_topic: BTreeMap<[u8; 16], Vec<share_acknowledge_response::PartitionData>> = BTreeMap::new();
     for (tp, batches) in &asked {
-        let code = match check_topic(l, &access, tp.0, tp.1).await {
+        let code = match check_topic(l, &catalog, &access, *tp) {
             Err(e) => e.code,
             Ok(()) => acknowledge_one(l, &group_id, &member, *tp, batches).await,
         };

@@ -184,7 +184,9 @@ impl Node {
                 ids.iter().map(|id| sm.transaction(&view, id)).collect::<Result<_, _>>().map_err(failed)?,
             ),
             Read::ListTransactions => Answer::ListTransactions(sm.list_transactions(&view).map_err(failed)?),
-            Read::ShareStates { group_id } => Answer::ShareStates(sm.share_states(&view, &group_id).map_err(failed)?),
+            Read::ShareStates { group_id, only } => {
+                Answer::ShareStates(sm.share_states(&view, &group_id, only.as_ref()).map_err(failed)?)
+            }
             Read::Producers(tps) => Answer::Producers(
                 tps.iter().map(|tp| sm.describe_producers(&view, tp)).collect::<Result<_, _>>().map_err(failed)?,
             ),

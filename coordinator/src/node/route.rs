@@ -97,8 +97,8 @@ pub enum Read {
     ListTransactions,
     /// DescribeProducers: per partition.
     Producers(Vec<TopicPartition>),
-    /// Every share-partition state of a share group.
-    ShareStates { group_id: String },
+    /// A share group's share-partition states: every one, or `only` this partition's.
+    ShareStates { group_id: String, only: Option<TopicPartition> },
 }
 
 /// A [`Read`]'s answer (the variant of the same name).

@@ -323,13 +323,17 @@ impl StateMachine {
         transactional_ids::list(view, &self.keys)
     }
 
-    /// Every share-partition state of share group `group_id`.
+    /// Every share-partition state of share group `group_id`, or `only` one partition's.
     pub fn share_states(
         &self,
         view: &dyn KvRead,
         group_id: &str,
+        only: Option<&TopicPartition>,
     ) -> Result<Vec<(TopicPartition, ShareStateRecord)>, StorageError> {
-        share_states::list(view, &self.keys, group_id)
+        match only {
+            None => share_states::list(view, &self.keys, group_id),
+            Some(tp) => Ok(share_states::get(view, &self.keys, group_id, tp)?.map(|r| (*tp, r)).into_iter().collect()),
+        }
     }
 
     /// Every broker of the registry with its record, by id, live or not (metadata partition 0;

@@ -6,7 +6,8 @@
 //! acknowledge, release, lock expiry: Kafka's `SharePartition`) and makes it durable with one
 //! write, `StoreShareState`, a compare-and-set: it applies only if the stored version is the one
 //! the broker last read or wrote, else FENCED_STATE_EPOCH, so two brokers can never hand out the
-//! same record at once. This module checks the record's shape (ranges in order, disjoint, at or
+//! same record at once; and it never gives another member a record whose lock has not expired by
+//! the command's time (INVALID_RECORD_STATE), so brokers' clocks cannot disagree about a lock. This module checks the record's shape (ranges in order, disjoint, at or
 //! above the start offset, bounded in number) and keeps the version and the time (the command's
 //! "now"); it must not judge the transitions nor read a clock.
 
@@ -91,11 +92,43 @@ pub fn store(
             ),
         )));
     }
+    if let Some(old) = &old {
+        if let Some((first, last, member, until)) = taken_while_locked(old, record, now) {
+            return Ok(Err(Failure::new(
+                ErrorCode::InvalidRecordState,
+                format!(
+                    "share group {group_id}'s records [{first}, {last}] of {tp} are acquired by member {member} until {until}, past this store's time {now}"
+                ),
+            )));
+        }
+    }
     let mut record = record.clone();
-    record.version = stored_version + 1;
+    // A state created anew (none stored: never, or deleted since) starts at a version no copy of
+    // an earlier one can hold, so a broker's stale copy of a deleted state cannot overwrite it.
+    record.version = if stored_version == 0 { ((now.max(0) as u64) << 20).max(1) } else { stored_version + 1 };
     record.updated_ms = now;
     tables::put(txn, sm.keys.share_state(group_id, tp), &record)?;
     Ok(Ok(record))
+}
+
+/// The first records `record` gives to a member while `old` has them acquired by another whose lock
+/// has not expired at `now` (the command's time: one clock judges every lock, whichever broker
+/// stores): `(first, last, holder, lock until)`. Both range lists are sorted and disjoint.
+fn taken_while_locked(old: &ShareStateRecord, record: &ShareStateRecord, now: i64) -> Option<(i64, i64, String, i64)> {
+    let held = old.ranges.iter().filter(|o| o.state == 1 && o.lock_until_ms > now);
+    let mut new = record.ranges.iter().filter(|r| r.state == 1).peekable();
+    for o in held {
+        while new.peek().is_some_and(|r| r.last < o.first) {
+            new.next();
+        }
+        let mut ahead = new.clone();
+        while let Some(r) = ahead.next().filter(|r| r.first <= o.last) {
+            if r.member_id != o.member_id {
+                return Some((r.first.max(o.first), r.last.min(o.last), o.member_id.clone(), o.lock_until_ms));
+            }
+        }
+    }
+    None
 }
 
 /// DeleteShareStates: the group's states of `topic_ids` (every topic when empty) are deleted.

@@ -41,18 +41,22 @@ fn store(
 fn a_share_state_is_stored_only_at_the_version_its_writer_last_saw() {
     let mut f = Fixture::new();
     let first = store(&mut f, "g", 0, record(0, &[(0, 9, 1)], "a"), 0).unwrap();
-    assert_eq!((first.version, first.updated_ms), (1, f.now));
+    assert_eq!(first.updated_ms, f.now);
     // Another broker that read nothing, or an older version, is fenced: no record handed out twice.
     let err = store(&mut f, "g", 0, record(0, &[(0, 9, 1)], "b"), 0).unwrap_err();
     assert_eq!(err.code, ErrorCode::FencedStateEpoch);
-    store(&mut f, "g", 0, record(10, &[], "b"), 1).unwrap();
-    assert_eq!(store(&mut f, "g", 0, record(0, &[], "a"), 1).unwrap_err().code, ErrorCode::FencedStateEpoch);
-    let states = f.sm.share_states(&f.db.read(), "g").unwrap();
+    let v = first.version;
+    store(&mut f, "g", 0, record(10, &[], "b"), v).unwrap();
+    assert_eq!(store(&mut f, "g", 0, record(0, &[], "a"), v).unwrap_err().code, ErrorCode::FencedStateEpoch);
+    let states = f.sm.share_states(&f.db.read(), "g", None).unwrap();
     assert_eq!(states.len(), 1);
-    assert_eq!((states[0].1.start_offset, states[0].1.version, states[0].1.owner.as_str()), (10, 2, "b"));
+    assert_eq!((states[0].1.start_offset, states[0].1.owner.as_str()), (10, "b"));
+    assert_eq!(states[0].1.version, v + 1);
+    assert_eq!(f.sm.share_states(&f.db.read(), "g", Some(&tp(1, 0))).unwrap().len(), 1);
+    assert!(f.sm.share_states(&f.db.read(), "g", Some(&tp(1, 1))).unwrap().is_empty());
     // Another group's state of the same partition is its own.
     store(&mut f, "h", 0, record(0, &[], "a"), 0).unwrap();
-    assert_eq!(f.sm.share_states(&f.db.read(), "g").unwrap().len(), 1);
+    assert_eq!(f.sm.share_states(&f.db.read(), "g", None).unwrap().len(), 1);
 }
 
 #[test]
@@ -67,7 +71,7 @@ fn a_share_state_with_overlapping_or_unknown_ranges_is_refused() {
     ] {
         assert_eq!(store(&mut f, "g", 0, bad, 0).unwrap_err().code, ErrorCode::InvalidRequest);
     }
-    assert!(f.sm.share_states(&f.db.read(), "g").unwrap().is_empty());
+    assert!(f.sm.share_states(&f.db.read(), "g", None).unwrap().is_empty());
 }
 
 #[test]
@@ -84,11 +88,37 @@ fn deleting_a_topics_share_states_or_the_group_removes_them() {
         panic!("wrong outcome")
     };
     r.unwrap();
-    let left = f.sm.share_states(&f.db.read(), "g").unwrap();
+    let left = f.sm.share_states(&f.db.read(), "g", None).unwrap();
     assert_eq!(left.len(), 1);
+    // Created again later: a broker's copy of the deleted state (its version) is fenced.
+    f.now += 1;
+    let again = store(&mut f, "g", 0, record(0, &[], "a"), 0).unwrap();
+    assert!(again.version > 1);
+    assert_eq!(store(&mut f, "g", 0, record(0, &[], "a"), 1).unwrap_err().code, ErrorCode::FencedStateEpoch);
     assert_eq!(left[0].0, tp(2, 0));
     let Outcome::Groups(r) = f.apply(Op::DeleteGroups { group_ids: vec!["g".into()] }) else { panic!("wrong outcome") };
     // A group is deleted with its share states, as Kafka's DeleteGroups deletes its share state.
     r[0].clone().unwrap();
-    assert!(f.sm.share_states(&f.db.read(), "g").unwrap().is_empty());
+    assert!(f.sm.share_states(&f.db.read(), "g", None).unwrap().is_empty());
+}
+
+#[test]
+fn a_record_locked_by_one_member_is_not_given_to_another_before_its_lock_expires() {
+    let mut f = Fixture::new();
+    f.now = 1_000;
+    let mut r = record(0, &[(0, 9, 1)], "a");
+    r.ranges[0].lock_until_ms = 5_000;
+    let v = store(&mut f, "g", 0, r.clone(), 0).unwrap().version;
+    // Another broker, its clock ahead, thinks the lock expired and gives [5, 9] to member n.
+    let mut stolen = r.clone();
+    stolen.ranges = vec![stolen.ranges[0].clone(), stolen.ranges[0].clone()];
+    stolen.ranges[0].last = 4;
+    stolen.ranges[1].first = 5;
+    stolen.ranges[1].member_id = "n".into();
+    f.now = 4_999;
+    assert_eq!(store(&mut f, "g", 0, stolen.clone(), v).unwrap_err().code, ErrorCode::InvalidRecordState);
+    // The same member's changes, and anything once the lock expired, are taken.
+    assert!(store(&mut f, "g", 0, r.clone(), v).is_ok());
+    f.now = 5_000;
+    assert!(store(&mut f, "g", 0, stolen, v + 1).is_ok());
 }

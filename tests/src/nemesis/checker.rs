@@ -21,6 +21,11 @@
 //!   has caught up or the run's tail bound passes) never read an acknowledged record at or above
 //!   its partition's final log start: a parked fetch not woken, or a cache answer that left a
 //!   record out.
+//! - **share-redelivered**: a ShareFetch (KIP-932) that began after a ShareFetch acknowledging a
+//!   record (ACCEPT, its partition's acknowledgement answered NONE) had ended acquired that record
+//!   again;
+//! - **share-missed**: the share consumers (reading on after the workload stops, until the tail
+//!   phase ends) never acquired an acknowledged record at or above its partition's final log start.
 //!
 //! And of transactions (Jepsen's transactional anomalies), from the transactional producers'
 //! batches and ends and the `read_committed` reads: a transaction is *committed* when an EndTxn
@@ -315,6 +320,7 @@ pub fn check(events: &[Event]) -> Vec<Anomaly> {
     }
 
     out.extend(tail_missed(&ops, &final_bounds, &final_failed));
+    out.extend(share(&ops, &final_bounds, &final_failed));
     out.extend(transactions(&ops));
 
     // ---- strict reads: linearizable against acknowledgements, never going back
@@ -509,6 +515,80 @@ fn tail_missed(
                 ),
             ));
         }
+    }
+    out
+}
+
+/// Share groups: no record accepted is acquired again by a fetch that began after the acceptance
+/// was answered; every acknowledged record at or above the final log start was acquired.
+fn share(
+    ops: &[OpRecord],
+    final_bounds: &HashMap<Tp, (Option<i64>, Option<i64>)>,
+    final_failed: &BTreeSet<Tp>,
+) -> Vec<Anomaly> {
+    let mut out = vec![];
+    // (partition of the topic, offset) → when its acceptance was answered (the earliest).
+    let mut accepted: HashMap<(String, i32, i64), u64> = HashMap::new();
+    let mut topic_of_share: Option<String> = None;
+    for o in ops {
+        let (Op::ShareFetch { topic, acks, .. }, Some((t, End::Ok(Res::Shared { ack_codes, .. })))) = (&o.op, &o.end)
+        else {
+            continue;
+        };
+        topic_of_share = Some(topic.clone());
+        for (p, first, last) in acks {
+            if ack_codes.iter().any(|(ap, code)| ap == p && *code == 0) {
+                for off in *first..=*last {
+                    let at = accepted.entry((topic.clone(), *p, off)).or_insert(*t);
+                    *at = (*at).min(*t);
+                }
+            }
+        }
+    }
+    let Some(topic) = topic_of_share else { return out };
+    let mut delivered: HashSet<(i32, i64)> = HashSet::new();
+    for o in ops {
+        let (Op::ShareFetch { .. }, Some(Res::Shared { acquired, .. })) = (&o.op, o.ok()) else { continue };
+        for (p, off, value, count) in acquired {
+            delivered.insert((*p, *off));
+            if let Some(at) = accepted.get(&(topic.clone(), *p, *off)) {
+                if *at <= o.invoked {
+                    out.push(Anomaly::new(
+                        "share-redelivered",
+                        format!(
+                            "{topic}/{p} offset {off} ({value}): accepted at {at} µs, acquired again (delivery {count}) by op {} begun at {} µs",
+                            o.id, o.invoked
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    let mut missed: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+    for o in ops.iter().filter(|o| o.process != FINAL) {
+        let (Op::Produce { topic: t, partition, values, .. }, Some(Res::Offset { offset })) = (&o.op, o.ok()) else {
+            continue;
+        };
+        let tp = (t.clone(), *partition);
+        if *t != topic || final_failed.contains(&tp) {
+            continue;
+        }
+        let Some((Some(start), _)) = final_bounds.get(&tp) else { continue };
+        for off in *offset..*offset + values.len() as i64 {
+            if off >= *start && !delivered.contains(&(*partition, off)) {
+                missed.entry(*partition).or_default().push(off);
+            }
+        }
+    }
+    for (p, offs) in missed {
+        out.push(Anomaly::new(
+            "share-missed",
+            format!(
+                "{topic}/{p}: the share consumers never acquired {} acknowledged records, first at offsets {:?}",
+                offs.len(),
+                &offs[..offs.len().min(5)]
+            ),
+        ));
     }
     out
 }

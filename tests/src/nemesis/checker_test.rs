@@ -305,3 +305,33 @@ fn aborted_reads_reads_past_the_lso_torn_and_missing_transactions_are_found() {
     committed_read(&h, FINAL, X0, 0, &[], 2, 0);
     assert_eq!(kinds(&h), vec!["final-read-incomplete"]);
 }
+
+fn share_fetch(h: &History, p: u32, acks: Vec<(i32, i64, i64)>, acquired: &[(i32, i64, &str)], ack_code: i16) {
+    let op = Op::ShareFetch { target: 0, group: "g".into(), topic: "t".into(), session_epoch: 1, acks: acks.clone() };
+    let id = h.invoke(p, op);
+    let acquired = acquired.iter().map(|(part, off, v)| (*part, *off, v.to_string(), 1)).collect();
+    let ack_codes = acks.iter().map(|(part, _, _)| (*part, ack_code)).collect();
+    h.complete(p, id, Outcome::Ok(Res::Shared { acquired, ack_codes }));
+}
+
+#[test]
+fn a_share_group_never_delivers_an_accepted_record_again_and_delivers_every_record() {
+    let h = History::in_memory();
+    produce(&h, 1, T, &["a", "b", "c"], None, Outcome::Ok(Res::Offset { offset: 0 }));
+    share_fetch(&h, 7, vec![], &[(0, 0, "a"), (0, 1, "b")], 0);
+    // Offset 0 accepted; offset 1's acceptance refused (its lock expired): it may come again.
+    share_fetch(&h, 7, vec![(0, 0, 0)], &[], 0);
+    share_fetch(&h, 8, vec![(0, 1, 1)], &[], 121);
+    share_fetch(&h, 8, vec![], &[(0, 1, "b"), (0, 2, "c")], 0);
+    final_state(&h, T, 0, &[(0, "a"), (1, "b"), (2, "c")], 3);
+    assert!(kinds(&h).is_empty(), "{:?}", kinds(&h));
+
+    // Offset 0 acquired again after its acceptance was answered; offset 2 never delivered.
+    let h = History::in_memory();
+    produce(&h, 1, T, &["a", "b", "c"], None, Outcome::Ok(Res::Offset { offset: 0 }));
+    share_fetch(&h, 7, vec![], &[(0, 0, "a"), (0, 1, "b")], 0);
+    share_fetch(&h, 7, vec![(0, 0, 1)], &[], 0);
+    share_fetch(&h, 8, vec![], &[(0, 0, "a")], 0);
+    final_state(&h, T, 0, &[(0, "a"), (1, "b"), (2, "c")], 3);
+    assert_eq!(kinds(&h), vec!["share-missed", "share-redelivered"]);
+}

@@ -110,6 +110,15 @@ pub enum Op {
         via: Via,
         target: u64,
     },
+    /// A share consumer's ShareFetch (KIP-932) of every partition of `topic` in share group
+    /// `group`, carrying ACCEPT acknowledgements of `acks` (partition, first, last offset).
+    ShareFetch {
+        target: u64,
+        group: String,
+        topic: String,
+        session_epoch: i32,
+        acks: Vec<(i32, i64, i64)>,
+    },
 }
 
 impl Op {
@@ -138,6 +147,9 @@ impl Op {
             Op::CreateTopic { via, .. } => ("create-topic", via),
             Op::DeleteTopic { via, .. } => ("delete-topic", via),
             Op::ListTopics { via, .. } => ("list-topics", via),
+            Op::ShareFetch { acks, .. } => {
+                return if acks.is_empty() { "share-fetch/kafka".into() } else { "share-fetch-ack/kafka".into() }
+            }
         };
         let via = match via {
             Via::Grpc => "grpc",
@@ -180,6 +192,12 @@ pub enum Res {
         ids: Vec<String>,
         #[serde(default)]
         partitions: Vec<i32>,
+    },
+    /// ShareFetch: the records acquired (partition, offset, value, delivery count), and each
+    /// acknowledged partition's acknowledgement error code.
+    Shared {
+        acquired: Vec<(i32, i64, String, i32)>,
+        ack_codes: Vec<(i32, i16)>,
     },
     Done,
 }

@@ -165,6 +165,12 @@ pub async fn run(config: Config) -> anyhow::Result<RunResult> {
             }
             None => history.note(format!("tail consumers not caught up within {TAIL_BOUND:?} of the workload's stop")),
         }
+        if config.mix.share_consumers > 0 {
+            // Share consumers go on until records locked by sessions a fault ended come back
+            // (the brokers' lock is 5 s) and are delivered.
+            history.note("share consumers draining");
+            tokio::time::sleep(Duration::from_secs(10)).await;
+        }
         let _ = tail_stop_tx.send(true);
         for w in tails {
             if tokio::time::timeout(Duration::from_secs(60), w).await.is_err() {
@@ -320,6 +326,11 @@ fn spawn_workers(ctx: &Arc<Ctx>, mix: &Mix, rng: &Rng) -> (Workers, Workers) {
     for _ in 0..mix.committed_readers {
         let (p, r) = next();
         handles.push(tokio::spawn(workload::committed_reader(ctx.clone(), p, r)));
+    }
+    // Share consumers read on through the tail phase, as the tail consumers do.
+    for _ in 0..mix.share_consumers {
+        let (p, r) = next();
+        tails.push(tokio::spawn(workload::share_consumer(ctx.clone(), p, r)));
     }
     (handles, tails)
 }

@@ -96,7 +96,8 @@ impl System {
                 // Transactions the stopped workload left open are aborted soon after their timeout.
                 extra_toml: format!(
                     "coordinator_address_map = {{ {} }}\nallow_fault_injection = true\n\n[transactions]\n\
-                     abort_check_interval_ms = 1000\n",
+                     abort_check_interval_ms = 1000\n\n[groups]\nshare_record_lock_duration_ms = 5000\n\
+                     share_auto_offset_reset = \"earliest\"\n",
                     map.join(", ")
                 ),
                 commit_interval_ms: 50,

@@ -14,9 +14,9 @@ use kafka_protocol::protocol::StrBytes;
 
 const TOPIC: &str = "kip932";
 const GROUP: &str = "kip932-group";
-/// What the script produces before the admin checks: 300 + 20 + 1 records, all acknowledged or
+/// What the script produces before the admin checks: 300 + 20 + 20 + 1 records, all acknowledged or
 /// archived.
-const CONSUMED: i64 = 321;
+const CONSUMED: i64 = 341;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn t77_share_groups_share_acknowledge_redeliver_and_survive_their_coordinator() {
@@ -85,7 +85,7 @@ async fn t77_share_groups_share_acknowledge_redeliver_and_survive_their_coordina
     assert_eq!(start_offset(&r), 300);
 
     // The coordinating broker killed: the other goes on from the stored state (from offset 300:
-    // the 21 records after it are delivered again, then the new ones).
+    // the 41 records after it are delivered again, then the new ones).
     if coordinator == a.broker_id {
         a.kill();
     } else {
@@ -97,5 +97,29 @@ async fn t77_share_groups_share_acknowledge_redeliver_and_survive_their_coordina
         "ALL SHARE GROUP CHECKS PASSED",
     )
     .await;
+    println!("{out}");
+}
+
+/// Issue 28's figures (not run by the test command: `cargo test -p diskless-cluster-tests --test
+/// cluster t77_group_figures -- --ignored --nocapture`, with nothing else running): rebalance time
+/// with 3 and 30 members, classic against KIP-848, and share-fetch throughput with 1 and 8 share
+/// consumers on one partition (`tests/python/group_figures.py`), on a local 3-node cluster and one
+/// broker with default group settings but `share_auto_offset_reset = "earliest"`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore]
+async fn t77_group_figures() {
+    if !kafka_clients_available() {
+        return;
+    }
+    let c = Cluster::start(3, Options::default()).await;
+    let options = BrokerOptions {
+        kafka: true,
+        kafka_toml: "\n[groups]\nshare_auto_offset_reset = \"earliest\"\n".to_string(),
+        ..BrokerOptions::default()
+    };
+    let storage = TestStorage::Local(c.path("objects"));
+    let a = BrokerProc::start(&c, "a", &storage, &options).await;
+    let out =
+        run_python_checks("group_figures.py", vec![a.kafka_addr.clone().unwrap()], "ALL GROUP FIGURES MEASURED").await;
     println!("{out}");
 }

@@ -177,7 +177,12 @@ impl ShareGroups {
     pub async fn heartbeat(&self, group_id: &str, hb: &Heartbeat, catalog: &Catalog) -> Result<Answer, Refused> {
         let slot = self.slot(group_id);
         let mut held = slot.lock().await;
-        self.ensure(group_id, &mut held, hb.member_epoch == 0, catalog).await?;
+        if let Err(e) = self.ensure(group_id, &mut held, hb.member_epoch == 0, catalog).await {
+            // Nothing held: the slot goes (unknown group ids leave nothing behind).
+            drop(held);
+            self.drop_empty_slot(group_id);
+            return Err(e);
+        }
         let live = held.as_mut().expect("ensured");
         let mut next = live.group.clone();
         let answer = next.heartbeat(hb, catalog, self.config.share_max_size)?;
@@ -250,6 +255,13 @@ impl ShareGroups {
         }
     }
 
+    fn drop_empty_slot(&self, group_id: &str) {
+        let mut all = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        if all.get(group_id).is_some_and(|s| s.try_lock().is_ok_and(|g| g.is_none())) {
+            all.remove(group_id);
+        }
+    }
+
     /// Drops a group from memory (deleted, or another broker coordinates it now).
     pub fn release(&self, group_id: &str) {
         self.groups.lock().unwrap_or_else(|e| e.into_inner()).remove(group_id);
@@ -261,8 +273,8 @@ impl ShareGroups {
     }
 
     /// One pass of the session timers: silent members are removed (one epoch bump per group),
-    /// and their ids returned by group so their share sessions can be closed.
-    pub async fn tick(&self, catalog: &Catalog) -> Vec<(String, Vec<String>)> {
+    /// and returned by group so what they hold can be given back.
+    pub async fn tick(&self, catalog: &Catalog) -> Vec<(String, Vec<Member>)> {
         let now = Instant::now();
         let slots: Vec<(String, Arc<tokio::sync::Mutex<Option<Live>>>)> = {
             let all = self.groups.lock().unwrap_or_else(|e| e.into_inner());
@@ -290,8 +302,9 @@ impl ShareGroups {
                         );
                         live.sessions.remove(m);
                     }
+                    let members = gone.iter().filter_map(|m| live.group.members.get(m).cloned()).collect();
                     live.group = next;
-                    removed.push((group_id.clone(), gone));
+                    removed.push((group_id.clone(), members));
                 }
                 Err(e) if e.code == ErrorCode::NotCoordinator => *held = None,
                 Err(_) => {}

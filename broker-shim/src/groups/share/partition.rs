@@ -211,13 +211,14 @@ impl SharePartition {
     }
 
     /// Acquires for `member` the records of `batches` (each a record batch's `[base, last]`
-    /// offsets, in order, as the log returned them) that are available: until `max_records` are
+    /// offsets, in order, as the log returned them from offset `read_from`) that are available: until `max_records` are
     /// acquired (a soft limit: the batch that reaches it is taken whole, as Kafka does), and new
     /// records only while fewer than `limits.max_in_flight` offsets are in flight. Returns what was
     /// acquired, in order.
     pub fn acquire(
         &mut self,
         member: &str,
+        read_from: i64,
         batches: &[(i64, i64)],
         now_ms: i64,
         limits: &Limits,
@@ -262,6 +263,11 @@ impl SharePartition {
                 }
                 let first = lo.max(end);
                 if first > end {
+                    if read_from > end {
+                        // The read began past what this state handed out (it was read from an
+                        // older copy): nothing new is acquired; the next fetch reads from here.
+                        break;
+                    }
                     // Offsets the log does not hold (none should be missing): never delivered.
                     self.ranges.push(Range {
                         first: end,
@@ -310,12 +316,17 @@ impl SharePartition {
         }
         let mut work = self.clone();
         for b in batches {
-            let held = b.first >= work.start
-                && b.last < work.end()
+            // Offsets below the start offset are acknowledged or archived already (or were deleted
+            // from the log): ignored, as Kafka ignores them.
+            let first = b.first.max(work.start);
+            if first > b.last {
+                continue;
+            }
+            let held = b.last < work.end()
                 && work
                     .ranges
                     .iter()
-                    .filter(|r| r.last >= b.first && r.first <= b.last)
+                    .filter(|r| r.last >= first && r.first <= b.last)
                     .all(|r| r.state == RecordState::Acquired && r.member == member);
             if !held {
                 return Err(ErrorCode::InvalidRecordState);
@@ -327,7 +338,9 @@ impl SharePartition {
                 let run_ends = b.types.len() == 1 || b.types.get(i + 1) != Some(t);
                 if run_ends {
                     let last = if b.types.len() == 1 { b.last } else { o };
-                    work.set(run_first, last, *t, limit);
+                    if last >= first {
+                        work.set(run_first.max(first), last, *t, limit);
+                    }
                     run_first = last + 1;
                     if work.ranges.len() > MAX_RANGES {
                         return Err(ErrorCode::InvalidRequest);
@@ -431,42 +444,44 @@ mod tests {
     #[test]
     fn records_are_acquired_once_until_released_or_expired() {
         let mut p = SharePartition::at(0, 0);
-        let a = p.acquire("a", &[(0, 4), (5, 9)], 0, &LIMITS, 500);
+        let a = p.acquire("a", 0, &[(0, 4), (5, 9)], 0, &LIMITS, 500);
         assert_eq!(a, vec![Acquired { first: 0, last: 9, delivery_count: 1 }]);
         // Nothing is available for another member until the lock expires.
         assert_eq!(p.next_available(10), None);
-        assert!(p.acquire("b", &[(0, 4), (5, 9)], 10, &LIMITS, 500).is_empty());
+        assert!(p.acquire("b", 0, &[(0, 4), (5, 9)], 10, &LIMITS, 500).is_empty());
         assert!(!p.expire(999, 3));
         assert!(p.expire(1_000, 3));
         assert_eq!(p.next_available(10), Some(0));
-        let b = p.acquire("b", &[(0, 4)], 1_000, &LIMITS, 500);
+        let b = p.acquire("b", 0, &[(0, 4)], 1_000, &LIMITS, 500);
         assert_eq!(b, vec![Acquired { first: 0, last: 4, delivery_count: 2 }]);
     }
 
     #[test]
     fn accepted_records_move_the_start_and_are_never_delivered_again() {
         let mut p = SharePartition::at(0, 0);
-        p.acquire("a", &[(0, 4), (5, 9)], 0, &LIMITS, 500);
+        p.acquire("a", 0, &[(0, 4), (5, 9)], 0, &LIMITS, 500);
         p.acknowledge("a", &[ack(0, 4, 1)], 3).unwrap();
         assert_eq!(p.start, 5);
-        // Acknowledging again: not acquired any more.
-        assert_eq!(p.acknowledge("a", &[ack(0, 4, 1)], 3), Err(ErrorCode::InvalidRecordState));
+        // Acknowledging again: below the start offset, ignored (as Kafka ignores it).
+        let before = p.clone();
+        assert_eq!(p.acknowledge("a", &[ack(0, 4, 1)], 3), Ok(()));
+        assert_eq!(p, before);
         // Another member cannot acknowledge what `a` holds.
         assert_eq!(p.acknowledge("b", &[ack(5, 9, 1)], 3), Err(ErrorCode::InvalidRecordState));
         p.expire(5_000, 3);
-        let again = p.acquire("b", &[(0, 4), (5, 9)], 5_000, &LIMITS, 500);
+        let again = p.acquire("b", 0, &[(0, 4), (5, 9)], 5_000, &LIMITS, 500);
         assert_eq!(again, vec![Acquired { first: 5, last: 9, delivery_count: 2 }]);
     }
 
     #[test]
     fn per_offset_acknowledgements_release_reject_and_accept() {
         let mut p = SharePartition::at(0, 0);
-        p.acquire("a", &[(0, 3)], 0, &LIMITS, 500);
+        p.acquire("a", 0, &[(0, 3)], 0, &LIMITS, 500);
         p.acknowledge("a", &[AckBatch { first: 0, last: 3, types: vec![1, 2, 3, 1] }], 3).unwrap();
         // 0 accepted (start moves to 1), 1 available, 2 archived, 3 accepted.
         assert_eq!(p.start, 1);
         assert_eq!(p.next_available(4), Some(1));
-        let a = p.acquire("b", &[(0, 3)], 10, &LIMITS, 500);
+        let a = p.acquire("b", 0, &[(0, 3)], 10, &LIMITS, 500);
         assert_eq!(a, vec![Acquired { first: 1, last: 1, delivery_count: 2 }]);
         p.acknowledge("b", &[ack(1, 1, 1)], 3).unwrap();
         assert_eq!((p.start, p.ranges.len()), (4, 0));
@@ -476,7 +491,7 @@ mod tests {
     fn a_record_delivered_to_the_limit_is_archived() {
         let mut p = SharePartition::at(0, 0);
         for round in 1..=3 {
-            let a = p.acquire("a", &[(0, 0)], round * 10_000, &LIMITS, 500);
+            let a = p.acquire("a", 0, &[(0, 0)], round * 10_000, &LIMITS, 500);
             assert_eq!(a, vec![Acquired { first: 0, last: 0, delivery_count: round as i32 }]);
             if round < 3 {
                 p.acknowledge("a", &[ack(0, 0, 2)], 3).unwrap();
@@ -490,27 +505,27 @@ mod tests {
     #[test]
     fn a_closed_session_gives_records_back_without_counting_the_delivery() {
         let mut p = SharePartition::at(0, 0);
-        p.acquire("a", &[(0, 9)], 0, &LIMITS, 500);
+        p.acquire("a", 0, &[(0, 9)], 0, &LIMITS, 500);
         assert!(p.release_member("a"));
-        let a = p.acquire("b", &[(0, 9)], 1, &LIMITS, 500);
+        let a = p.acquire("b", 0, &[(0, 9)], 1, &LIMITS, 500);
         assert_eq!(a, vec![Acquired { first: 0, last: 9, delivery_count: 1 }]);
     }
 
     #[test]
     fn acquisition_stops_at_max_records_on_a_batch_boundary_and_at_the_in_flight_limit() {
         let mut p = SharePartition::at(0, 0);
-        let a = p.acquire("a", &[(0, 4), (5, 9), (10, 14)], 0, &LIMITS, 6);
+        let a = p.acquire("a", 0, &[(0, 4), (5, 9), (10, 14)], 0, &LIMITS, 6);
         assert_eq!(a, vec![Acquired { first: 0, last: 9, delivery_count: 1 }]);
         let tight = Limits { max_in_flight: 10, ..LIMITS };
-        assert!(p.acquire("a", &[(10, 14)], 0, &tight, 500).is_empty());
+        assert!(p.acquire("a", 0, &[(10, 14)], 0, &tight, 500).is_empty());
         p.acknowledge("a", &[ack(0, 4, 1)], 3).unwrap();
-        assert_eq!(p.acquire("a", &[(10, 14)], 0, &tight, 500).len(), 1);
+        assert_eq!(p.acquire("a", 0, &[(10, 14)], 0, &tight, 500).len(), 1);
     }
 
     #[test]
     fn malformed_acknowledgements_change_nothing() {
         let mut p = SharePartition::at(0, 0);
-        p.acquire("a", &[(0, 9)], 0, &LIMITS, 500);
+        p.acquire("a", 0, &[(0, 9)], 0, &LIMITS, 500);
         let before = p.clone();
         for bad in [
             vec![ack(5, 4, 1)],
@@ -529,7 +544,7 @@ mod tests {
     #[test]
     fn the_stored_form_round_trips_and_a_broken_one_is_refused() {
         let mut p = SharePartition::at(7, 2);
-        p.acquire("a", &[(7, 9), (10, 12)], 0, &LIMITS, 500);
+        p.acquire("a", 0, &[(7, 9), (10, 12)], 0, &LIMITS, 500);
         p.acknowledge("a", &[ack(10, 10, 3)], 3).unwrap();
         let stored = p.to_stored([1; 16], 3);
         assert_eq!(SharePartition::from_stored(&stored), Some(p));
@@ -542,9 +557,32 @@ mod tests {
     }
 
     #[test]
+    fn acknowledgements_below_the_start_offset_are_ignored() {
+        let mut p = SharePartition::at(0, 0);
+        p.acquire("a", 0, &[(0, 9)], 0, &LIMITS, 500);
+        p.advance_to(5);
+        p.acknowledge("a", &[ack(0, 9, 1)], 3).unwrap();
+        assert_eq!((p.start, p.ranges.len()), (10, 0));
+        p.acquire("a", 0, &[(10, 12)], 0, &LIMITS, 500);
+        p.acknowledge("a", &[AckBatch { first: 8, last: 12, types: vec![1, 1, 1, 2, 1] }], 3).unwrap();
+        assert_eq!((p.start, p.next_available(13)), (11, Some(11)));
+    }
+
+    #[test]
+    fn a_read_from_an_older_copy_archives_nothing_it_did_not_see() {
+        // The state was reset to 0 elsewhere; this broker read from 150 on its older copy.
+        let mut p = SharePartition::at(0, 1);
+        assert!(p.acquire("a", 150, &[(150, 159)], 0, &LIMITS, 500).is_empty());
+        assert_eq!((p.start, p.ranges.len()), (0, 0));
+        // A read that began at the end and found later offsets: the missing ones are archived.
+        assert_eq!(p.acquire("a", 0, &[(3, 4)], 0, &LIMITS, 500).len(), 1);
+        assert_eq!(p.start, 3);
+    }
+
+    #[test]
     fn records_deleted_below_the_log_start_are_skipped() {
         let mut p = SharePartition::at(0, 0);
-        p.acquire("a", &[(0, 9)], 0, &LIMITS, 500);
+        p.acquire("a", 0, &[(0, 9)], 0, &LIMITS, 500);
         assert!(p.advance_to(5));
         assert_eq!((p.start, p.ranges[0].first), (5, 5));
         assert!(p.advance_to(20));

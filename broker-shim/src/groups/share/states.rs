@@ -26,7 +26,12 @@ use crate::groups::store::StoreError;
 
 /// Where share-partition states are kept: the coordinator cluster, faked in tests.
 pub trait ShareStateStore: Send + Sync + 'static {
-    fn load<'a>(&'a self, group_id: &'a str) -> BoxFuture<'a, Result<Vec<ShareState>, StoreError>>;
+    /// The group's stored states: all, or `only` one partition's.
+    fn load<'a>(
+        &'a self,
+        group_id: &'a str,
+        only: Option<([u8; 16], i32)>,
+    ) -> BoxFuture<'a, Result<Vec<ShareState>, StoreError>>;
     fn store<'a>(
         &'a self,
         group_id: &'a str,
@@ -46,9 +51,18 @@ fn refused(code: i32, message: Option<String>) -> Result<(), StoreError> {
 }
 
 impl ShareStateStore for ClusterClient {
-    fn load<'a>(&'a self, group_id: &'a str) -> BoxFuture<'a, Result<Vec<ShareState>, StoreError>> {
+    fn load<'a>(
+        &'a self,
+        group_id: &'a str,
+        only: Option<([u8; 16], i32)>,
+    ) -> BoxFuture<'a, Result<Vec<ShareState>, StoreError>> {
         Box::pin(async move {
-            let req = ReadShareStatesRequest { group_id: group_id.to_string(), timeout_ms: TIMEOUT_MS };
+            let req = ReadShareStatesRequest {
+                group_id: group_id.to_string(),
+                timeout_ms: TIMEOUT_MS,
+                topic_id: only.map(|o| o.0.to_vec()),
+                partition_index: only.map(|o| o.1),
+            };
             let r = self
                 .call(|mut c| {
                     let req = req.clone();
@@ -156,7 +170,7 @@ impl ShareStates {
 
     /// The stored state of `key`, if any (read from the cluster).
     async fn read(&self, key: &Key) -> Result<Option<Held>, Failed> {
-        let all = self.store.load(&key.0).await.map_err(|e| unavailable(&e))?;
+        let all = self.store.load(&key.0, Some((key.1, key.2))).await.map_err(|e| unavailable(&e))?;
         let Some(s) = all.into_iter().find(|s| s.topic_id == key.1 && s.partition_index == key.2) else {
             return Ok(None);
         };
@@ -174,23 +188,46 @@ impl ShareStates {
         &self,
         key: &Key,
         start: impl Fn() -> i64,
-        mut change: impl FnMut(&mut SharePartition) -> R,
+        change: impl FnMut(&mut SharePartition) -> R,
     ) -> Result<R, Failed> {
+        self.change(key, Some(&start), change)
+            .await?
+            .ok_or_else(|| Failed { code: ErrorCode::UnknownServerError, message: "no share state was created".into() })
+    }
+
+    /// As [`update`](Self::update), only if a state is stored (`None` when none is): an
+    /// acknowledgement or a release never creates one (a state deleted meanwhile stays deleted).
+    pub async fn update_existing<R>(
+        &self,
+        key: &Key,
+        change: impl FnMut(&mut SharePartition) -> R,
+    ) -> Result<Option<R>, Failed> {
+        self.change(key, None::<&fn() -> i64>, change).await
+    }
+
+    async fn change<R>(
+        &self,
+        key: &Key,
+        start: Option<&impl Fn() -> i64>,
+        mut change: impl FnMut(&mut SharePartition) -> R,
+    ) -> Result<Option<R>, Failed> {
         let slot = self.slot(key);
         let mut held = slot.lock().await;
         for _ in 0..3 {
             if held.as_ref().is_none_or(Held::stale) {
-                *held = Some(self.read(key).await?.unwrap_or(Held {
-                    partition: SharePartition::at(start(), 0),
-                    version: 0,
-                    fresh_at: Instant::now(),
-                }));
+                *held = match (self.read(key).await?, start) {
+                    (Some(h), _) => Some(h),
+                    (None, Some(start)) => {
+                        Some(Held { partition: SharePartition::at(start(), 0), version: 0, fresh_at: Instant::now() })
+                    }
+                    (None, None) => return Ok(None),
+                };
             }
             let h = held.as_mut().expect("loaded");
             let mut next = h.partition.clone();
             let answer = change(&mut next);
             if next == h.partition && h.version != 0 {
-                return Ok(answer);
+                return Ok(Some(answer));
             }
             let mut stored = next.to_stored(key.1, key.2);
             stored.owner = self.identity.clone();
@@ -199,7 +236,19 @@ impl ShareStates {
                     h.version = s.version;
                     h.partition = next;
                     h.fresh_at = Instant::now();
-                    return Ok(answer);
+                    return Ok(Some(answer));
+                }
+                Err(StoreError::Refused { code: ErrorCode::InvalidRecordState, message }) => {
+                    // Records another member holds, locked by the cluster's clock: this broker's
+                    // clock runs ahead. Nothing changes now.
+                    tracing::debug!(
+                        group = key.0,
+                        partition = key.2,
+                        message,
+                        "a lock has not expired by the cluster's clock"
+                    );
+                    *held = None;
+                    return Err(Failed { code: ErrorCode::InvalidRecordState, message });
                 }
                 Err(StoreError::Refused { code: ErrorCode::FencedStateEpoch, message }) => {
                     tracing::debug!(
@@ -240,7 +289,7 @@ impl ShareStates {
             let key = (group_id.to_string(), topic_id, partition);
             if let Ok(Some(p)) = self.peek(&key).await {
                 if p.ranges.iter().any(|r| r.member == member) {
-                    if let Err(e) = self.update(&key, || 0, |p| p.release_member(member)).await {
+                    if let Err(e) = self.update_existing(&key, |p| p.release_member(member)).await {
                         tracing::info!(
                             group = group_id,
                             member,
@@ -255,7 +304,7 @@ impl ShareStates {
 
     /// Every stored state of `group_id` (DescribeShareGroupOffsets), read from the cluster.
     pub async fn stored(&self, group_id: &str) -> Result<Vec<ShareState>, Failed> {
-        self.store.load(group_id).await.map_err(|e| unavailable(&e))
+        self.store.load(group_id, None).await.map_err(|e| unavailable(&e))
     }
 
     /// Replaces the state of `key` (AlterShareGroupOffsets: in-flight records forgotten, the state
@@ -277,6 +326,15 @@ impl ShareStates {
         self.store.delete(group_id, topic_ids.clone()).await.map_err(|e| unavailable(&e))?;
         self.forget(group_id, &topic_ids);
         Ok(())
+    }
+
+    /// Forgets cached states not read or stored for a minute (their slots are made again on use).
+    pub fn prune(&self) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.retain(|_, slot| match slot.try_lock() {
+            Ok(h) => h.as_ref().is_some_and(|h| h.fresh_at.elapsed() < Duration::from_secs(60)),
+            Err(_) => true,
+        });
     }
 
     /// Forgets what is cached of `group_id` (of `topic_ids`, all when empty).

@@ -107,7 +107,17 @@ impl CoordinatorApi {
         let req = request.into_inner();
         let timeout = timeout_of(req.timeout_ms);
         let g = self.share_group_partition(&req.group_id);
-        let out = match self.read(g, Read::ShareStates { group_id: req.group_id }, timeout, hop).await {
+        let only = match (&req.topic_id, req.partition_index) {
+            (Some(t), Some(p)) => match convert::tp(t, p) {
+                Ok(tp) => Some(tp),
+                Err(f) => {
+                    let (error_code, error_message) = failure_fields(&f);
+                    return Ok(Response::new(ReadShareStatesResponse { error_code, error_message, states: vec![] }));
+                }
+            },
+            _ => None,
+        };
+        let out = match self.read(g, Read::ShareStates { group_id: req.group_id, only }, timeout, hop).await {
             Ok(Answer::ShareStates(states)) => Ok(states),
             Ok(other) => Err(RouteError::unexpected(g, &other)),
             Err(e) => Err(e),

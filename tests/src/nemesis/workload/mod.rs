@@ -13,6 +13,7 @@
 //!   after the rest stops until the run ends the tail phase.
 //! - Transactional producers and `read_committed` consumers, on a topic of their own
 //!   (`transactions`).
+//! - Share consumers (KIP-932), in one share group over the first long-lived topic (`share`).
 //!
 //! Every value is unique (`<process>-<n>-<i>`, key `k<value>`), so the checker can tell each
 //! record's origin. It must not judge results: it records them.
@@ -25,6 +26,7 @@
 mod admin;
 mod consume;
 mod produce;
+pub mod share;
 mod strict;
 pub mod tail;
 pub mod transactions;
@@ -42,6 +44,7 @@ use super::system::System;
 pub use admin::{admin, list_topics};
 pub use consume::{consumer, decode, read};
 pub use produce::producer;
+pub use share::share_consumer;
 pub use strict::{list_offsets_broker, list_offsets_coordinator, strict_reader};
 pub use tail::{tail_consumer, TailPositions, WAIT_MS as TAIL_WAIT_MS};
 pub use transactions::{committed_reader, txn_producer, CommittedReads};
@@ -71,6 +74,8 @@ pub struct Mix {
     /// on the transactional topic.
     pub txn_producers: usize,
     pub committed_readers: usize,
+    /// Share consumers (KIP-932) of the first long-lived topic, in one share group.
+    pub share_consumers: usize,
 }
 
 impl Default for Mix {
@@ -87,6 +92,7 @@ impl Default for Mix {
             tail_consumers: true,
             txn_producers: 2,
             committed_readers: 1,
+            share_consumers: 2,
         }
     }
 }
