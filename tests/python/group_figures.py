@@ -7,7 +7,8 @@
   the newcomer holding partitions. librdkafka defaults otherwise (classic: `range` assignor, eager;
   the broker's `group.initial.rebalance.delay.ms` 3 s as Kafka's default).
 - share-fetch throughput with 1 and 8 ShareConsumers on one partition: records per second
-  draining RECORDS records produced beforehand (implicit acknowledgement).
+  draining RECORDS records produced beforehand (implicit acknowledgement), beside one plain
+  consumer reading the same records (the baseline: Fetch, nothing acquired or acknowledged).
 
 Usage: group_figures.py BROKER[,BROKER...] [--quick]
 Prints FIGURE lines; ends with ALL GROUP FIGURES MEASURED.
@@ -17,7 +18,7 @@ import threading
 import time
 import uuid
 
-from confluent_kafka import Consumer, Producer, ShareConsumer
+from confluent_kafka import Consumer, Producer, ShareConsumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 BROKERS = sys.argv[1]
@@ -27,8 +28,8 @@ RECORDS = 20_000 if QUICK else 100_000
 
 
 def create(topic, partitions):
-    fs = AdminClient({"bootstrap.servers": BROKERS}).create_topics(
-        [NewTopic(topic, partitions, config={"diskless.enable": "true"})])
+    admin = AdminClient({"bootstrap.servers": BROKERS})
+    fs = admin.create_topics([NewTopic(topic, partitions, config={"diskless.enable": "true"})])
     for f in fs.values():
         f.result()
 
@@ -124,6 +125,16 @@ def share_throughput(consumers):
     for t in threads:
         t.join(30)
     total = sum(counts)
+    if consumers == 1:
+        # The baseline: one plain consumer reading the same records (Fetch, no acquisition).
+        c = Consumer({"bootstrap.servers": BROKERS, "group.id": f"plain-{topic}", "enable.auto.commit": False})
+        c.assign([TopicPartition(topic, 0, 0)])
+        got, t0 = 0, time.time()
+        while got < RECORDS and time.time() - t0 < 300:
+            got += sum(1 for m in c.consume(1000, 0.5) if m.error() is None)
+        plain = time.time() - t0
+        c.close()
+        print(f"FIGURE plain fetch consumers=1 (baseline): {got} records in {plain:.2f} s = {got / plain:,.0f} records/s", flush=True)
     print(f"FIGURE share-fetch consumers={consumers}: {total} records in {took:.2f} s = {total / took:,.0f} records/s "
           f"(per consumer {counts})", flush=True)
 

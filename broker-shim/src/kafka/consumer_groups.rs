@@ -18,8 +18,9 @@ use crate::authz::{Operation, Resource};
 use crate::groups::consumer::assignor::Assignment;
 use crate::groups::consumer::group::{self, Catalog, Heartbeat, Refused};
 
-/// Every topic of the catalog, by name: what subscriptions are matched against.
-async fn catalog(l: &Session) -> Result<Catalog, Refused> {
+/// Every topic of the catalog, by name: what subscriptions are matched against (share groups'
+/// too).
+pub(super) async fn catalog(l: &Session) -> Result<Catalog, Refused> {
     let topics = l.shim.cluster.all_topics().await.map_err(|e| {
         tracing::info!(error = %e, "reading the topic catalog failed");
         Refused { code: ErrorCode::CoordinatorNotAvailable, message: "the topic catalog could not be read".into() }

@@ -13,20 +13,12 @@ use std::collections::BTreeMap;
 use diskless_proto::ErrorCode;
 use kafka_protocol::messages::*;
 
+use super::consumer_groups::catalog;
 use super::group_access::{may, owned};
 use super::response::{encode, text as s, Reply};
 use super::session::Session;
 use crate::authz::{Operation, Resource};
 use crate::groups::share::group::{self, Assignment, Catalog, Heartbeat, Refused};
-
-/// Every topic of the catalog, by name.
-pub(super) async fn catalog(l: &Session) -> Result<Catalog, Refused> {
-    let topics = l.shim.cluster.all_topics().await.map_err(|e| {
-        tracing::info!(error = %e, "reading the topic catalog failed");
-        Refused { code: ErrorCode::CoordinatorNotAvailable, message: "the topic catalog could not be read".into() }
-    })?;
-    Ok(topics.into_iter().map(|t| (t.name, (t.id, t.partitions))).collect())
-}
 
 fn code(code: ErrorCode) -> Refused {
     Refused { code, message: code.name().to_string() }
