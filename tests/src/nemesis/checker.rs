@@ -21,6 +21,9 @@
 //!   has caught up or the run's tail bound passes) never read an acknowledged record at or above
 //!   its partition's final log start: a parked fetch not woken, or a cache answer that left a
 //!   record out.
+//! - **commit-regression**: a group's committed offset of a partition went back: an OffsetFetch
+//!   that began after an OffsetCommit of offset `o` was answered NONE (or after another
+//!   OffsetFetch answered `o`) answered less than `o` (KIP-848 members, fenced by member epoch);
 //! - **share-redelivered**: a ShareFetch (KIP-932) that began after a ShareFetch acknowledging a
 //!   record (ACCEPT, its partition's acknowledgement answered NONE) had ended acquired that record
 //!   again;
@@ -321,6 +324,7 @@ pub fn check(events: &[Event]) -> Vec<Anomaly> {
 
     out.extend(tail_missed(&ops, &final_bounds, &final_failed));
     out.extend(share(&ops, &final_bounds, &final_failed));
+    out.extend(commit_regression(&ops));
     out.extend(transactions(&ops));
 
     // ---- strict reads: linearizable against acknowledgements, never going back
@@ -513,6 +517,42 @@ fn tail_missed(
                     offsets.len(),
                     &offsets[..offsets.len().min(5)]
                 ),
+            ));
+        }
+    }
+    out
+}
+
+/// Committed offsets never go back in real time: each OffsetFetch answers at least what every
+/// OffsetCommit answered NONE, and every OffsetFetch, that ended before it began.
+fn commit_regression(ops: &[OpRecord]) -> Vec<Anomaly> {
+    // Per (group, topic, partition): (ended at, offset, what) of commits and fetches that succeeded.
+    let mut known: HashMap<(String, String, i32), Vec<(u64, i64, String)>> = HashMap::new();
+    for o in ops {
+        match (&o.op, &o.end) {
+            (Op::CommitOffset { group, topic, partition, offset, .. }, Some((t, End::Ok(_)))) => known
+                .entry((group.clone(), topic.clone(), *partition))
+                .or_default()
+                .push((*t, *offset, format!("commit op {}", o.id))),
+            (Op::FetchCommitted { group, topic, partition }, Some((t, End::Ok(Res::Offset { offset })))) => known
+                .entry((group.clone(), topic.clone(), *partition))
+                .or_default()
+                .push((*t, *offset, format!("fetch op {}", o.id))),
+            _ => {}
+        }
+    }
+    let mut out = vec![];
+    for o in ops {
+        let (Op::FetchCommitted { group, topic, partition }, Some(Res::Offset { offset })) = (&o.op, o.ok()) else {
+            continue;
+        };
+        let Some(before) = known.get(&(group.clone(), topic.clone(), *partition)) else { continue };
+        if let Some((_, floor, what)) =
+            before.iter().filter(|(t, _, _)| *t < o.invoked).max_by_key(|(_, off, _)| *off).filter(|b| b.1 > *offset)
+        {
+            out.push(Anomaly::new(
+                "commit-regression",
+                format!("{group} {topic}/{partition}: fetch op {} answered {offset}, below {floor} ({what}) answered before it began", o.id),
             ));
         }
     }

@@ -335,3 +335,27 @@ fn a_share_group_never_delivers_an_accepted_record_again_and_delivers_every_reco
     final_state(&h, T, 0, &[(0, "a"), (1, "b"), (2, "c")], 3);
     assert_eq!(kinds(&h), vec!["share-missed", "share-redelivered"]);
 }
+
+#[test]
+fn a_committed_offset_never_goes_back() {
+    let commit = |h: &History, p: u32, offset: i64| {
+        let op = Op::CommitOffset { group: "g".into(), topic: "t".into(), partition: 0, offset, epoch: 1 };
+        let id = h.invoke(p, op);
+        h.complete(p, id, Outcome::Ok(Res::Done));
+    };
+    let fetch = |h: &History, p: u32, offset: i64| {
+        let id = h.invoke(p, Op::FetchCommitted { group: "g".into(), topic: "t".into(), partition: 0 });
+        h.complete(p, id, Outcome::Ok(Res::Offset { offset }));
+    };
+    let h = History::in_memory();
+    commit(&h, 1, 5);
+    fetch(&h, 2, 5);
+    commit(&h, 2, 9);
+    fetch(&h, 1, 9);
+    assert!(kinds(&h).is_empty());
+    let h = History::in_memory();
+    commit(&h, 1, 5);
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    fetch(&h, 2, 3);
+    assert_eq!(kinds(&h), vec!["commit-regression"]);
+}

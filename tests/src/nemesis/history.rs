@@ -110,6 +110,20 @@ pub enum Op {
         via: Via,
         target: u64,
     },
+    /// A KIP-848 member's OffsetCommit (v9, with its member epoch) of one partition.
+    CommitOffset {
+        group: String,
+        topic: String,
+        partition: i32,
+        offset: i64,
+        epoch: i32,
+    },
+    /// OffsetFetch of one partition's committed offset (answered as `Res::Offset`; -1: none).
+    FetchCommitted {
+        group: String,
+        topic: String,
+        partition: i32,
+    },
     /// A share consumer's ShareFetch (KIP-932) of every partition of `topic` in share group
     /// `group`, carrying ACCEPT acknowledgements of `acks` (partition, first, last offset).
     ShareFetch {
@@ -147,6 +161,8 @@ impl Op {
             Op::CreateTopic { via, .. } => ("create-topic", via),
             Op::DeleteTopic { via, .. } => ("delete-topic", via),
             Op::ListTopics { via, .. } => ("list-topics", via),
+            Op::CommitOffset { .. } => return "offset-commit-v9/kafka".into(),
+            Op::FetchCommitted { .. } => return "offset-fetch/kafka".into(),
             Op::ShareFetch { acks, .. } => {
                 return if acks.is_empty() { "share-fetch/kafka".into() } else { "share-fetch-ack/kafka".into() }
             }

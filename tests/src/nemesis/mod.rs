@@ -327,6 +327,10 @@ fn spawn_workers(ctx: &Arc<Ctx>, mix: &Mix, rng: &Rng) -> (Workers, Workers) {
         let (p, r) = next();
         handles.push(tokio::spawn(workload::committed_reader(ctx.clone(), p, r)));
     }
+    for _ in 0..mix.kip848_members {
+        let (p, r) = next();
+        handles.push(tokio::spawn(workload::kip848_member(ctx.clone(), p, r)));
+    }
     // Share consumers read on through the tail phase, as the tail consumers do.
     for _ in 0..mix.share_consumers {
         let (p, r) = next();

@@ -12,7 +12,7 @@ use super::checker::{operations, Anomaly, End};
 use super::history::{Event, FINAL};
 
 /// Every check, by the anomaly kind it reports, with what it proves.
-pub const CHECKS: [(&str, &str); 24] = [
+pub const CHECKS: [(&str, &str); 25] = [
     ("lost", "every acknowledged record is at its acknowledged offset, byte-exact"),
     ("duplicate", "no record at two offsets, none twice for one idempotent producer sequence"),
     ("gap", "offsets are contiguous from the log start to the high watermark"),
@@ -30,6 +30,7 @@ pub const CHECKS: [(&str, &str); 24] = [
         "tail-missed",
         "every tail consumer (long polls, through each broker) reads every acknowledged record after the heal",
     ),
+    ("commit-regression", "a consumer group's committed offsets never go back (KIP-848 members, fenced by epoch)"),
     ("share-redelivered", "a share group never delivers a record again after its acceptance was answered"),
     ("share-missed", "the share consumers acquire every acknowledged record after the heal"),
     ("unavailable", "the cluster serves every partition again within the bound after the last fault"),

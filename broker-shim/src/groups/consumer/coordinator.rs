@@ -259,7 +259,15 @@ impl ConsumerGroups {
         if held.is_none() {
             let stored = match self.store.load(group_id).await {
                 Ok(Some(r)) if is_consumer_protocol(&r) => r,
-                // Not a KIP-848 group (or not readable: the classic path says so).
+                // Not readable now: the client retries (were the classic path to read it next, it
+                // could find a KIP-848 group and answer INCONSISTENT_GROUP_PROTOCOL).
+                Err(e) => {
+                    tracing::info!(group = group_id, error = %e, "loading a consumer group failed");
+                    drop(held);
+                    self.drop_empty_slot(group_id);
+                    return Some(Err(ErrorCode::CoordinatorLoadInProgress));
+                }
+                // Not a KIP-848 group: the classic check runs.
                 _ => {
                     drop(held);
                     self.drop_empty_slot(group_id);

@@ -14,6 +14,7 @@
 //! - Transactional producers and `read_committed` consumers, on a topic of their own
 //!   (`transactions`).
 //! - Share consumers (KIP-932), in one share group over the first long-lived topic (`share`).
+//! - KIP-848 consumer-group members committing their positions (`members`).
 //!
 //! Every value is unique (`<process>-<n>-<i>`, key `k<value>`), so the checker can tell each
 //! record's origin. It must not judge results: it records them.
@@ -25,6 +26,7 @@
 
 mod admin;
 mod consume;
+mod members;
 mod produce;
 pub mod share;
 mod strict;
@@ -43,6 +45,7 @@ use super::system::System;
 
 pub use admin::{admin, list_topics};
 pub use consume::{consumer, decode, read};
+pub use members::member as kip848_member;
 pub use produce::producer;
 pub use share::share_consumer;
 pub use strict::{list_offsets_broker, list_offsets_coordinator, strict_reader};
@@ -76,6 +79,8 @@ pub struct Mix {
     pub committed_readers: usize,
     /// Share consumers (KIP-932) of the first long-lived topic, in one share group.
     pub share_consumers: usize,
+    /// KIP-848 consumer-group members of the first long-lived topic, in one group, committing.
+    pub kip848_members: usize,
 }
 
 impl Default for Mix {
@@ -93,6 +98,7 @@ impl Default for Mix {
             txn_producers: 2,
             committed_readers: 1,
             share_consumers: 2,
+            kip848_members: 2,
         }
     }
 }
