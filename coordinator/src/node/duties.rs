@@ -1,5 +1,6 @@
 //! The background duties of the metadata partitions this node leads, and snapshots on demand:
-//! handing leaderships to their preferred leaders (never during a membership change), asking
+//! handing leaderships to their preferred leaders (never during a membership change, only to a
+//! replica that can lead now, watched and backed off: `leadership`), asking
 //! again for log purges openraft postponed (so each log stays bounded), and retention
 //! (`EnforceRetention`, `ExpireOffsets`) stamped with a quorum's clock.
 //!
@@ -11,6 +12,7 @@ use std::time::Duration;
 use openraft::async_runtime::WatchReceiver;
 use openraft::{RaftMetrics, ServerState};
 
+use super::leadership::Handover;
 use super::{Node, DELETE_BUDGET};
 use crate::raft::{NodeId, TypeConfig};
 use crate::state_machine::{Op, Outcome};
@@ -47,31 +49,34 @@ impl Node {
         Some(voters[g as usize % voters.len()])
     }
 
-    /// Hands each metadata partition this node leads to its preferred leader if that node is caught
-    /// up.
+    /// Hands each metadata partition this node leads to its preferred leader, if that node can lead
+    /// now and no transfer to it failed recently (see `leadership`); the partitions at once.
     async fn balance_leaders(&self) {
-        for (g, mp) in self.partitions.iter().enumerate() {
+        let moves = self.partitions.iter().enumerate().map(|(g, mp)| async move {
+            let g = g as u32;
             let m = mp.raft.metrics().borrow_watched().clone();
             if m.state != ServerState::Leader {
-                continue;
+                return;
             }
             // Not while a membership change runs here: moving the leader would make it start over.
-            let Ok(_no_change_under_way) = mp.membership.try_lock() else { continue };
-            let Some(preferred) = Self::preferred_leader(&m, g as u32) else { continue };
+            let Ok(_no_change_under_way) = mp.membership.try_lock() else { return };
+            let Some(preferred) = Self::preferred_leader(&m, g) else { return };
             if preferred == self.id {
-                continue;
+                return;
             }
-            let last = m.last_log_index.unwrap_or(0);
-            let caught_up = m
-                .replication
-                .as_ref()
-                .and_then(|r| r.get(&preferred).cloned().flatten())
-                .is_some_and(|matched| matched.index + 16 >= last);
-            if caught_up {
-                tracing::info!(metadata_partition = g, to = preferred, "moving leadership to the preferred leader");
-                let _ = mp.raft.trigger().transfer_leader(preferred).await;
+            if let Err(why) = self.transfer_fitness(g, preferred, true) {
+                tracing::debug!(metadata_partition = g, preferred, %why, "leadership stays here for now");
+                return;
             }
-        }
+            tracing::info!(metadata_partition = g, to = preferred, "moving leadership to the preferred leader");
+            match self.hand_over(g, preferred, true).await {
+                Ok(Handover::Done { .. }) => {}
+                // Logged where the transfer was watched.
+                Ok(Handover::Failed { .. }) => {}
+                Err(e) => tracing::debug!(metadata_partition = g, error = %e, "leadership not moved"),
+            }
+        });
+        futures_util::future::join_all(moves).await;
     }
 
     /// Finishes log purges that openraft postponed and never retried.

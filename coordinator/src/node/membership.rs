@@ -1,6 +1,6 @@
 //! Membership and leadership changes of a metadata partition, made by its leader: adding a node
 //! (as a learner until caught up, then a voter; a replaced replica removed first), removing one,
-//! and handing leadership to another node.
+//! and handing leadership to another node (the guarded step of `leadership`).
 //!
 //! Owns the one-at-a-time rule (each metadata partition's membership lock) and the bound of every
 //! step ([`MEMBERSHIP_STEP`]: a step that runs out answers a retriable error and releases the
@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use openraft::ChangeMembers;
 
+use super::leadership::Handover;
 use super::route::Change;
 use super::{Node, RouteError};
 use crate::raft::identity;
@@ -32,10 +33,7 @@ impl Node {
         match c {
             Change::AddNode { id, addr } => self.add_node(g, id, &addr).await,
             Change::RemoveNode { id } => self.remove_node(g, id).await,
-            Change::TransferLeader { to } => {
-                self.transfer_leader(g, to).await?;
-                Ok(format!("metadata partition {g}: leadership handed to node {to}"))
-            }
+            Change::TransferLeader { to } => self.transfer_leader(g, to).await,
         }
     }
 
@@ -195,15 +193,49 @@ impl Node {
         }
     }
 
-    /// Asks `g`'s leader (this node) to hand leadership to `to`.
-    async fn transfer_leader(&self, g: u32, to: NodeId) -> Result<(), RouteError> {
-        let raft = self.raft(g)?;
-        if !raft.is_leader() {
+    /// Hands `g`'s leadership (this node leads it) to `to`, if `to` can lead now; waits for the
+    /// outcome (see `leadership`). One change at a time: the membership lock is held.
+    async fn transfer_leader(&self, g: u32, to: NodeId) -> Result<String, RouteError> {
+        let mp = self.partition(g)?;
+        let _one_at_a_time = mp.membership.lock().await;
+        if !mp.raft.is_leader() {
             return Err(RouteError::NotLeader { partition: g, leader: self.leader(g) });
         }
-        raft.trigger()
-            .transfer_leader(to)
-            .await
-            .map_err(|e| RouteError::Failed { partition: g, message: e.to_string() })
+        // A target that is a moment behind (it answers every heartbeat) is waited for, an
+        // election timeout at most; one that cannot lead is refused with the reason.
+        let patience = tokio::time::Instant::now() + Duration::from_millis(self.config.raft.election_timeout_max_ms);
+        while self.transfer_fitness(g, to, false).is_err_and(|why| {
+            matches!(why, super::leadership::Unfit::Silent(_) | super::leadership::Unfit::Behind { .. })
+        }) && tokio::time::Instant::now() < patience
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        match self.hand_over(g, to, false).await? {
+            Handover::Done { leader: Some(l) } if l == to => {
+                Ok(format!("metadata partition {g}: leadership handed to node {to}"))
+            }
+            // Another voter was elected meanwhile (its election timeout ran out first).
+            Handover::Done { leader } => Err(RouteError::Failed {
+                partition: g,
+                message: format!(
+                    "node {to} did not take leadership over; {} was elected instead",
+                    leader.map_or_else(|| "another node".to_string(), |l| format!("node {l}"))
+                ),
+            }),
+            Handover::Failed { target, rescuer, .. } => Err(RouteError::Failed {
+                partition: g,
+                message: match rescuer {
+                    Some(r) => format!(
+                        "node {target} did not take leadership over within {:?}; handed to node {r} instead",
+                        self.transfer_wait()
+                    ),
+                    None => format!(
+                        "node {target} did not take leadership over within {:?}, and no other voter could lead: \
+                         the partition elects a leader once its election timeouts run out",
+                        self.transfer_wait()
+                    ),
+                },
+            }),
+        }
     }
 }

@@ -8,8 +8,8 @@
 //! proposed on a local leader), `commit` (commits gathered into shared log entries), `reads`
 //! (linearizable reads, follower waits, whether a replica may serve from its own state),
 //! `route` (running a request on its metadata partition's leader, here or forwarded once),
-//! `membership` (adding and removing nodes, moving leadership), `duties` (leader balance, log
-//! purges, snapshots, retention), `addresses` (who the other nodes are), `dirs` and `mover` (data
+//! `membership` (adding and removing nodes), `leadership` (moving leadership only to a replica
+//! that can lead, watched, rescued), `duties` (leader balance, log purges, snapshots, retention), `addresses` (who the other nodes are), `dirs` and `mover` (data
 //! directories and replica moves), `backup` (a consistent copy of a state), `roles` and `config`
 //! (the configuration). The vocabulary of what can go wrong is `error`.
 //!
@@ -26,6 +26,7 @@ pub mod dirs;
 mod dirs_test;
 mod duties;
 mod error;
+mod leadership;
 mod membership;
 pub mod mover;
 mod propose;
@@ -93,6 +94,8 @@ pub struct Node {
     stop: tokio::sync::watch::Sender<bool>,
     /// Member identities and client addresses (see `addresses`).
     addresses: addresses::Addresses,
+    /// Leadership transfers that failed, per metadata partition and target (see `leadership`).
+    transfers: leadership::Backoffs,
 }
 
 impl Node {
@@ -147,6 +150,7 @@ impl Node {
             stages,
             stop,
             addresses: Default::default(),
+            transfers: Default::default(),
         });
         for (g, rx) in queues.into_iter().enumerate() {
             tokio::spawn(commit::gather_commits(Arc::downgrade(&node), g as u32, rx));
@@ -243,6 +247,11 @@ impl Node {
         let id = m.current_leader?;
         let replica = m.membership_config.membership().get_node(&id)?.clone();
         Some((id, replica))
+    }
+
+    /// Node `id`'s replica of `g` as this node's membership of `g` knows it.
+    pub fn replica_of(&self, g: u32, id: NodeId) -> Option<Replica> {
+        self.metrics(g).ok()?.membership_config.membership().get_node(&id).cloned()
     }
 
     /// Every node of `g`'s membership with its address.

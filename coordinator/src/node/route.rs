@@ -5,9 +5,11 @@
 //! `RaftService.Execute`, and the leader runs it here too (the receiver never forwards again: a
 //! replica that does not lead answers [`RouteError::NotLeader`], nothing applied). The caller's
 //! timeout travels with it and bounds the call. A request that finds no leader, or whose leader no
-//! longer leads, is asked again once this node knows another leader (nothing was applied; an
-//! election or a leadership transfer is riding through), for at most a few seconds (a change waits
-//! longer, and also when this node's own leadership moved under it: changes are what move leaders).
+//! longer leads, is asked again (nothing was applied; an election or a leadership transfer is
+//! riding through): at once of the leader the answering replica named, if it named another (a few
+//! hops at most), else once this node knows another leader, for at most a few seconds (a change
+//! waits longer, and also when this node's own leadership moved under it: changes are what move
+//! leaders).
 //!
 //! Owns: where a request runs, the forwarding call, its metrics (`forwarded`) and the fault
 //! injection cut (`Faults::is_blocked`), and what a forwarded failure means: a request that may
@@ -44,6 +46,9 @@ const LEADER_WAIT: Duration = Duration::from_secs(3);
 const CHANGE_LEADER_WAIT: Duration = Duration::from_secs(10);
 /// How often it looks while waiting.
 const LEADER_POLL: Duration = Duration::from_millis(20);
+/// How many times in a row a request follows a leader named by the replica it asked before it
+/// waits for this node to learn of one (two replicas naming each other must not ping-pong).
+const MAX_HINTS: u32 = 3;
 
 /// Where a request may run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -190,15 +195,20 @@ impl Node {
 
     async fn route(&self, g: u32, routed: Routed, timeout: Duration, hop: Hop) -> Result<Served, RouteError> {
         let start = Instant::now();
+        let wait_until = start + routed.leader_wait().min(timeout);
+        // A leader named by the replica that answered "not the leader", asked next.
+        let mut hint: Option<NodeId> = None;
+        let mut hints_followed = 0;
         loop {
             let left = timeout.saturating_sub(start.elapsed());
-            let (tried, result) = if hop == Hop::Here || self.raft(g)?.is_leader() {
+            let to = hint.take().filter(|h| *h != self.id);
+            let (tried, result) = if to.is_none() && (hop == Hop::Here || self.raft(g)?.is_leader()) {
                 if hop == Hop::Here || !routed.retries_here() {
                     return self.serve_here(g, routed, left).await;
                 }
                 (Some((self.id, true)), self.serve_here(g, routed.clone(), left).await)
             } else {
-                self.forward(g, &routed, left).await
+                self.forward(g, &routed, left, to).await
             };
             // Nothing was applied, and the leader is unknown here or the one asked no longer leads:
             // an election or a leadership transfer is under way. Ask again once this node knows
@@ -213,7 +223,15 @@ impl Node {
                 return result;
             }
             let tried = tried.map(|(id, _)| id);
-            let wait_until = start + routed.leader_wait().min(timeout);
+            // The replica asked named another leader (it knows of a newer one than this node, or
+            // this node's own replica was handing over): ask that one at once, a few hops at most.
+            if let Err(RouteError::NotLeader { leader: Some((named, _)), .. }) = &result {
+                if Some(*named) != tried && hints_followed < MAX_HINTS && Instant::now() < wait_until {
+                    hints_followed += 1;
+                    hint = Some(*named);
+                    continue;
+                }
+            }
             loop {
                 if Instant::now() + LEADER_POLL >= wait_until {
                     return result;
@@ -226,16 +244,22 @@ impl Node {
         }
     }
 
-    /// Forwards `routed` to `g`'s leader as this node knows it. Returns the leader asked and
-    /// whether the request reached it (`None`: no leader known here), and the answer.
+    /// Forwards `routed` to `g`'s leader: `to` when named (a leader another replica named), else
+    /// the leader as this node knows it. Returns the leader asked and whether the request reached
+    /// it (`None`: no leader known here), and the answer.
     #[allow(clippy::type_complexity)]
     async fn forward(
         &self,
         g: u32,
         routed: &Routed,
         timeout: Duration,
+        to: Option<NodeId>,
     ) -> (Option<(NodeId, bool)>, Result<Served, RouteError>) {
-        let Some((leader, replica)) = self.leader_replica(g).filter(|(id, _)| *id != self.id) else {
+        let target = match to {
+            Some(id) => self.replica_of(g, id).map(|r| (id, r)),
+            None => self.leader_replica(g),
+        };
+        let Some((leader, replica)) = target.filter(|(id, _)| *id != self.id) else {
             return (None, Err(RouteError::NotLeader { partition: g, leader: None }));
         };
         let (addr, incarnation) = (replica.addr, replica.incarnation);

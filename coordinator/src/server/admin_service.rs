@@ -374,9 +374,9 @@ impl AdminService for AdminApi {
         let raft = self.node.raft(g).map_err(|e| route_status(&e))?;
         let to = r.to_node_id;
         self.node.change_on_leader(g, Change::TransferLeader { to }).await.map_err(|e| route_status(&e))?;
-        // Wait until the new leader is in place (bounded), so the caller sees the result.
-        let _ =
-            raft.wait(Some(Duration::from_secs(10))).metrics(|m| m.current_leader == Some(to), "leader moved").await;
+        // The new leader took over (the change waits for it); wait until this node knows it too
+        // (bounded), so the caller's next call here sees it.
+        let _ = raft.wait(Some(Duration::from_secs(3))).metrics(|m| m.current_leader == Some(to), "leader moved").await;
         Ok(Response::new(TransferLeaderResponse {}))
     }
 

@@ -17,6 +17,7 @@ mod t15_end_transaction;
 mod t20_leader_crash;
 mod t21_degraded_error_codes;
 mod t22_retention_clock;
+mod t23_wiped_voter_liveness;
 mod t30_restart_catch_up;
 mod t31_snapshot_install;
 mod t40_follower_reads;

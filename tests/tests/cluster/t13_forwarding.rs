@@ -5,7 +5,8 @@
 //! is refused on the peer listener, and nobody reaches it on the client listener. A forwarded
 //! request names the leader replica it is meant for, and a node that is not that replica, or is
 //! of another cluster, runs nothing of it (nor of a request that names no replica). A request that
-//! meets a leadership transfer on its way is asked again of the new leader instead of failing.
+//! meets a leadership transfer on its way is asked again of the new leader the old one names,
+//! instead of failing.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -200,8 +201,8 @@ async fn a_commit_through_a_follower_rides_through_a_leadership_transfer() {
     let others: Vec<u64> = c.ids().into_iter().filter(|&id| id != old).collect();
     let (new, via) = (others[0], others[1]);
 
-    // Leadership moves to `new`, which tells `via` nothing yet: `via` still takes `old` for the
-    // leader, and `old` answers "not the leader".
+    // Leadership moves to `new`, which tells `via` nothing: `via` still takes `old` for the
+    // leader, and `old` answers "not the leader", naming `new`.
     c.block(new, &[via]).await;
     c.admin(old)
         .await
@@ -213,13 +214,16 @@ async fn a_commit_through_a_follower_rides_through_a_leadership_transfer() {
         assert!(Instant::now() < deadline, "node {new} did not take the lead");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // The commit through `via` is asked again of the leader `old` named, at once: it lands while
+    // `via` still knows no other leader.
     let mut client = c.client(via).await;
-    let request = commit_request("moving", &topic, &[(0, 5)]);
-    let commit = tokio::spawn(async move { client.commit_file(request).await });
-    // `via` learns of the new leader half a second later; the commit, asked again, lands there.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    c.block(new, &[]).await;
-    let r = commit.await.unwrap().expect("commit").into_inner();
+    let r =
+        tokio::time::timeout(Duration::from_secs(2), client.commit_file(commit_request("moving", &topic, &[(0, 5)])))
+            .await
+            .expect("answered while `via` has not heard from the new leader")
+            .expect("commit")
+            .into_inner();
     assert_eq!(r.batches[0].error_code, 0, "{:?}", r.batches);
+    c.block(new, &[]).await;
     assert_eq!(high_watermark(&mut c.client(new).await, &topic, 0).await.unwrap(), 5);
 }
