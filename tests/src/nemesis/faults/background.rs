@@ -101,6 +101,34 @@ async fn add_back(system: &System, n: u64) -> Result<(), String> {
     Err(last)
 }
 
+/// How long removing a node from every metadata partition may take, asked again through the
+/// other nodes in turn.
+const REMOVE_BOUND: Duration = Duration::from_secs(60);
+
+/// Removes node `n` from every metadata partition, first through `via`, then through the other
+/// nodes in turn, within [`REMOVE_BOUND`]; the lines of progress, or the last refusal.
+async fn remove(system: &System, n: u64, via: u64) -> Result<String, String> {
+    let mut others: Vec<u64> = system.node_ids().into_iter().filter(|m| *m != n && *m != via).collect();
+    others.insert(0, via);
+    let deadline = Instant::now() + REMOVE_BOUND;
+    let mut last = String::new();
+    for attempt in 0.. {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let via = others[attempt % others.len()];
+        let req = RemoveNodeRequest { node_id: n, metadata_partition: None };
+        match tokio::time::timeout(left, system.admin(via).remove_node(req)).await {
+            Ok(Ok(r)) => return Ok(r.into_inner().progress.join("; ")),
+            Ok(Err(s)) => last = format!("via n{via}: {}", s.message()),
+            Err(_) => last = format!("via n{via}: no answer within {REMOVE_BOUND:?}"),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Err(last)
+}
+
 /// Sleeps `d`, or less if everything is to be healed now.
 async fn wait_or_hurry(d: Duration, mut hurry: tokio::sync::watch::Receiver<bool>) {
     tokio::select! {
@@ -171,9 +199,16 @@ pub(super) async fn lose_disk(
     if let Some(status) = system.cluster.lock().await.exited(node) {
         history.note(format!("n{node}, restarted with an empty data directory, exited ({status})"));
     }
-    let req = RemoveNodeRequest { node_id: node, metadata_partition: None };
-    let r = tokio::time::timeout(Duration::from_secs(30), system.admin(via).remove_node(req)).await;
-    history.note(format!("n{node} removed after its disk loss: {r:?}"));
+    let mut found = vec![];
+    match remove(&system, node, via).await {
+        Ok(progress) => history.note(format!("n{node} removed after its disk loss: {progress}")),
+        // An operator's removal must go through while a majority is up (issue 40: refused for
+        // minutes while a partition's leader kept handing leadership to the wiped node).
+        Err(e) => found.push(Anomaly::new(
+            "heal-refused",
+            format!("n{node} could not be removed after its disk loss within {REMOVE_BOUND:?}: {e}"),
+        )),
+    }
     {
         let mut cluster = system.cluster.lock().await;
         cluster.kill(node);
@@ -181,7 +216,6 @@ pub(super) async fn lose_disk(
         cluster.set_bootstrap(node, false);
         cluster.spawn(node);
     }
-    let mut found = vec![];
     if let Err(e) = add_back(&system, node).await {
         found.push(Anomaly::new(
             "membership-not-restored",
