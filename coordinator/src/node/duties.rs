@@ -70,9 +70,12 @@ impl Node {
             }
             tracing::info!(metadata_partition = g, to = preferred, "moving leadership to the preferred leader");
             match self.hand_over(g, preferred, true).await {
-                Ok(Handover::Done { .. }) => {}
+                Ok(Handover::Done) => {}
+                Ok(Handover::ElectedInstead { leader }) => {
+                    tracing::info!(metadata_partition = g, preferred, ?leader, "another node was elected instead")
+                }
                 // Logged where the transfer was watched.
-                Ok(Handover::Failed { .. }) => {}
+                Ok(Handover::Rescued { .. }) => {}
                 Err(e) => tracing::debug!(metadata_partition = g, error = %e, "leadership not moved"),
             }
         });

@@ -153,12 +153,17 @@ fn backoff_after(failures: u32) -> Duration {
 /// How a transfer ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Handover {
-    /// Another node leads now (the target, or one elected meanwhile).
-    Done { leader: Option<NodeId> },
-    /// The target did not take over in time; leadership was handed to `rescuer` instead (or, when
-    /// `None`, no other voter could lead: the partition elects a leader as Raft does once its
-    /// followers' election timeouts run out).
-    Failed { target: NodeId, rescuer: Option<NodeId>, leader: Option<NodeId> },
+    /// The target leads now.
+    Done,
+    /// The target did not take over: this node stepped down and `leader` was elected instead (a
+    /// follower's own election timeout ran out first), or no leader is known yet (`None`: an
+    /// election is under way).
+    ElectedInstead { leader: Option<NodeId> },
+    /// The target did not take over in time and this node still led: leadership was handed to
+    /// `rescuer` (`leader`: who leads after it, if known), or, when `rescuer` is `None`, no other
+    /// voter could lead: the partition elects a leader as Raft does once its followers' election
+    /// timeouts run out.
+    Rescued { rescuer: Option<NodeId>, leader: Option<NodeId> },
 }
 
 impl Node {
@@ -216,8 +221,17 @@ impl Node {
             .await
             .map_err(|e| RouteError::Failed { partition: g, message: e.to_string() })?;
         if let Some(leader) = self.wait_for_another_leader(g).await? {
-            self.transfers.succeeded(g, to);
-            return Ok(Handover::Done { leader });
+            // This node stepped down: the target, or a voter whose own election came first.
+            let leader = match leader {
+                Some(l) => Some(l),
+                None => self.wait_for_another_leader(g).await?.flatten(),
+            };
+            if leader == Some(to) {
+                self.transfers.succeeded(g, to);
+                return Ok(Handover::Done);
+            }
+            self.transfers.failed(g, to, TypeConfig::now());
+            return Ok(Handover::ElectedInstead { leader });
         }
         let backoff = self.transfers.failed(g, to, TypeConfig::now());
         tracing::warn!(
@@ -228,18 +242,16 @@ impl Node {
             "node {to} did not take leadership over within {:?}; handing it to another voter",
             self.transfer_wait()
         );
-        if let Some(other) = rescuer {
-            raft.trigger()
-                .transfer_leader(other)
-                .await
-                .map_err(|e| RouteError::Failed { partition: g, message: e.to_string() })?;
-            let leader = self.wait_for_another_leader(g).await?;
-            if leader.is_none() {
-                tracing::warn!(metadata_partition = g, to = other, "the rescue transfer did not complete either");
-            }
-            return Ok(Handover::Failed { target: to, rescuer: Some(other), leader: leader.flatten() });
+        let Some(other) = rescuer else { return Ok(Handover::Rescued { rescuer: None, leader: None }) };
+        raft.trigger()
+            .transfer_leader(other)
+            .await
+            .map_err(|e| RouteError::Failed { partition: g, message: e.to_string() })?;
+        let leader = self.wait_for_another_leader(g).await?.flatten();
+        if leader.is_none() {
+            tracing::warn!(metadata_partition = g, to = other, "the rescue transfer did not complete in time either");
         }
-        Ok(Handover::Failed { target: to, rescuer: None, leader: None })
+        Ok(Handover::Rescued { rescuer: Some(other), leader })
     }
 
     /// Waits up to [`Node::transfer_wait`] for another node to lead `g`: `Some(leader)` when this

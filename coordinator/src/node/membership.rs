@@ -210,32 +210,29 @@ impl Node {
         {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        let wait = self.transfer_wait();
+        let failed = |message: String| Err(RouteError::Failed { partition: g, message });
         match self.hand_over(g, to, false).await? {
-            Handover::Done { leader: Some(l) } if l == to => {
-                Ok(format!("metadata partition {g}: leadership handed to node {to}"))
+            Handover::Done => Ok(format!("metadata partition {g}: leadership handed to node {to}")),
+            // A follower's own election timeout ran out first.
+            Handover::ElectedInstead { leader: Some(l) } => {
+                failed(format!("node {to} did not take leadership over; node {l} was elected instead"))
             }
-            // Another voter was elected meanwhile (its election timeout ran out first).
-            Handover::Done { leader } => Err(RouteError::Failed {
-                partition: g,
-                message: format!(
-                    "node {to} did not take leadership over; {} was elected instead",
-                    leader.map_or_else(|| "another node".to_string(), |l| format!("node {l}"))
-                ),
-            }),
-            Handover::Failed { target, rescuer, .. } => Err(RouteError::Failed {
-                partition: g,
-                message: match rescuer {
-                    Some(r) => format!(
-                        "node {target} did not take leadership over within {:?}; handed to node {r} instead",
-                        self.transfer_wait()
-                    ),
-                    None => format!(
-                        "node {target} did not take leadership over within {:?}, and no other voter could lead: \
-                         the partition elects a leader once its election timeouts run out",
-                        self.transfer_wait()
-                    ),
-                },
-            }),
+            Handover::ElectedInstead { leader: None } => failed(format!(
+                "node {to} did not take leadership over; this node stepped down and an election is under way"
+            )),
+            Handover::Rescued { rescuer: Some(r), leader } if leader == Some(r) => {
+                failed(format!("node {to} did not take leadership over within {wait:?}; handed to node {r} instead"))
+            }
+            Handover::Rescued { rescuer: Some(r), leader } => failed(format!(
+                "node {to} did not take leadership over within {wait:?}; handing it to node {r} instead did not \
+                 complete in time either (leader now: {})",
+                leader.map_or_else(|| "none known".to_string(), |l| format!("node {l}"))
+            )),
+            Handover::Rescued { rescuer: None, .. } => failed(format!(
+                "node {to} did not take leadership over within {wait:?}, and no other voter could lead: the \
+                 partition elects a leader once its election timeouts run out"
+            )),
         }
     }
 }

@@ -84,6 +84,12 @@ impl Node {
                         tokio::time::sleep(Duration::from_millis(20)).await;
                         continue;
                     }
+                    // A transfer's target is named before it leads, and may never lead (it may
+                    // have stopped answering): no leader is named then, so that nobody forwards to
+                    // it on the strength of this answer (see `leadership`).
+                    if matches!(f.reason, ForwardReason::LeadershipTransfer) {
+                        return Err(RouteError::NotLeader { partition: g, leader: None });
+                    }
                     let leader = f.leader_id.zip(f.leader_node.as_ref().map(|n| n.addr.clone()));
                     return Err(RouteError::NotLeader { partition: g, leader: leader.or_else(|| self.leader(g)) });
                 }

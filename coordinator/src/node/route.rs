@@ -281,7 +281,8 @@ impl Node {
                 )
             }
         };
-        let timeout_ms = timeout.as_millis().min(u128::from(u32::MAX)) as u32;
+        // At least 1 ms: 0 would mean "no timeout named" to the receiver.
+        let timeout_ms = timeout.as_millis().clamp(1, u128::from(u32::MAX)) as u32;
         let to = Some(self.identity().addressee(leader, incarnation));
         let mut request = tonic::Request::new(ExecuteRequest { group: g, payload, timeout_ms, to });
         request.set_timeout(timeout + FORWARD_GRACE);

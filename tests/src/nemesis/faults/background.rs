@@ -6,12 +6,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use diskless_proto::admin::{AddNodeRequest, RemoveNodeRequest};
+use diskless_proto::admin::{AddNodeRequest, MembershipResponse, RemoveNodeRequest};
 
 use super::{Kind, Lifecycle, Nemesis, Target};
 use crate::nemesis::checker::Anomaly;
 use crate::nemesis::history::History;
-use crate::nemesis::system::System;
+use crate::nemesis::system::{AdminClient, System};
 
 impl Nemesis {
     /// Collects the background faults that ended.
@@ -74,59 +74,57 @@ pub(super) struct Background {
     hurry: tokio::sync::watch::Receiver<bool>,
 }
 
-/// How long adding a node back may take (learner caught up, then voter, in every metadata
-/// partition).
-const ADD_BACK_BOUND: Duration = Duration::from_secs(60);
+/// How long a membership change a heal makes (adding a node back: learner caught up, then voter,
+/// in every metadata partition; removing one) may take, asked again through the nodes in turn.
+const MEMBERSHIP_BOUND: Duration = Duration::from_secs(60);
 
-/// Adds node `n` back to every metadata partition (learner, caught up, voter), through the other
-/// nodes in turn, within [`ADD_BACK_BOUND`].
-async fn add_back(system: &System, n: u64) -> Result<(), String> {
-    let others: Vec<u64> = system.node_ids().into_iter().filter(|m| *m != n).collect();
-    let deadline = Instant::now() + ADD_BACK_BOUND;
+/// Makes a membership change through `nodes` in turn (a second after each refusal) within
+/// [`MEMBERSHIP_BOUND`]: the lines of progress, or the last refusal.
+async fn change_through<F, Fut>(system: &System, nodes: &[u64], change: F) -> Result<String, String>
+where
+    F: Fn(AdminClient) -> Fut,
+    Fut: std::future::Future<Output = Result<tonic::Response<MembershipResponse>, tonic::Status>>,
+{
+    let deadline = Instant::now() + MEMBERSHIP_BOUND;
     let mut last = String::new();
     for attempt in 0.. {
         let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        if left.is_zero() || nodes.is_empty() {
             break;
         }
-        let via = others[attempt % others.len()];
-        let req = AddNodeRequest { node_id: n, address: system.nodes[&n].clone(), metadata_partition: None };
-        match tokio::time::timeout(left, system.admin(via).add_node(req)).await {
-            Ok(Ok(_)) => return Ok(()),
+        let via = nodes[attempt % nodes.len()];
+        match tokio::time::timeout(left, change(system.admin(via))).await {
+            Ok(Ok(r)) => return Ok(r.into_inner().progress.join("; ")),
             Ok(Err(s)) => last = format!("via n{via}: {}", s.message()),
-            Err(_) => last = format!("via n{via}: no answer within {ADD_BACK_BOUND:?}"),
+            Err(_) => last = format!("via n{via}: no answer within {MEMBERSHIP_BOUND:?}"),
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     Err(last)
 }
 
-/// How long removing a node from every metadata partition may take, asked again through the
-/// other nodes in turn.
-const REMOVE_BOUND: Duration = Duration::from_secs(60);
+/// Adds node `n` back to every metadata partition (learner, caught up, voter), through the other
+/// nodes in turn.
+async fn add_back(system: &System, n: u64) -> Result<(), String> {
+    let others: Vec<u64> = system.node_ids().into_iter().filter(|m| *m != n).collect();
+    let addr = system.nodes[&n].clone();
+    change_through(system, &others, |mut admin| {
+        let req = AddNodeRequest { node_id: n, address: addr.clone(), metadata_partition: None };
+        async move { admin.add_node(req).await }
+    })
+    .await
+    .map(|_| ())
+}
 
 /// Removes node `n` from every metadata partition, first through `via`, then through the other
-/// nodes in turn, within [`REMOVE_BOUND`]; the lines of progress, or the last refusal.
+/// nodes in turn.
 async fn remove(system: &System, n: u64, via: u64) -> Result<String, String> {
-    let mut others: Vec<u64> = system.node_ids().into_iter().filter(|m| *m != n && *m != via).collect();
-    others.insert(0, via);
-    let deadline = Instant::now() + REMOVE_BOUND;
-    let mut last = String::new();
-    for attempt in 0.. {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break;
-        }
-        let via = others[attempt % others.len()];
-        let req = RemoveNodeRequest { node_id: n, metadata_partition: None };
-        match tokio::time::timeout(left, system.admin(via).remove_node(req)).await {
-            Ok(Ok(r)) => return Ok(r.into_inner().progress.join("; ")),
-            Ok(Err(s)) => last = format!("via n{via}: {}", s.message()),
-            Err(_) => last = format!("via n{via}: no answer within {REMOVE_BOUND:?}"),
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    Err(last)
+    let mut nodes: Vec<u64> = system.node_ids().into_iter().filter(|m| *m != n && *m != via).collect();
+    nodes.insert(0, via);
+    change_through(system, &nodes, |mut admin| async move {
+        admin.remove_node(RemoveNodeRequest { node_id: n, metadata_partition: None }).await
+    })
+    .await
 }
 
 /// Sleeps `d`, or less if everything is to be healed now.
@@ -206,7 +204,7 @@ pub(super) async fn lose_disk(
         // minutes while a partition's leader kept handing leadership to the wiped node).
         Err(e) => found.push(Anomaly::new(
             "heal-refused",
-            format!("n{node} could not be removed after its disk loss within {REMOVE_BOUND:?}: {e}"),
+            format!("n{node} could not be removed after its disk loss within {MEMBERSHIP_BOUND:?}: {e}"),
         )),
     }
     {
