@@ -13,14 +13,18 @@
 //! So a transfer here is one guarded step:
 //! 1. **Only to a replica that can lead now** ([`fitness`]): a voter whose replication answered
 //!    this leader within an election timeout and whose log is within [`CAUGHT_UP_LAG`] entries of
-//!    the leader's. A wiped replica answers nothing (its refusal is "unreachable" to openraft), so
-//!    it is never chosen, however caught up the leader remembers it.
+//!    the leader's, and which, asked who it is just before (`Identify`), answers as the replica
+//!    the membership knows. A wiped replica answers no Raft message (its refusal is
+//!    "unreachable" to openraft) and names a new incarnation, so it is never chosen, however
+//!    caught up the leader remembers it.
 //! 2. **Watched**: the leader waits up to [`Node::transfer_wait`] (a maximum election timeout)
 //!    for another node to take over. If none did, the target is backed off (the balancer skips it for
 //!    [`BACKOFF_FIRST`], doubling at each failure up to [`BACKOFF_MAX`]; a success clears it) and
 //!    the leadership is handed instead to the best other voter that could lead when the transfer
 //!    began (a transfer election needs no lease to expire), so the partition has a serving leader
-//!    again within about an election timeout of the failed transfer, whatever the target does.
+//!    again within a few election timeouts of the failed transfer, whatever the target does (a
+//!    target that campaigned but could not reach the others holds the highest vote of that term
+//!    and can cost the hand-over one more round).
 //!
 //! Owns the target rule, the watch, the rescue and the backoffs. It must not decide *which* node
 //! should lead (that is the balancer's preferred leader in `duties`, or the operator's choice) nor
@@ -64,6 +68,9 @@ pub enum Unfit {
     Behind { matched: Option<u64>, last: u64 },
     /// A transfer to it failed recently; tried again after this long.
     BackedOff(Duration),
+    /// Asked just before the transfer, it did not answer as the replica the membership knows
+    /// (down, cut off, or its data directory was replaced and it must be added again).
+    Unanswered(String),
 }
 
 impl fmt::Display for Unfit {
@@ -81,6 +88,7 @@ impl fmt::Display for Unfit {
                 write!(f, "its log is {} entries behind (within {CAUGHT_UP_LAG} counts)", last.saturating_sub(*m))
             }
             Unfit::BackedOff(d) => write!(f, "a transfer to it failed recently; next try in {} ms", d.as_millis()),
+            Unfit::Unanswered(why) => write!(f, "asked who it is, {why}"),
         }
     }
 }
@@ -205,6 +213,7 @@ impl Node {
             },
         };
         self.transfer_fitness(g, to, balancing).map_err(unfit)?;
+        self.probe(g, to).await.map_err(unfit)?;
         // The rescuer is chosen now: once the transfer starts, the leader sends no heartbeats and
         // no follower answers it any more.
         let before = self.metrics(g)?;
@@ -252,6 +261,34 @@ impl Node {
             tracing::warn!(metadata_partition = g, to = other, "the rescue transfer did not complete in time either");
         }
         Ok(Handover::Rescued { rescuer: Some(other), leader })
+    }
+
+    /// Asks `to` who it is, right before a transfer: it must answer within an election timeout
+    /// and name, for `g`, the replica incarnation `g`'s membership knows. The leader's memory of a
+    /// replica's answers is up to an election timeout old; a node killed, or wiped and restarted,
+    /// within that time is caught here.
+    async fn probe(&self, g: u32, to: NodeId) -> Result<(), Unfit> {
+        let known = self.replica_of(g, to).ok_or(Unfit::NotVoter)?;
+        if self.peers.faults.is_blocked(to) {
+            return Err(Unfit::Unanswered("this node is cut off from it".into()));
+        }
+        let answer = tokio::time::timeout(self.answered_within(), self.identify_peer(&known.addr)).await;
+        let who = match answer {
+            Err(_) => return Err(Unfit::Unanswered(format!("it did not answer within {:?}", self.answered_within()))),
+            Ok(Err(e)) => return Err(Unfit::Unanswered(format!("it did not answer: {e:#}"))),
+            Ok(Ok(who)) => who,
+        };
+        if who.node_id != to {
+            return Err(Unfit::Unanswered(format!("node {} answered at {}", who.node_id, known.addr)));
+        }
+        match who.incarnations.get(g as usize) {
+            Some(i) if *i == known.incarnation => Ok(()),
+            _ => Err(Unfit::Unanswered(
+                "its replica is not the one the membership knows (its data directory was replaced: add the node \
+                 again)"
+                    .into(),
+            )),
+        }
     }
 
     /// Waits up to [`Node::transfer_wait`] for another node to lead `g`: `Some(leader)` when this

@@ -201,6 +201,9 @@ impl Node {
         if !mp.raft.is_leader() {
             return Err(RouteError::NotLeader { partition: g, leader: self.leader(g) });
         }
+        if to == self.id {
+            return Ok(format!("metadata partition {g}: node {to} leads already"));
+        }
         // A target that is a moment behind (it answers every heartbeat) is waited for, an
         // election timeout at most; one that cannot lead is refused with the reason.
         let patience = tokio::time::Instant::now() + Duration::from_millis(self.config.raft.election_timeout_max_ms);
