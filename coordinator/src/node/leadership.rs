@@ -7,7 +7,7 @@
 //! out. A target that cannot take over — down, paused, cut off, or a replica whose disk was wiped
 //! and which refuses every message for the incarnation it lost — leaves the partition with a
 //! leader that serves nothing until some other voter wins an election, which it may not do soon
-//! (issue 40: a partition took no write for minutes while its leader handed leadership every 2 s
+//! (the fault suite saw a partition take no write for minutes while its leader handed leadership every 2 s
 //! to a wiped node).
 //!
 //! So a transfer here is one guarded step:

@@ -1,4 +1,4 @@
-//! Leadership moves never leave a metadata partition without a serving leader (issue 40).
+//! Leadership moves never leave a metadata partition without a serving leader.
 //!
 //! openraft's leader stops taking writes and strict reads the moment it starts a leadership
 //! transfer, and stays so until another node is elected. The fault suite saw a partition take no

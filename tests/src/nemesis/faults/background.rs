@@ -200,7 +200,7 @@ pub(super) async fn lose_disk(
     let mut found = vec![];
     match remove(&system, node, via).await {
         Ok(progress) => history.note(format!("n{node} removed after its disk loss: {progress}")),
-        // An operator's removal must go through while a majority is up (issue 40: refused for
+        // An operator's removal must go through while a majority is up (it was once refused for
         // minutes while a partition's leader kept handing leadership to the wiped node).
         Err(e) => found.push(Anomaly::new(
             "heal-refused",
