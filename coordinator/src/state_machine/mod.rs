@@ -36,6 +36,7 @@ mod tables;
 mod time_index;
 pub mod topic_settings;
 pub mod transactional_ids;
+mod versioned;
 
 #[cfg(test)]
 mod acls_test;

@@ -4,8 +4,9 @@
 //!
 //! The broker serving the partition to the group decides every transition in memory (acquire,
 //! acknowledge, release, lock expiry: Kafka's `SharePartition`) and makes it durable with one
-//! write, `StoreShareState`, a compare-and-set: it applies only if the stored version is the one
-//! the broker last read or wrote, else FENCED_STATE_EPOCH, so two brokers can never hand out the
+//! write, `StoreShareState`, a compare-and-set (the rule of `versioned`; a state created anew is
+//! numbered from the command's time): it applies only if the stored version is the one the
+//! broker last read or wrote, else FENCED_STATE_EPOCH, so two brokers can never hand out the
 //! same record at once; and it never gives another member a record whose lock has not expired by
 //! the command's time (INVALID_RECORD_STATE), so brokers' clocks cannot disagree about a lock. This module checks the record's shape (ranges in order, disjoint, at or
 //! above the start offset, bounded in number) and keeps the version and the time (the command's
@@ -14,6 +15,7 @@
 use super::command::{ErrorCode, Failure};
 use super::keys::{Keys, TopicPartition, MAX_GROUP_ID_BYTES};
 use super::records::ShareStateRecord;
+use super::versioned::{self, Fresh, Versioned};
 use super::{tables, StateMachine};
 use crate::storage::{KvRead, StorageError, Txn};
 
@@ -82,15 +84,9 @@ pub fn store(
         return Ok(Err(f));
     }
     let old = get(txn, &sm.keys, group_id, tp)?;
-    let stored_version = old.as_ref().map_or(0, |o| o.version);
-    if stored_version != expected_version {
-        return Ok(Err(Failure::new(
-            ErrorCode::FencedStateEpoch,
-            format!(
-                "share group {group_id}'s state of {tp} is at version {stored_version} (stored by {}), not {expected_version}",
-                old.as_ref().map_or("nobody", |o| o.owner.as_str())
-            ),
-        )));
+    let what = format_args!("share group {group_id}'s state of {tp}");
+    if let Err(f) = versioned::check(old.as_ref(), expected_version, what, ErrorCode::FencedStateEpoch) {
+        return Ok(Err(f));
     }
     if let Some(old) = &old {
         if let Some((first, last, member, until)) = taken_while_locked(old, record, now) {
@@ -105,10 +101,19 @@ pub fn store(
     let mut record = record.clone();
     // A state created anew (none stored: never, or deleted since) starts at a version no copy of
     // an earlier one can hold, so a broker's stale copy of a deleted state cannot overwrite it.
-    record.version = if stored_version == 0 { ((now.max(0) as u64) << 20).max(1) } else { stored_version + 1 };
+    record.version = versioned::next(old.as_ref().map_or(0, |o| o.version), now, Fresh::FromTime);
     record.updated_ms = now;
     tables::put(txn, sm.keys.share_state(group_id, tp), &record)?;
     Ok(Ok(record))
+}
+
+impl Versioned for ShareStateRecord {
+    fn version(&self) -> u64 {
+        self.version
+    }
+    fn owner(&self) -> &str {
+        &self.owner
+    }
 }
 
 /// The first records `record` gives to a member while `old` has them acquired by another whose lock

@@ -5,14 +5,16 @@
 //! The broker coordinating an id decides every transition in memory, as Kafka's
 //! `TransactionCoordinator` does, and makes it durable with one write, `StoreTxn`, a
 //! compare-and-set: it applies only if the stored version is the one the broker last read or
-//! wrote, else TRANSACTION_COORDINATOR_FENCED. A deposed coordinator can so move nothing: the
-//! broker that took the id over read it and stored it since. This module keeps the version and the
+//! wrote, else TRANSACTION_COORDINATOR_FENCED (the rule of `versioned`; a record created anew is
+//! at version 1). A deposed coordinator can so move nothing: the broker that took the id over read
+//! it and stored it since. This module keeps the version and the
 //! times (from the command's "now", never a clock) and checks nothing else of the transition: the
 //! partitions' own fences (`partition_txns`) refuse what a transaction's number or epoch rule out.
 
 use super::command::{ErrorCode, Failure};
 use super::keys::{self, Keys, MAX_GROUP_ID_BYTES};
 use super::records::{TxnRecord, TxnState};
+use super::versioned::{self, Fresh, Versioned};
 use super::{tables, StateMachine};
 use crate::storage::{KvRead, StorageError, Txn};
 
@@ -47,22 +49,16 @@ pub fn store(
         return Ok(Err(f));
     }
     let old = get(txn, &sm.keys, id)?;
-    let stored_version = old.as_ref().map_or(0, |o| o.version);
-    if stored_version != expected_version {
-        return Ok(Err(Failure::new(
-            ErrorCode::TransactionCoordinatorFenced,
-            format!(
-                "transactional id {id} is at version {stored_version} (stored by {}), not {expected_version}",
-                old.as_ref().map_or("nobody", |o| o.owner.as_str())
-            ),
-        )));
+    let what = format_args!("transactional id {id}");
+    if let Err(f) = versioned::check(old.as_ref(), expected_version, what, ErrorCode::TransactionCoordinatorFenced) {
+        return Ok(Err(f));
     }
     let mut record = record.clone();
     let opens = record.state == TxnState::Ongoing
         && !old.as_ref().is_some_and(|o| o.state == TxnState::Ongoing && o.txn_number == record.txn_number);
     record.started_ms = if opens { now } else { old.as_ref().map_or(-1, |o| o.started_ms) };
     record.updated_ms = now;
-    record.version = stored_version + 1;
+    record.version = versioned::next(old.as_ref().map_or(0, |o| o.version), now, Fresh::One);
     tables::put(txn, sm.keys.txn(id), &record)?;
     Ok(Ok(record))
 }
@@ -86,14 +82,9 @@ pub fn expire(
             format!("transactional id {id} is not stored (expected version {expected_version})"),
         )));
     };
-    if old.version != expected_version {
-        return Ok(Err(Failure::new(
-            ErrorCode::TransactionCoordinatorFenced,
-            format!(
-                "transactional id {id} is at version {} (stored by {}), not {expected_version}",
-                old.version, old.owner
-            ),
-        )));
+    let what = format_args!("transactional id {id}");
+    if let Err(f) = versioned::check(Some(&old), expected_version, what, ErrorCode::TransactionCoordinatorFenced) {
+        return Ok(Err(f));
     }
     if !matches!(old.state, TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort) {
         return Ok(Err(Failure::new(
@@ -103,6 +94,15 @@ pub fn expire(
     }
     txn.delete(sm.keys.txn(id));
     Ok(Ok(()))
+}
+
+impl Versioned for TxnRecord {
+    fn version(&self) -> u64 {
+        self.version
+    }
+    fn owner(&self) -> &str {
+        &self.owner
+    }
 }
 
 /// Every transactional id this metadata partition holds, in id order.
