@@ -832,7 +832,13 @@ impl Driver {
                         })
                         .collect(),
                 };
-                let expected_version = stored.wrapping_add(u64::from(*stale)) % 4;
+                // The version stored, one past it, or "nothing stored" (a copy from before the id
+                // was created, or expired).
+                let expected_version = match stale {
+                    0 => stored,
+                    1 => stored.wrapping_add(1),
+                    _ => 0,
+                };
                 Op::StoreTxn { transactional_id, record, expected_version }
             }
             TOp::ExpireTxn { id, stale } => {

@@ -152,7 +152,9 @@ impl TransactionCoordinator {
                     producer_epoch: epoch,
                     commit,
                     txn_number: t.txn_number,
-                    coordinator_epoch: t.version as i32,
+                    // Informational in a marker (Kafka's clients do not judge it): the low 31 bits
+                    // of the version, never negative.
+                    coordinator_epoch: (t.version & 0x7fff_ffff) as i32,
                 })
             })
             .collect();

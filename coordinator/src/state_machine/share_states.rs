@@ -15,7 +15,7 @@
 use super::command::{ErrorCode, Failure};
 use super::keys::{Keys, TopicPartition, MAX_GROUP_ID_BYTES};
 use super::records::ShareStateRecord;
-use super::versioned::{self, Fresh, Versioned};
+use super::versioned::{self, Versioned};
 use super::{tables, StateMachine};
 use crate::storage::{KvRead, StorageError, Txn};
 
@@ -101,7 +101,7 @@ pub fn store(
     let mut record = record.clone();
     // A state created anew (none stored: never, or deleted since) starts at a version no copy of
     // an earlier one can hold, so a broker's stale copy of a deleted state cannot overwrite it.
-    record.version = versioned::next(old.as_ref().map_or(0, |o| o.version), now, Fresh::FromTime);
+    record.version = versioned::next(old.as_ref().map_or(0, |o| o.version), now);
     record.updated_ms = now;
     tables::put(txn, sm.keys.share_state(group_id, tp), &record)?;
     Ok(Ok(record))

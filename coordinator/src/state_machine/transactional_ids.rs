@@ -6,15 +6,16 @@
 //! `TransactionCoordinator` does, and makes it durable with one write, `StoreTxn`, a
 //! compare-and-set: it applies only if the stored version is the one the broker last read or
 //! wrote, else TRANSACTION_COORDINATOR_FENCED (the rule of `versioned`; a record created anew is
-//! at version 1). A deposed coordinator can so move nothing: the broker that took the id over read
-//! it and stored it since. This module keeps the version and the
+//! numbered from the command's time, so a broker's copy of an id that expired since can never
+//! store over its re-creation). A deposed coordinator can so move nothing: the broker that took
+//! the id over read it and stored it since. This module keeps the version and the
 //! times (from the command's "now", never a clock) and checks nothing else of the transition: the
 //! partitions' own fences (`partition_txns`) refuse what a transaction's number or epoch rule out.
 
 use super::command::{ErrorCode, Failure};
 use super::keys::{self, Keys, MAX_GROUP_ID_BYTES};
 use super::records::{TxnRecord, TxnState};
-use super::versioned::{self, Fresh, Versioned};
+use super::versioned::{self, Versioned};
 use super::{tables, StateMachine};
 use crate::storage::{KvRead, StorageError, Txn};
 
@@ -34,7 +35,8 @@ pub fn get(view: &dyn KvRead, keys: &Keys, id: &str) -> Result<Option<TxnRecord>
 }
 
 /// StoreTxn: `record` replaces the stored state if that is at `expected_version` (0: none is
-/// stored). Returns what was stored: the version one more, `updated_ms` the command's "now", and
+/// stored). Returns what was stored: the next version (`versioned::next`), `updated_ms` the
+/// command's "now", and
 /// `started_ms` now when the record opens a transaction (Ongoing with a number the stored one did
 /// not have), else the stored one's.
 pub fn store(
@@ -58,7 +60,7 @@ pub fn store(
         && !old.as_ref().is_some_and(|o| o.state == TxnState::Ongoing && o.txn_number == record.txn_number);
     record.started_ms = if opens { now } else { old.as_ref().map_or(-1, |o| o.started_ms) };
     record.updated_ms = now;
-    record.version = versioned::next(old.as_ref().map_or(0, |o| o.version), now, Fresh::One);
+    record.version = versioned::next(old.as_ref().map_or(0, |o| o.version), now);
     tables::put(txn, sm.keys.txn(id), &record)?;
     Ok(Ok(record))
 }

@@ -5,8 +5,9 @@
 //! it naming the version it read. The store applies only if that is still the stored version (0:
 //! nothing stored), and the stored record gets the next version; otherwise it is refused with the
 //! kind's "fenced" code, naming the version and owner found, so a broker deposed meanwhile moves
-//! nothing and the one that took over keeps what it answered. How a record created anew (nothing
-//! stored: never, or deleted since) is numbered is the kind's choice ([`Fresh`]).
+//! nothing and the one that took over keeps what it answered. A record created anew (nothing
+//! stored: never, or deleted since) is numbered from the command's time, so no copy of an earlier
+//! one matches it.
 //!
 //! Owns the version check, the message of a refusal and the numbering. It must not know what a
 //! kind stores, nor its own checks (each kind's module applies those).
@@ -21,17 +22,6 @@ pub trait Versioned {
     fn version(&self) -> u64;
     /// Who stored it (a broker's coordinator incarnation), for the message of a refusal.
     fn owner(&self) -> &str;
-}
-
-/// How a record created anew is numbered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fresh {
-    /// Version 1.
-    One,
-    /// A version derived from the command's time (`now << 20`), above any version a copy of an
-    /// earlier record of the key can hold (a record would need 2^20 stores a millisecond): a
-    /// broker's stale copy of a deleted record can never overwrite its re-creation.
-    FromTime,
 }
 
 /// Whether a store naming `expected` may replace `stored` (0 and `None`: nothing stored); else
@@ -56,12 +46,13 @@ pub fn check<R: Versioned>(
 }
 
 /// The version a store over `stored` (0: nothing stored) gives the record, at the command's time
-/// `now`.
-pub fn next(stored: u64, now: i64, fresh: Fresh) -> u64 {
-    match (stored, fresh) {
-        (0, Fresh::One) => 1,
-        (0, Fresh::FromTime) => ((now.max(0) as u64) << 20).max(1),
-        (v, _) => v.saturating_add(1),
+/// `now`. A record created anew gets a version derived from that time (`now << 20`), above any
+/// version a copy of an earlier record of the key can hold (that would take 2^20 stores a
+/// millisecond): a broker's stale copy of a deleted record can never overwrite its re-creation.
+pub fn next(stored: u64, now: i64) -> u64 {
+    match stored {
+        0 => ((now.max(0) as u64) << 20).max(1),
+        v => v.saturating_add(1),
     }
 }
 
@@ -92,14 +83,12 @@ mod tests {
 
     #[test]
     fn a_record_created_anew_gets_a_version_no_copy_of_an_earlier_one_holds() {
-        assert_eq!(next(0, 5, Fresh::One), 1);
-        assert_eq!(next(41, 5, Fresh::One), 42);
-        assert_eq!(next(41, 5, Fresh::FromTime), 42);
-        let fresh = next(0, 1_000, Fresh::FromTime);
+        assert_eq!(next(41, 5), 42);
+        let fresh = next(0, 1_000);
         assert_eq!(fresh, 1_000 << 20);
         // A record stored a million times since an earlier creation at time 0 is still below it.
-        assert!(next(0, 0, Fresh::FromTime) + 1_000_000 < fresh);
-        assert_eq!(next(0, -5, Fresh::FromTime), 1, "a clock before the epoch still numbers from 1");
-        assert_eq!(next(u64::MAX, 0, Fresh::One), u64::MAX, "saturates rather than wraps to 'nothing stored'");
+        assert!(next(0, 0) + 1_000_000 < fresh);
+        assert_eq!(next(0, -5), 1, "a clock before the epoch still numbers from 1");
+        assert_eq!(next(u64::MAX, 0), u64::MAX, "saturates rather than wraps to 'nothing stored'");
     }
 }

@@ -490,7 +490,10 @@ impl Model {
         }
         let same = old.is_some_and(|o| o.state == TxnState::Ongoing && o.txn_number == r.txn_number);
         let started_ms = if r.state == TxnState::Ongoing && !same { now } else { old.map_or(-1, |o| o.started_ms) };
-        let stored = TxnRecord { started_ms, updated_ms: now, version: expected + 1, ..r.clone() };
+        // A record created anew is numbered from the command's time (no copy of an earlier one
+        // can hold that version), else the next one.
+        let version = if expected == 0 { ((now.max(0) as u64) << 20).max(1) } else { expected + 1 };
+        let stored = TxnRecord { started_ms, updated_ms: now, version, ..r.clone() };
         self.txns.insert(id.to_string(), stored.clone());
         Ok(stored)
     }
