@@ -53,6 +53,7 @@ fn group_record(generation: i32, members: u8, coordinator: u8) -> GroupRecord {
             .collect(),
         updated_ms: 0,
         coordinator: format!("broker-{coordinator}"),
+        version: 0,
     }
 }
 
@@ -135,6 +136,8 @@ enum TOp {
         generation: i32,
         members: u8,
         coordinator: u8,
+        /// 0: no version (epoch order); 1: the stored one; 2: one past it; 3: "nothing stored".
+        versioned: u8,
     },
     CommitOffsets {
         group: u8,
@@ -365,7 +368,7 @@ fn top() -> impl Strategy<Value = TOp> {
         4 => (-200i64..3_000).prop_map(|ms| TOp::Tick { ms }),
         1 => prop_oneof![8 => 1u32..2_000, 1 => Just(0u32), 1 => Just(u32::MAX)]
             .prop_map(|count| TOp::AllocateProducerIds { count }),
-        3 => (0u8..GROUPS, -1i32..4, 0u8..8, 0u8..2).prop_map(|(group, generation, members, coordinator)| TOp::StoreGroup { group, generation, members, coordinator }),
+        3 => (0u8..GROUPS, -1i32..4, 0u8..8, 0u8..2, prop_oneof![2 => Just(0u8), 2 => Just(1u8), 1 => 2u8..4]).prop_map(|(group, generation, members, coordinator, versioned)| TOp::StoreGroup { group, generation, members, coordinator, versioned }),
         8 => (0u8..GROUPS, prop::bool::weighted(0.6), -1i32..4, 0u8..4, prop::collection::vec((prop_oneof![6 => 1..=2u8, 1 => 0..=TOPICS], prop_oneof![6 => 0..3i32, 1 => -1..MAX_PARTITIONS_USED], -1i64..1_000), 0..4))
             .prop_map(|(group, fit, generation, member, offsets)| TOp::CommitOffsets { group, fit, generation, member, offsets }),
         1 => prop::collection::vec(0u8..GROUPS, 1..3).prop_map(|groups| TOp::DeleteGroups { groups }),
@@ -652,10 +655,21 @@ impl Driver {
                 budget: *budget,
             },
             TOp::AllocateProducerIds { count } => Op::AllocateProducerIds { broker_id: 1, count: *count },
-            TOp::StoreGroup { group, generation, members, coordinator } => Op::StoreGroup {
-                group_id: GROUP_IDS[usize::from(*group)].into(),
-                group: group_record(*generation, *members, *coordinator),
-            },
+            TOp::StoreGroup { group, generation, members, coordinator, versioned } => {
+                let group_id = GROUP_IDS[usize::from(*group)];
+                let stored = model.groups.groups.get(group_id).map_or(0, |g| g.version);
+                let expected_version = match versioned {
+                    0 => None,
+                    1 => Some(stored),
+                    2 => Some(stored.wrapping_add(1)),
+                    _ => Some(0),
+                };
+                Op::StoreGroup {
+                    group_id: group_id.into(),
+                    group: group_record(*generation, *members, *coordinator),
+                    expected_version,
+                }
+            }
             TOp::CommitOffsets { group, fit, generation, member, offsets } => {
                 let id = GROUP_IDS[usize::from(*group)];
                 let stored = model.groups.groups.get(id).filter(|_| *fit);
@@ -871,7 +885,7 @@ fn blank(o: Outcome) -> Outcome {
         Outcome::FenceObjects(v) => {
             Outcome::FenceObjects(v.into_iter().map(|(k, r)| (k, r.map_err(|f| Failure::new(f.code, "")))).collect())
         }
-        Outcome::Group(r) => Outcome::Group(b(r)),
+        Outcome::Group(r) => Outcome::Group(r.map_err(|f| Failure::new(f.code, ""))),
         Outcome::Offsets(v) => Outcome::Offsets(v.into_iter().map(b).collect()),
         Outcome::Groups(v) => Outcome::Groups(v.into_iter().map(b).collect()),
         Outcome::Broker(r) => Outcome::Broker(r.map_err(|f| Failure::new(f.code, ""))),

@@ -96,7 +96,7 @@ impl GroupCoordinator {
         record.coordinator = self.identity.clone();
         let store = self.store.clone();
         tokio::spawn(async move {
-            if let Err(e) = store.store(&group_id, record).await {
+            if let Err(e) = store.store(&group_id, record, None).await {
                 tracing::warn!(group = group_id, error = %e, "storing a group failed");
             }
         });
@@ -174,7 +174,7 @@ impl GroupCoordinator {
         // The generation is stored before anyone learns its assignment: from then on, the cluster
         // fences commits of older generations.
         let record = ConsumerGroup { coordinator: self.identity.clone(), ..record };
-        let stored = self.store.store(group_id, record).await;
+        let stored = self.store.store(group_id, record, None).await.map(|_| ());
         self.synced(group_id, generation, stored);
         rx.await.unwrap_or_else(|_| fail(ErrorCode::RebalanceInProgress))
     }

@@ -149,6 +149,7 @@ impl Group {
                 .collect(),
             updated_ms: 0,
             coordinator: String::new(),
+            version: 0,
         }
     }
 

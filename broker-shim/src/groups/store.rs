@@ -30,16 +30,35 @@ impl StoreError {
 }
 
 pub trait GroupStore: Send + Sync + 'static {
-    fn store<'a>(&'a self, group_id: &'a str, group: ConsumerGroup) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// Stores `group`. With `expected_version`, a compare-and-set: only if the stored group is at
+    /// that version (0: none), else ILLEGAL_GENERATION; without it, the epoch order. Returns the
+    /// version it was stored at.
+    fn store<'a>(
+        &'a self,
+        group_id: &'a str,
+        group: ConsumerGroup,
+        expected_version: Option<u64>,
+    ) -> BoxFuture<'a, Result<u64, StoreError>>;
+    /// The stored group (with its version), if any.
     fn load<'a>(&'a self, group_id: &'a str) -> BoxFuture<'a, Result<Option<ConsumerGroup>, StoreError>>;
 }
 
 const TIMEOUT_MS: i32 = 10_000;
 
 impl GroupStore for ClusterClient {
-    fn store<'a>(&'a self, group_id: &'a str, group: ConsumerGroup) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn store<'a>(
+        &'a self,
+        group_id: &'a str,
+        group: ConsumerGroup,
+        expected_version: Option<u64>,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(async move {
-            let req = StoreGroupRequest { group_id: group_id.to_string(), group: Some(group), timeout_ms: TIMEOUT_MS };
+            let req = StoreGroupRequest {
+                group_id: group_id.to_string(),
+                group: Some(group),
+                timeout_ms: TIMEOUT_MS,
+                expected_version,
+            };
             let r = self
                 .call(|mut c| {
                     let req = req.clone();
@@ -48,7 +67,9 @@ impl GroupStore for ClusterClient {
                 .await
                 .map_err(|s| StoreError::Unavailable(s.message().to_string()))?;
             match r.error_code {
-                0 => Ok(()),
+                0 => r.group.map(|g| g.version).ok_or_else(|| {
+                    StoreError::Unavailable("the cluster's answer to StoreGroup names no stored group".into())
+                }),
                 code => Err(StoreError::Refused {
                     code: ErrorCode::from_wire(code),
                     message: r.error_message.unwrap_or_default(),

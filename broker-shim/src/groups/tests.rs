@@ -7,32 +7,71 @@ use bytes::Bytes;
 use diskless_proto::v1::ConsumerGroup;
 use diskless_proto::ErrorCode;
 use futures_util::future::BoxFuture;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use tokio::sync::Notify;
 
 use super::store::StoreError;
 use super::*;
 
+/// The cluster's StoreGroup rules: by compare-and-set when a version is named, else by epoch
+/// order. A gate can hold the first store of one broker (its coordinator tag's prefix) until
+/// released, to reproduce two brokers briefly coordinating one group.
 #[derive(Default)]
 struct FakeStore {
     stored: StdMutex<HashMap<String, ConsumerGroup>>,
+    loads: AtomicUsize,
+    gate: StdMutex<Option<(String, Arc<Notify>)>>,
+    gated: AtomicBool,
+}
+
+impl FakeStore {
+    /// Holds the next store by a coordinator whose tag starts with `prefix` until `open`.
+    fn hold(&self, prefix: &str) -> Arc<Notify> {
+        let open = Arc::new(Notify::new());
+        *self.gate.lock().unwrap() = Some((prefix.to_string(), open.clone()));
+        open
+    }
 }
 
 impl GroupStore for FakeStore {
-    fn store<'a>(&'a self, group_id: &'a str, group: ConsumerGroup) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn store<'a>(
+        &'a self,
+        group_id: &'a str,
+        group: ConsumerGroup,
+        expected_version: Option<u64>,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(async move {
-            let mut s = self.stored.lock().unwrap();
-            let refused = |old: &ConsumerGroup| {
-                old.generation_id > group.generation_id
-                    || (old.generation_id == group.generation_id && old.coordinator != group.coordinator)
+            let held = {
+                let mut gate = self.gate.lock().unwrap();
+                match gate.as_ref() {
+                    Some((prefix, _)) if group.coordinator.starts_with(prefix.as_str()) => gate.take(),
+                    _ => None,
+                }
             };
-            if s.get(group_id).is_some_and(refused) {
-                return Err(StoreError::Refused { code: ErrorCode::IllegalGeneration, message: "older".into() });
+            if let Some((_, open)) = held {
+                self.gated.store(true, Ordering::SeqCst);
+                open.notified().await;
             }
-            s.insert(group_id.to_string(), group);
-            Ok(())
+            let mut s = self.stored.lock().unwrap();
+            let old = s.get(group_id);
+            let refused = match expected_version {
+                Some(v) => old.map_or(0, |o| o.version) != v,
+                None => old.is_some_and(|old| {
+                    old.generation_id > group.generation_id
+                        || (old.generation_id == group.generation_id && old.coordinator != group.coordinator)
+                }),
+            };
+            if refused {
+                return Err(StoreError::Refused { code: ErrorCode::IllegalGeneration, message: "fenced".into() });
+            }
+            let version = old.map_or(1, |o| o.version + 1);
+            s.insert(group_id.to_string(), ConsumerGroup { version, ..group });
+            Ok(version)
         })
     }
 
     fn load<'a>(&'a self, group_id: &'a str) -> BoxFuture<'a, Result<Option<ConsumerGroup>, StoreError>> {
+        self.loads.fetch_add(1, Ordering::SeqCst);
         Box::pin(async move { Ok(self.stored.lock().unwrap().get(group_id).cloned()) })
     }
 }
@@ -227,4 +266,133 @@ async fn a_v4_join_without_a_member_id_is_given_one_and_joins_with_it() {
         .join(JoinRequest { require_known_member_id: true, group_id: "g2".into(), ..join("", Some("i1"), 10_000) })
         .await;
     assert_ne!(st.error, ErrorCode::MemberIdRequired);
+}
+
+/// Runs `task` until it finished or is held at the store's gate.
+async fn until_done_or_gated<T: Send + 'static>(store: &FakeStore, task: &tokio::task::JoinHandle<T>) {
+    for _ in 0..5_000 {
+        if task.is_finished() || store.gated.load(Ordering::SeqCst) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("the second broker neither answered nor reached its store");
+}
+
+/// The epoch a stored group holds for `member` (its member epoch).
+fn stored_member_epoch(store: &FakeStore, member: &str) -> Option<i32> {
+    let s = store.stored.lock().unwrap();
+    s.get("g")?.members.iter().find(|m| m.member_id == member).map(|m| m.member_epoch)
+}
+
+mod two_owners {
+    //! Two brokers coordinating one group at once (the live-broker view moving): broker 2 reads
+    //! the group, broker 1 answers a change, then broker 2 acts on what it read. With the epoch
+    //! order, broker 2's store (the epoch bump a new coordinator made) overwrote broker 1's
+    //! answered change; by compare-and-set it is refused and broker 2 reloads.
+
+    use super::*;
+    use crate::groups::consumer::assignor::Assignment;
+    use crate::groups::consumer::coordinator::ConsumerGroups;
+    use crate::groups::consumer::group::{Catalog, Heartbeat};
+    use crate::groups::share::coordinator::ShareGroups;
+    use crate::groups::share::group::Heartbeat as ShareHeartbeat;
+
+    fn catalog() -> Catalog {
+        [("foo".to_string(), ([3; 16], 4))].into()
+    }
+
+    fn beat(id: &str, epoch: i32, owned: Option<Assignment>) -> Heartbeat {
+        Heartbeat {
+            version: 1,
+            member_id: id.into(),
+            member_epoch: epoch,
+            rebalance_timeout_ms: if epoch == 0 { 300_000 } else { -1 },
+            subscribed_names: (epoch == 0).then(|| vec!["foo".into()]),
+            subscribed_regex: (epoch == 0).then(String::new),
+            owned: if epoch == 0 { Some(Assignment::new()) } else { owned },
+            ..Heartbeat::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_kip_848_change_answered_by_the_old_owner_is_not_lost_to_the_new_one() {
+        let (store, c) = (Arc::new(FakeStore::default()), catalog());
+        let one = ConsumerGroups::new(store.clone(), config(), 1);
+        let two = ConsumerGroups::new(store.clone(), config(), 2);
+        one.heartbeat("g", &beat("m1", 0, None), &c).await.unwrap();
+        one.heartbeat("g", &beat("m2", 0, None), &c).await.unwrap();
+        // m1 must give two partitions to m2: it keeps `kept`, still at epoch 1.
+        let told = one.heartbeat("g", &beat("m1", 1, None), &c).await.unwrap();
+        let kept = told.assignment.expect("m1 is told what to keep");
+        assert_eq!(told.member_epoch, 1);
+
+        // Broker 2 reads the group (m2's heartbeat reaches it).
+        let open = store.hold("broker-2-");
+        let two_task = {
+            let (two, c) = (two.clone(), c.clone());
+            tokio::spawn(async move { two.heartbeat("g", &beat("m2", 2, None), &c).await })
+        };
+        until_done_or_gated(&store, &two_task).await;
+        // Broker 1, not yet told, answers m1's revocation: m1 moves to epoch 2.
+        let acked = one.heartbeat("g", &beat("m1", 1, Some(kept)), &c).await.unwrap();
+        assert_eq!(acked.member_epoch, 2);
+        open.notify_one();
+        let _ = two_task.await.unwrap();
+
+        // Broker 2 goes on: a new member joins through it (retried once it reloaded).
+        let joined = match two.heartbeat("g", &beat("m3", 0, None), &c).await {
+            Err(e) => {
+                assert_eq!(e.code, ErrorCode::NotCoordinator, "{e:?}");
+                two.heartbeat("g", &beat("m3", 0, None), &c).await.unwrap()
+            }
+            Ok(a) => a,
+        };
+        assert!(joined.member_epoch > 2);
+        // What broker 1 answered m1 is what the cluster holds (so m1's commits at epoch 2 pass).
+        assert_eq!(stored_member_epoch(&store, "m1"), Some(2), "m1's answered epoch was overwritten");
+        assert!(stored_member_epoch(&store, "m3").is_some());
+    }
+
+    fn share_beat(id: &str, epoch: i32) -> ShareHeartbeat {
+        ShareHeartbeat {
+            member_id: id.into(),
+            member_epoch: epoch,
+            rack_id: None,
+            subscribed_names: (epoch == 0).then(|| vec!["foo".into()]),
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_share_group_change_answered_by_the_old_owner_is_not_lost_to_the_new_one() {
+        let (store, c) = (Arc::new(FakeStore::default()), catalog());
+        let one = ShareGroups::new(store.clone(), config(), 1);
+        let two = ShareGroups::new(store.clone(), config(), 2);
+        assert_eq!(one.heartbeat("g", &share_beat("s1", 0), &c).await.unwrap().member_epoch, 1);
+        assert_eq!(one.heartbeat("g", &share_beat("s2", 0), &c).await.unwrap().member_epoch, 2);
+
+        let open = store.hold("broker-2-");
+        let two_task = {
+            let (two, c) = (two.clone(), c.clone());
+            tokio::spawn(async move { two.heartbeat("g", &share_beat("s2", 2), &c).await })
+        };
+        until_done_or_gated(&store, &two_task).await;
+        // Broker 1 answers s1: the group is at epoch 2, so s1 moves to it.
+        assert_eq!(one.heartbeat("g", &share_beat("s1", 1), &c).await.unwrap().member_epoch, 2);
+        open.notify_one();
+        let _ = two_task.await.unwrap();
+
+        let joined = match two.heartbeat("g", &share_beat("s3", 0), &c).await {
+            Err(e) => {
+                assert_eq!(e.code, ErrorCode::NotCoordinator, "{e:?}");
+                two.heartbeat("g", &share_beat("s3", 0), &c).await.unwrap()
+            }
+            Ok(a) => a,
+        };
+        assert!(joined.member_epoch > 2);
+        assert_eq!(stored_member_epoch(&store, "s1"), Some(2), "s1's answered epoch was overwritten");
+        assert!(stored_member_epoch(&store, "s3").is_some());
+    }
 }

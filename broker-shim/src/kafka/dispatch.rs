@@ -176,7 +176,7 @@ pub(super) static APIS: [Api; 46] = [
         differs: "",
         start: Start::Any(|header| sasl::illegal_state(ApiKey::SaslAuthenticate, header)),
     },
-    later!(ConsumerGroupHeartbeat, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatRequest::VERSIONS, consumer_groups::consumer_group_heartbeat, "KIP-848 groups: the `uniform` (sticky) and `range` assignors; a broker taking a group over bumps its epoch; no online migration from or to a classic group with members (GROUP_ID_NOT_FOUND, INCONSISTENT_GROUP_PROTOCOL)"),
+    later!(ConsumerGroupHeartbeat, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatRequest::VERSIONS, consumer_groups::consumer_group_heartbeat, "KIP-848 groups: the `uniform` (sticky) and `range` assignors; a broker taking a group over continues it where it was; no online migration from or to a classic group with members (GROUP_ID_NOT_FOUND, INCONSISTENT_GROUP_PROTOCOL)"),
     later!(ConsumerGroupDescribe, ConsumerGroupDescribeRequest, ConsumerGroupDescribeRequest::VERSIONS, consumer_groups::consumer_group_describe, "authorized operations not answered"),
     later!(ShareGroupHeartbeat, ShareGroupHeartbeatRequest, ShareGroupHeartbeatRequest::VERSIONS, share_groups::share_group_heartbeat, "assignment as Kafka's `simple` assignor in effect (every subscribed partition to at least one member), not its hashing; a member rejoining at epoch 0 is taken back rather than fenced"),
     later!(ShareGroupDescribe, ShareGroupDescribeRequest, ShareGroupDescribeRequest::VERSIONS, share_groups::share_group_describe, "authorized operations not answered"),

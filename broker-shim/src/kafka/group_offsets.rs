@@ -31,12 +31,7 @@ pub(super) async fn consumer_protocol_commit(
     if l.shim.groups.has_members(group_id) {
         return None;
     }
-    let topics = match l.shim.cluster.all_topics().await {
-        Ok(t) => t,
-        Err(_) => return Some(Err(ErrorCode::CoordinatorNotAvailable)),
-    };
-    let catalog = topics.into_iter().map(|t| (t.name, (t.id, t.partitions))).collect();
-    l.shim.consumer_groups.check_commit(group_id, member_id, member_epoch, &catalog).await
+    l.shim.consumer_groups.check_commit(group_id, member_id, member_epoch).await
 }
 
 pub(super) async fn offset_commit(l: &Session, header: &RequestHeader, req: OffsetCommitRequest) -> Reply {

@@ -25,7 +25,8 @@ use crate::raft::snapshot::CrcWriter;
 
 const MAGIC: &[u8; 8] = b"DLBACKUP";
 const END: &[u8; 8] = b"DLBKEND1";
-const FORMAT: u32 = 1;
+/// 2: the records of this release (a backup of an earlier release is not restored).
+const FORMAT: u32 = 2;
 /// The largest header accepted (a few hundred bytes per partition).
 const MAX_HEADER: u32 = 16 << 20;
 

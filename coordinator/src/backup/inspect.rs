@@ -183,6 +183,7 @@ mod tests {
             members: vec![],
             updated_ms: 9,
             coordinator: "b".into(),
+            version: 3,
         };
         let line = key_line(3, &keys.group("grp"), &codec::encode(&g).unwrap());
         assert_eq!(line["table"], "consumer_groups");

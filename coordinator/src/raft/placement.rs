@@ -32,7 +32,10 @@ const DIR_KEY: &[u8] = b"\xff\xff\xff\xffdirectory";
 /// Placement records: this prefix, then the metadata partition (4 bytes, big-endian). Outside every
 /// metadata partition's key range, so copying a metadata partition's keys never copies them.
 const PLACEMENT_PREFIX: &[u8] = b"\xff\xff\xff\xfeplace";
-const FORMAT: u32 = 2;
+/// 3: the records of this release (a consumer group's version among them). A directory of format
+/// 2 was written by an earlier release, whose records this one does not read (docs/operations.md,
+/// "Upgrades").
+const FORMAT: u32 = 3;
 
 /// The directory record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,7 +106,8 @@ pub fn open_dir(
                 codec::decode(DIR_KEY, &v).with_context(|| format!("read the identity of {}", path.display()))?;
             anyhow::ensure!(
                 r.format == FORMAT,
-                "data directory {} has format {}, this release reads format {FORMAT}",
+                "data directory {} has format {}, this release reads format {FORMAT} (a directory of an earlier \
+                 release is not read: see \"Upgrades\" in docs/operations.md)",
                 path.display(),
                 r.format
             );

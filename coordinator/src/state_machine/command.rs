@@ -62,10 +62,11 @@ pub enum Op {
     /// the key is recorded as fenced, so a commit of it that reaches the log later is refused.
     /// Being a log entry, the fence is ordered with every commit: none can slip past it.
     FenceObjects { object_keys: Vec<String> },
-    /// A group coordinator (a broker) records a consumer group after a rebalance: its generation
-    /// and members. Refused when the stored generation is newer (a deposed coordinator), or the
-    /// same one stored by another coordinator.
-    StoreGroup { group_id: String, group: GroupRecord },
+    /// A group coordinator (a broker) records a consumer group: its generation and members. With
+    /// `expected_version`, a compare-and-set on the version the broker read (0: none stored),
+    /// else ILLEGAL_GENERATION; without it (the classic coordinator), refused when the stored
+    /// generation is newer, or the same one stored by another coordinator.
+    StoreGroup { group_id: String, group: GroupRecord, expected_version: Option<u64> },
     /// OffsetCommit, fenced at apply by the stored group's generation and members.
     CommitOffsets(CommitOffsets),
     /// DeleteGroups: groups without members lose their record and every committed offset.
@@ -312,8 +313,8 @@ pub enum Outcome {
     ProducerIds(Result<ProducerIdBlock, Failure>),
     /// Per object key, in request order.
     FenceObjects(Vec<(String, Result<FenceAnswer, Failure>)>),
-    /// StoreGroup.
-    Group(Result<(), Failure>),
+    /// StoreGroup: the group as stored (its new version).
+    Group(Result<GroupRecord, Failure>),
     /// Per offset of CommitOffsets or DeleteOffsets, in request order.
     Offsets(Vec<Result<(), Failure>>),
     /// Per group of DeleteGroups, in request order.

@@ -25,12 +25,26 @@ fn group(generation: i32, members: &[&str]) -> GroupRecord {
         members: members.iter().map(|m| member(m)).collect(),
         updated_ms: 0,
         coordinator: "broker-1".into(),
+        version: 0,
     }
 }
 
-fn store(f: &mut Fixture, id: &str, g: GroupRecord) -> Result<(), Failure> {
-    let Outcome::Group(r) = f.apply(Op::StoreGroup { group_id: id.into(), group: g }) else { panic!("outcome") };
+fn store(f: &mut Fixture, id: &str, g: GroupRecord) -> Result<GroupRecord, Failure> {
+    let Outcome::Group(r) = f.apply(Op::StoreGroup { group_id: id.into(), group: g, expected_version: None }) else {
+        panic!("outcome")
+    };
     r
+}
+
+/// A compare-and-set store naming `expected`.
+fn store_at(f: &mut Fixture, id: &str, g: GroupRecord, expected: u64) -> Result<GroupRecord, Failure> {
+    let op = Op::StoreGroup { group_id: id.into(), group: g, expected_version: Some(expected) };
+    let Outcome::Group(r) = f.apply(op) else { panic!("outcome") };
+    r
+}
+
+fn stored(f: &Fixture, id: &str) -> Option<GroupRecord> {
+    f.sm.list_groups(&f.db.read()).unwrap().into_iter().find(|(g, _)| g == id).and_then(|(_, r)| r)
 }
 
 fn commit(f: &mut Fixture, id: &str, generation: i32, member: &str, offsets: &[(u8, i32, i64)]) -> Vec<ErrorCode> {
@@ -229,4 +243,80 @@ fn a_kip_848_members_commit_is_fenced_by_its_stored_epoch_whatever_the_group_epo
     store(&mut f, "g", g).unwrap();
     assert_eq!(commit(&mut f, "g", -1, "", &[(1, 0, 10)]), vec![ErrorCode::None]);
     assert_eq!(fetched(&f, "g"), vec![(0, 10)]);
+}
+
+#[test]
+fn a_versioned_store_applies_only_at_the_version_its_coordinator_read() {
+    let mut f = Fixture::new();
+    let a = |g: GroupRecord| GroupRecord { coordinator: "broker-1-a".into(), ..g };
+    let b = |g: GroupRecord| GroupRecord { coordinator: "broker-2-b".into(), ..g };
+    let first = store_at(&mut f, "g", a(group(1, &["m1"])), 0).unwrap();
+    assert!(first.version > 0);
+    assert_eq!((first.updated_ms, stored(&f, "g").unwrap().version), (f.now, first.version));
+    // Broker B read version v; A stored since (its answered change: member m2). B's store, made
+    // from what it read, is refused whatever its generation, and names what is stored.
+    let v = first.version;
+    let second = store_at(&mut f, "g", a(group(1, &["m1", "m2"])), v).unwrap();
+    assert_eq!(second.version, v + 1);
+    let late = store_at(&mut f, "g", b(group(7, &["m1", "m3"])), v).unwrap_err();
+    assert_eq!(late.code, ErrorCode::IllegalGeneration);
+    assert!(late.message.contains(&format!("version {}", v + 1)) && late.message.contains("broker-1-a"), "{late:?}");
+    // Nothing stored is version 0: a store naming 0 over a stored group is refused too.
+    assert_eq!(store_at(&mut f, "g", b(group(1, &["m3"])), 0).unwrap_err().code, ErrorCode::IllegalGeneration);
+    // B reloads and stores over what it read: A's member is kept, and A, deposed, moves nothing.
+    let now = stored(&f, "g").unwrap();
+    let mut next = b(now.clone());
+    next.members.push(member("m3"));
+    let third = store_at(&mut f, "g", next, now.version).unwrap();
+    assert_eq!(
+        store_at(&mut f, "g", a(group(2, &["m1"])), now.version).unwrap_err().code,
+        ErrorCode::IllegalGeneration
+    );
+    let last = stored(&f, "g").unwrap();
+    assert_eq!(last, third);
+    let ids: Vec<&str> = last.members.iter().map(|m| m.member_id.as_str()).collect();
+    assert_eq!((ids, last.coordinator.as_str()), (vec!["m1", "m2", "m3"], "broker-2-b"));
+}
+
+#[test]
+fn a_resent_versioned_store_that_applied_answers_what_is_stored() {
+    let mut f = Fixture::new();
+    let g = group(1, &["m1"]);
+    let first = store_at(&mut f, "g", g.clone(), 0).unwrap();
+    // The answer was lost and the client sent it again: the same group from the same coordinator.
+    f.now += 5;
+    let again = store_at(&mut f, "g", g.clone(), 0).unwrap();
+    assert_eq!(again, first, "nothing is stored twice");
+    // The same content from another coordinator is not a resend.
+    let other = GroupRecord { coordinator: "broker-2".into(), ..g.clone() };
+    assert_eq!(store_at(&mut f, "g", other, 0).unwrap_err().code, ErrorCode::IllegalGeneration);
+}
+
+#[test]
+fn stores_with_and_without_a_version_interleave_and_each_gets_the_next_version() {
+    let mut f = Fixture::new();
+    // The classic coordinator stores without a version; a KIP-848 coordinator taking the (empty)
+    // group over reads the version it got and stores by compare-and-set.
+    let classic = store(&mut f, "g", group(3, &[])).unwrap();
+    assert!(classic.version > 0);
+    let modern = store_at(&mut f, "g", group(3, &["m1"]), classic.version).unwrap();
+    assert_eq!(modern.version, classic.version + 1);
+    // An epoch-order store moves the version on, so a versioned writer that read before is fenced.
+    let classic2 = store(&mut f, "g", group(4, &[])).unwrap();
+    assert_eq!(classic2.version, modern.version + 1);
+    assert_eq!(
+        store_at(&mut f, "g", group(3, &["m1", "m2"]), modern.version).unwrap_err().code,
+        ErrorCode::IllegalGeneration
+    );
+    // A group created anew after its deletion is numbered from the command's time, above any
+    // version a copy of the deleted one holds.
+    let Outcome::Groups(r) = f.apply(Op::DeleteGroups { group_ids: vec!["g".into()] }) else { panic!("outcome") };
+    assert_eq!(r, vec![Ok(())]);
+    f.now += 1;
+    assert_eq!(
+        store_at(&mut f, "g", group(1, &["m9"]), classic2.version).unwrap_err().code,
+        ErrorCode::IllegalGeneration
+    );
+    let fresh = store_at(&mut f, "g", group(1, &["m9"]), 0).unwrap();
+    assert!(fresh.version > classic2.version, "{} after {}", fresh.version, classic2.version);
 }

@@ -226,7 +226,9 @@ impl StateMachine {
                 Outcome::ProducerIds(producer_ids::allocate(self, txn, *count)?)
             }
             Op::FenceObjects { object_keys } => Outcome::FenceObjects(files::fence(self, txn, now, object_keys)?),
-            Op::StoreGroup { group_id, group } => Outcome::Group(groups::store(self, txn, now, group_id, group)?),
+            Op::StoreGroup { group_id, group, expected_version } => {
+                Outcome::Group(groups::store(self, txn, now, group_id, group, *expected_version)?)
+            }
             Op::CommitOffsets(c) => Outcome::Offsets(groups::commit(self, txn, now, c)?),
             Op::DeleteGroups { group_ids } => Outcome::Groups(groups::delete_groups(self, txn, group_ids)?),
             Op::DeleteOffsets { group_id, partitions } => {

@@ -230,9 +230,13 @@ pub struct GroupRecord {
     pub members: Vec<MemberRecord>,
     /// When it was stored (the command's "now"): the group is empty since then if it has no members.
     pub updated_ms: i64,
-    /// Which coordinator (a broker's id and process incarnation) stored this generation: another
-    /// coordinator may not store the same generation number again.
+    /// Which coordinator (a broker's id and process incarnation) stored it: named in a refusal,
+    /// and, for a store without a version, another coordinator may not store the same generation
+    /// number again.
     pub coordinator: String,
+    /// Its version (`versioned`): every store gives it the next one, so a coordinator storing by
+    /// compare-and-set names the version it read.
+    pub version: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

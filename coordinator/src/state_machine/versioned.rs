@@ -1,5 +1,6 @@
 //! Records a broker keeps by compare-and-set: the one rule every such kind follows (a
-//! transactional id's `TxnRecord`, a share partition's `ShareStateRecord`).
+//! transactional id's `TxnRecord`, a share partition's `ShareStateRecord`, a consumer group's
+//! `GroupRecord` when its coordinator names a version).
 //!
 //! A broker that coordinates a key reads its record, decides the next state in memory and stores
 //! it naming the version it read. The store applies only if that is still the stored version (0:

@@ -227,7 +227,9 @@ impl Model {
             Op::FenceObjects { object_keys } => {
                 Outcome::FenceObjects(object_keys.iter().map(|k| (k.clone(), self.fence(k, now))).collect())
             }
-            Op::StoreGroup { group_id, group } => Outcome::Group(self.groups.store(now, group_id, group)),
+            Op::StoreGroup { group_id, group, expected_version } => {
+                Outcome::Group(self.groups.store(now, group_id, group, *expected_version))
+            }
             Op::CommitOffsets(c) => {
                 let topics = &self.topics;
                 Outcome::Offsets(self.groups.commit(now, c, |id| topics.get(id).map(|t| t.partitions)))

@@ -84,8 +84,10 @@ async fn a_zombie_commit_of_an_old_generation_is_refused_and_offsets_outlive_the
             members,
             updated_ms: 0,
             coordinator: "test-coordinator".into(),
+            version: 0,
         }),
         timeout_ms: 10_000,
+        expected_version: None,
     };
     let r = client.store_group(store(1, vec![member("old")])).await.unwrap().into_inner();
     assert_eq!(r.error_code, 0, "{r:?}");

@@ -1,9 +1,11 @@
 //! `ConsumerGroups`: the KIP-848 consumer groups this broker coordinates, each a [`Group`] behind
 //! its own lock. Owns what the group must not do: loading it from the coordinator cluster on first
-//! use (a broker taking a group over continues its members, their assignments and epochs; it
-//! bumps the group epoch, which the cluster requires of a new coordinator's first store),
+//! use (a broker taking a group over continues its members, their assignments and epochs),
 //! storing every change before the heartbeat that made it is answered (so the cluster fences
-//! commits by the stored epoch), and the timers: a member silent for the session timeout, or
+//! commits by the stored epoch) by compare-and-set on the version it read — while two brokers
+//! both coordinate a group (the live-broker view moving), the one that did not read the other's
+//! last store is refused, answers NOT_COORDINATOR and reloads, so no answered change is
+//! overwritten — and the timers: a member silent for the session timeout, or
 //! still holding partitions it must revoke past its rebalance timeout, is removed.
 //!
 //! A group is stored as the classic ones are (`ConsumerGroup` through [`GroupStore`]), its
@@ -35,6 +37,8 @@ pub fn is_consumer_protocol(g: &ConsumerGroup) -> bool {
 /// A group held here, with its members' timers.
 struct Live {
     group: Group,
+    /// The stored version `group` was read or stored at (0: none stored).
+    version: u64,
     /// When each member's session ends unless it heartbeats.
     sessions: HashMap<String, Instant>,
     /// A member that must revoke partitions: its epoch then, and when it is removed if it has not
@@ -75,13 +79,18 @@ fn to_record(g: &Group, identity: &str, session_ms: u64) -> ConsumerGroup {
                 client_host: m.client_host.clone(),
                 session_timeout_ms: i32::try_from(session_ms).unwrap_or(i32::MAX),
                 rebalance_timeout_ms: m.rebalance_timeout_ms,
-                subscription: serde_json::to_vec(m).unwrap_or_default(),
+                subscription: serde_json::to_vec(m).unwrap_or_else(|e| {
+                    // Cannot happen for these types; were it to, the member would be dropped at load.
+                    tracing::error!(member = m.member_id, error = %e, "a consumer group member does not encode");
+                    vec![]
+                }),
                 assignment: vec![],
                 member_epoch: m.current.epoch,
             })
             .collect(),
         updated_ms: 0,
         coordinator: identity.to_string(),
+        version: 0,
     }
 }
 
@@ -131,13 +140,7 @@ impl ConsumerGroups {
     }
 
     /// Loads `group_id` into `slot` unless held; `create`: a join may start a new group.
-    async fn ensure(
-        &self,
-        group_id: &str,
-        slot: &mut Option<Live>,
-        create: bool,
-        catalog: &Catalog,
-    ) -> Result<(), Refused> {
+    async fn ensure(&self, group_id: &str, slot: &mut Option<Live>, create: bool) -> Result<(), Refused> {
         if slot.is_some() {
             return Ok(());
         }
@@ -145,19 +148,18 @@ impl ConsumerGroups {
             tracing::info!(group = group_id, error = %e, "loading a consumer group failed");
             Refused { code: ErrorCode::CoordinatorLoadInProgress, message: "the group could not be loaded".into() }
         })?;
-        self.adopt(group_id, slot, stored, create, catalog).await
+        self.adopt(group_id, slot, stored, create)
     }
 
     /// Holds the group `stored` (as loaded) in `slot`.
-    async fn adopt(
+    fn adopt(
         &self,
         group_id: &str,
         slot: &mut Option<Live>,
         stored: Option<ConsumerGroup>,
         create: bool,
-        catalog: &Catalog,
     ) -> Result<(), Refused> {
-        let mut group = match &stored {
+        let group = match &stored {
             Some(r) => from_record(group_id, r)?,
             None if create => Group::default(),
             None => {
@@ -168,22 +170,18 @@ impl ConsumerGroups {
             }
         };
         let now = Instant::now();
-        if stored.is_some() {
-            // A coordinator's first store must carry an epoch above the stored one (the cluster
-            // refuses the same epoch from another coordinator): bump now, and store it.
-            group.bump(catalog);
-            self.put(group_id, &group).await?;
-        }
+        let version = stored.as_ref().map_or(0, |r| r.version);
         let sessions = group.members.keys().map(|m| (m.clone(), now + self.session())).collect();
-        *slot = Some(Live { group, sessions, revoking: HashMap::new() });
+        *slot = Some(Live { group, version, sessions, revoking: HashMap::new() });
         Ok(())
     }
 
-    async fn put(&self, group_id: &str, g: &Group) -> Result<(), Refused> {
+    /// Stores `g` over version `version` (the one read); the version it was stored at.
+    async fn put(&self, group_id: &str, g: &Group, version: u64) -> Result<u64, Refused> {
         let record = to_record(g, &self.identity, self.config.consumer_session_timeout_ms);
-        self.store.store(group_id, record).await.map_err(|e| match e {
+        self.store.store(group_id, record, Some(version)).await.map_err(|e| match e {
             StoreError::Refused { code: ErrorCode::IllegalGeneration, message } => {
-                tracing::info!(group = group_id, message, "another broker coordinates this group now");
+                tracing::info!(group = group_id, message, "another broker stored this group since it was read");
                 Refused { code: ErrorCode::NotCoordinator, message: "the group moved to another coordinator".into() }
             }
             e => {
@@ -198,7 +196,7 @@ impl ConsumerGroups {
         let slot = self.slot(group_id);
         let mut held = slot.lock().await;
         let leaving = hb.member_epoch < 0;
-        self.ensure(group_id, &mut held, hb.member_epoch == 0, catalog).await?;
+        self.ensure(group_id, &mut held, hb.member_epoch == 0).await?;
         let live = held.as_mut().expect("ensured");
         let revoking_before = |g: &Group, id: &str| {
             g.members
@@ -210,13 +208,15 @@ impl ConsumerGroups {
         let mut next = live.group.clone();
         let answer = next.heartbeat(hb, catalog)?;
         if next != live.group {
-            if let Err(e) = self.put(group_id, &next).await {
-                if e.code == ErrorCode::NotCoordinator {
-                    *held = None;
+            match self.put(group_id, &next, live.version).await {
+                Ok(version) => (live.group, live.version) = (next, version),
+                Err(e) => {
+                    if e.code == ErrorCode::NotCoordinator {
+                        *held = None;
+                    }
+                    return Err(e);
                 }
-                return Err(e);
             }
-            live.group = next;
         }
         let now = Instant::now();
         let id = &answer.member_id;
@@ -252,7 +252,6 @@ impl ConsumerGroups {
         group_id: &str,
         member_id: &str,
         member_epoch: i32,
-        catalog: &Catalog,
     ) -> Option<Result<(), ErrorCode>> {
         let slot = self.slot(group_id);
         let mut held = slot.lock().await;
@@ -274,7 +273,7 @@ impl ConsumerGroups {
                     return None;
                 }
             };
-            if let Err(e) = self.adopt(group_id, &mut held, Some(stored), false, catalog).await {
+            if let Err(e) = self.adopt(group_id, &mut held, Some(stored), false) {
                 return Some(Err(e.code));
             }
         }
@@ -375,13 +374,13 @@ impl ConsumerGroups {
             for (m, why) in &gone {
                 tracing::info!(group = group_id, member = m, why, "member removed");
             }
-            match self.put(&group_id, &next).await {
-                Ok(()) => {
+            match self.put(&group_id, &next, live.version).await {
+                Ok(version) => {
                     for (m, _) in &gone {
                         live.sessions.remove(m);
                         live.revoking.remove(m);
                     }
-                    live.group = next;
+                    (live.group, live.version) = (next, version);
                 }
                 Err(e) if e.code == ErrorCode::NotCoordinator => *held = None,
                 Err(_) => {}

@@ -1,7 +1,8 @@
 //! `ShareGroups`: the KIP-932 share groups this broker coordinates, each a [`Group`] behind its
 //! own lock. Owns loading a group from the coordinator cluster on first use (a broker taking a
-//! group over continues its members and bumps its epoch, which the cluster requires of a new
-//! coordinator's first store), storing every change before the heartbeat that made it is answered,
+//! group over continues its members), storing every change before the heartbeat that made it is
+//! answered, by compare-and-set on the version it read (a broker that did not read another's last
+//! store is refused, answers NOT_COORDINATOR and reloads: no answered change is overwritten),
 //! and the session timers (a member silent for the session timeout is removed).
 //!
 //! A group is stored as the classic ones are (`ConsumerGroup` through [`GroupStore`]), its
@@ -30,6 +31,8 @@ pub fn is_share_group(g: &ConsumerGroup) -> bool {
 
 struct Live {
     group: Group,
+    /// The stored version `group` was read or stored at (0: none stored).
+    version: u64,
     sessions: HashMap<String, Instant>,
 }
 
@@ -65,13 +68,18 @@ fn to_record(g: &Group, identity: &str, session_ms: u64) -> ConsumerGroup {
                 client_host: m.client_host.clone(),
                 session_timeout_ms: i32::try_from(session_ms).unwrap_or(i32::MAX),
                 rebalance_timeout_ms: 0,
-                subscription: serde_json::to_vec(m).unwrap_or_default(),
+                subscription: serde_json::to_vec(m).unwrap_or_else(|e| {
+                    // Cannot happen for these types; were it to, the member would be dropped at load.
+                    tracing::error!(member = m.member_id, error = %e, "a share group member does not encode");
+                    vec![]
+                }),
                 assignment: vec![],
                 member_epoch: m.epoch,
             })
             .collect(),
         updated_ms: 0,
         coordinator: identity.to_string(),
+        version: 0,
     }
 }
 
@@ -123,11 +131,12 @@ impl ShareGroups {
         self.config.share_heartbeat_interval_ms
     }
 
-    async fn put(&self, group_id: &str, g: &Group) -> Result<(), Refused> {
+    /// Stores `g` over version `version` (the one read); the version it was stored at.
+    async fn put(&self, group_id: &str, g: &Group, version: u64) -> Result<u64, Refused> {
         let record = to_record(g, &self.identity, self.config.share_session_timeout_ms);
-        self.store.store(group_id, record).await.map_err(|e| match e {
+        self.store.store(group_id, record, Some(version)).await.map_err(|e| match e {
             StoreError::Refused { code: ErrorCode::IllegalGeneration, message } => {
-                tracing::info!(group = group_id, message, "another broker coordinates this share group now");
+                tracing::info!(group = group_id, message, "another broker stored this share group since it was read");
                 Refused { code: ErrorCode::NotCoordinator, message: "the group moved to another coordinator".into() }
             }
             e => {
@@ -151,7 +160,7 @@ impl ShareGroups {
             tracing::info!(group = group_id, error = %e, "loading a share group failed");
             Refused { code: ErrorCode::CoordinatorLoadInProgress, message: "the group could not be loaded".into() }
         })?;
-        let mut group = match &stored {
+        let group = match &stored {
             Some(r) => from_record(group_id, r, catalog)?,
             None if create => Group::default(),
             None => {
@@ -161,15 +170,10 @@ impl ShareGroups {
                 })
             }
         };
-        if stored.is_some() {
-            // A new coordinator's first store carries a higher epoch (the cluster refuses the
-            // same epoch from another coordinator).
-            group.bump(catalog);
-            self.put(group_id, &group).await?;
-        }
+        let version = stored.as_ref().map_or(0, |r| r.version);
         let now = Instant::now();
         let sessions = group.members.keys().map(|m| (m.clone(), now + self.session())).collect();
-        *slot = Some(Live { group, sessions });
+        *slot = Some(Live { group, version, sessions });
         Ok(())
     }
 
@@ -187,13 +191,15 @@ impl ShareGroups {
         let mut next = live.group.clone();
         let answer = next.heartbeat(hb, catalog, self.config.share_max_size)?;
         if next != live.group {
-            if let Err(e) = self.put(group_id, &next).await {
-                if e.code == ErrorCode::NotCoordinator {
-                    *held = None;
+            match self.put(group_id, &next, live.version).await {
+                Ok(version) => (live.group, live.version) = (next, version),
+                Err(e) => {
+                    if e.code == ErrorCode::NotCoordinator {
+                        *held = None;
+                    }
+                    return Err(e);
                 }
-                return Err(e);
             }
-            live.group = next;
         }
         if answer.member_epoch < 0 {
             live.sessions.remove(&answer.member_id);
@@ -292,8 +298,8 @@ impl ShareGroups {
             let mut next = live.group.clone();
             let ids: Vec<&str> = gone.iter().map(String::as_str).collect();
             next.remove_all(&ids, catalog);
-            match self.put(&group_id, &next).await {
-                Ok(()) => {
+            match self.put(&group_id, &next, live.version).await {
+                Ok(version) => {
                     for m in &gone {
                         tracing::info!(
                             group = group_id,
@@ -303,7 +309,7 @@ impl ShareGroups {
                         live.sessions.remove(m);
                     }
                     let members = gone.iter().filter_map(|m| live.group.members.get(m).cloned()).collect();
-                    live.group = next;
+                    (live.group, live.version) = (next, version);
                     removed.push((group_id.clone(), members));
                 }
                 Err(e) if e.code == ErrorCode::NotCoordinator => *held = None,

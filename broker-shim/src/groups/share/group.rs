@@ -56,7 +56,9 @@ pub struct Member {
     pub client_id: String,
     pub client_host: String,
     pub subscribed_names: BTreeSet<String>,
-    /// What the member was last told it is assigned.
+    /// What the member was last told it is assigned (stored as pairs: JSON keys must be strings;
+    /// a map keyed by topic id did not serialize, and every stored member was dropped at load).
+    #[serde(with = "crate::groups::consumer::assignor::as_pairs")]
     pub assigned: Assignment,
 }
 

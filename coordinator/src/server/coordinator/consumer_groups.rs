@@ -46,6 +46,7 @@ pub fn group_record(g: ConsumerGroup) -> GroupRecord {
             .collect(),
         updated_ms: g.updated_ms,
         coordinator: g.coordinator,
+        version: g.version,
     }
 }
 
@@ -72,6 +73,7 @@ pub fn consumer_group(g: GroupRecord) -> ConsumerGroup {
             .collect(),
         updated_ms: g.updated_ms,
         coordinator: g.coordinator,
+        version: g.version,
     }
 }
 
@@ -110,14 +112,19 @@ impl CoordinatorApi {
         let req = request.into_inner();
         let timeout = timeout_of(req.timeout_ms);
         let g = self.consumer_group_partition(&req.group_id);
-        let op = Op::StoreGroup { group_id: req.group_id, group: group_record(req.group.unwrap_or_default()) };
+        let op = Op::StoreGroup {
+            group_id: req.group_id,
+            group: group_record(req.group.unwrap_or_default()),
+            expected_version: req.expected_version,
+        };
         let r = match self.write(g, op, timeout, hop).await {
             Ok((Outcome::Group(r), _)) => r,
             Ok((other, _)) => Err(route_failure(&RouteError::unexpected(g, &other))),
             Err(e) => Err(route_failure(&e)),
         };
         let (error_code, error_message) = result_fields(&r);
-        Ok(Response::new(StoreGroupResponse { error_code, error_message }))
+        let group = r.ok().map(consumer_group);
+        Ok(Response::new(StoreGroupResponse { error_code, error_message, group }))
     }
 
     pub(super) async fn serve_commit_offsets(
