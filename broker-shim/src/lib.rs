@@ -6,7 +6,8 @@
 //! (`produce`, through `cluster`, the broker's client of the coordinator cluster), and read back by
 //! byte ranges with offsets injected (`fetch`). `cleanup` deletes the objects the cluster released
 //! and the orphans it never knew. `groups` coordinates consumer groups (members in memory,
-//! generations and committed offsets in the cluster); `registry` is this broker in the cluster's
+//! generations and committed offsets in the cluster), on `runtime` as they move to it (state held per
+//! key, stored by compare-and-set before an answer, writes queued behind a store batched); `registry` is this broker in the cluster's
 //! broker registry; `producer_ids` hands out idempotent producers' ids. `kafka` is the Kafka
 //! protocol listener (`authz` decides which of its requests a principal may make, from the ACLs the
 //! cluster keeps), `service` the broker's own gRPC API; `shim` wires the parts below the
@@ -33,6 +34,7 @@ pub mod produce;
 pub mod producer_ids;
 pub mod records;
 pub mod registry;
+pub mod runtime;
 pub mod service;
 pub mod shim;
 pub mod storage;

@@ -70,14 +70,26 @@ async fn initial_offset(l: &Session, tp: Tp) -> Result<i64, KafkaError> {
     Ok(offset)
 }
 
-/// Acquires records of `tp` for `member`: the batches read and what was acquired of them.
+/// A member's acknowledgements of one partition in a ShareFetch, applied with its acquisition.
+#[derive(Default)]
+struct Acks {
+    /// Not applied yet.
+    pending: Option<Vec<AckBatch>>,
+    /// Applied, with this outcome.
+    outcome: Option<ErrorCode>,
+}
+
+/// Acquires records of `tp` for `member`: the batches read and what was acquired of them. The
+/// member's acknowledgements of `tp` in this request (`acks`), when given, are applied in the same
+/// store as the acquisition (one write per acknowledged poll); left pending when they were not
+/// applied (the caller applies them alone).
 async fn acquire_one(
     l: &Session,
     group_id: &str,
     member: &str,
     tp: Tp,
-    max_records: i64,
-    max_bytes: i32,
+    (max_records, max_bytes): (i64, i32),
+    acks: &mut Acks,
 ) -> Result<(Bytes, Vec<Acquired>, i64), KafkaError> {
     let key = (group_id.to_string(), tp.0, tp.1);
     let states = &l.shim.share_states;
@@ -113,7 +125,7 @@ async fn acquire_one(
             return Err(e);
         }
         // Below the log start (records deleted): the state moves up, the next fetch reads there.
-        states.update(&key, || log_start.max(0), |p| p.advance_to(log_start)).await.map_err(failed)?;
+        states.update(&key, move || log_start.max(0), move |p| p.advance_to(log_start)).await.map_err(failed)?;
         return Ok((Bytes::new(), vec![], f.high_watermark));
     }
     let spans = batch_spans(&f.records);
@@ -127,21 +139,30 @@ async fn acquire_one(
     );
     let offsets: Vec<(i64, i64)> = spans.iter().map(|s| (s.2, s.3)).collect();
     let start_at = if start >= 0 { start } else { from };
+    let who = member.to_string();
+    let ack_batches = acks.pending.clone();
     let acquired = states
         .update(
             &key,
-            || start_at,
-            |p| {
+            move || start_at,
+            move |p| {
                 p.expire(now, lim.delivery_count_limit);
+                let acked = ack_batches.as_ref().map(|b| p.acknowledge(&who, b, lim.delivery_count_limit));
                 if log_start > 0 {
                     p.advance_to(log_start);
                 }
-                p.acquire(member, from, &offsets, now, &lim, max_records)
+                (acked, p.acquire(&who, from, &offsets, now, &lim, max_records))
             },
         )
         .await;
     let acquired = match acquired {
-        Ok(a) => a,
+        Ok((ack, a)) => {
+            if let Some(r) = ack {
+                acks.pending = None;
+                acks.outcome = Some(r.err().unwrap_or(ErrorCode::None));
+            }
+            a
+        }
         // A lock not yet expired by the cluster's clock: nothing this time.
         Err(e) if e.code == ErrorCode::InvalidRecordState => vec![],
         Err(e) => return Err(failed(e)),
@@ -165,12 +186,13 @@ async fn acknowledge_one(l: &Session, group_id: &str, member: &str, tp: Tp, batc
     let key = (group_id.to_string(), tp.0, tp.1);
     let limit = l.shim.groups_config.share_delivery_count_limit;
     let now = now_ms();
+    let (who, batches) = (member.to_string(), batches.to_vec());
     let r = l
         .shim
         .share_states
-        .update_existing(&key, |p| {
+        .update_existing(&key, move |p| {
             p.expire(now, limit);
-            p.acknowledge(member, batches, limit)
+            p.acknowledge(&who, &batches, limit)
         })
         .await;
     match r {
@@ -307,17 +329,25 @@ pub(super) async fn share_fetch(l: &Session, header: &RequestHeader, req: ShareF
     if matches!(opened, Opened::New(_)) {
         l.opened_share_session(&group_id, &member);
     }
+    let (fetchable, closing) = match &opened {
+        Opened::New(ps) | Opened::Continued(ps) => (ps.clone(), false),
+        Opened::Closed(ps) => (ps.clone(), true),
+    };
+    // Acknowledgements of a partition fetched now go with its acquisition, in one store; the
+    // others are applied here.
+    let fetching = !closing && req.max_bytes != 0;
+    let mut deferred: BTreeMap<Tp, Vec<AckBatch>> = BTreeMap::new();
     for (tp, batches) in &asked {
         if batches.is_empty() || parts.contains_key(tp) {
+            continue;
+        }
+        if fetching && fetchable.contains(tp) {
+            deferred.insert(*tp, batches.clone());
             continue;
         }
         let code = acknowledge_one(l, &group_id, &member, *tp, batches).await;
         parts.entry(*tp).or_default().ack = Some(code);
     }
-    let (fetchable, closing) = match &opened {
-        Opened::New(ps) | Opened::Continued(ps) => (ps.clone(), false),
-        Opened::Closed(ps) => (ps.clone(), true),
-    };
     if closing {
         release(l, &group_id, &member, &fetchable).await;
     }
@@ -333,6 +363,15 @@ pub(super) async fn share_fetch(l: &Session, header: &RequestHeader, req: ShareF
         }
     }
     let fetchable = allowed;
+    // Deferred acknowledgements of a partition that is no longer fetched are applied alone.
+    for (tp, batches) in std::mem::take(&mut deferred) {
+        if fetchable.contains(&tp) {
+            deferred.insert(tp, batches);
+        } else {
+            let code = acknowledge_one(l, &group_id, &member, tp, &batches).await;
+            parts.entry(tp).or_default().ack = Some(code);
+        }
+    }
     if matches!(opened, Opened::New(_)) {
         for tp in &add {
             parts.entry(*tp).or_default().listed = true;
@@ -351,11 +390,23 @@ pub(super) async fn share_fetch(l: &Session, header: &RequestHeader, req: ShareF
             let waiter = marks.waiter(fetchable.iter().copied());
             let mut answered = vec![];
             for &tp in &fetchable {
+                let mut acks = Acks { pending: deferred.remove(&tp), outcome: None };
                 if got >= max_records {
+                    if let Some(batches) = acks.pending {
+                        let code = acknowledge_one(l, &group_id, &member, tp, &batches).await;
+                        parts.entry(tp).or_default().ack = Some(code);
+                    }
                     answered.push(-1);
                     continue;
                 }
-                match acquire_one(l, &group_id, &member, tp, max_records - got, per_partition).await {
+                let r = acquire_one(l, &group_id, &member, tp, (max_records - got, per_partition), &mut acks).await;
+                if let Some(batches) = acks.pending.take() {
+                    acks.outcome = Some(acknowledge_one(l, &group_id, &member, tp, &batches).await);
+                }
+                if let Some(code) = acks.outcome {
+                    parts.entry(tp).or_default().ack = Some(code);
+                }
+                match r {
                     Ok((records, acquired, hwm)) => {
                         got += acquired.iter().map(|a| a.last - a.first + 1).sum::<i64>();
                         answered.push(hwm);

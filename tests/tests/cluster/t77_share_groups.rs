@@ -5,7 +5,8 @@
 //! admin APIs on the wire: ShareGroupDescribe, DescribeShareGroupOffsets (the start offset past
 //! every record), AlterShareGroupOffsets (refused while the group has members elsewhere: here it is
 //! empty, so taken), and the broker coordinating the group is killed: through the other broker the
-//! group goes on from the stored share-partition state, from the altered start offset.
+//! group goes on from the stored share-partition state, from the altered start offset. And on the
+//! wire: a ShareFetch's acknowledgements and its acquisition are one store.
 
 use diskless_cluster_tests::nemesis::kafka_client::KafkaClient;
 use diskless_cluster_tests::*;
@@ -122,4 +123,99 @@ async fn t77_group_figures() {
     let out =
         run_python_checks("group_figures.py", vec![a.kafka_addr.clone().unwrap()], "ALL GROUP FIGURES MEASURED").await;
     println!("{out}");
+}
+
+/// A ShareFetch carrying the acknowledgements of what the member acquired before is one store:
+/// the partition's stored state moves one version for the acknowledgements and the new
+/// acquisition together (it moved two, a write each, before). The acknowledged records move the
+/// start offset and are not delivered again; the next ones are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn t77_an_acknowledged_share_fetch_is_one_store() {
+    const ACKED: &str = "acked-polls";
+    let c = Cluster::start(3, Options::default()).await;
+    let options = BrokerOptions {
+        kafka: true,
+        commit_interval_ms: 20,
+        kafka_toml: "\n[groups]\nshare_auto_offset_reset = \"earliest\"\n".to_string(),
+        ..BrokerOptions::default()
+    };
+    let storage = TestStorage::Local(c.path("objects"));
+    let a = BrokerProc::start(&c, "a", &storage, &options).await;
+    let mut broker = a.client().await;
+    create_topic_via(&mut broker, ACKED, 1).await;
+    for i in 0..3 {
+        let values: Vec<String> = (0..10).map(|j| format!("r{i}-{j}")).collect();
+        produce_retrying(&mut broker, ACKED, 0, batch_of(&values)).await;
+    }
+    let mut k = KafkaClient::connect(a.kafka_addr.as_deref().unwrap()).await.unwrap();
+    let md = k
+        .call(
+            &MetadataRequest::default().with_topics(Some(vec![metadata_request::MetadataRequestTopic::default()
+                .with_name(Some(TopicName(StrBytes::from_static_str(ACKED))))])),
+            12,
+        )
+        .await
+        .unwrap();
+    let topic_id = md.topics[0].topic_id;
+    let fetch = |epoch: i32, acked: Option<(i64, i64)>| {
+        let mut p = share_fetch_request::FetchPartition::default().with_partition_index(0);
+        if let Some((first, last)) = acked {
+            p.acknowledgement_batches.push(
+                share_fetch_request::AcknowledgementBatch::default()
+                    .with_first_offset(first)
+                    .with_last_offset(last)
+                    .with_acknowledge_types(vec![1]),
+            );
+        }
+        ShareFetchRequest::default()
+            .with_group_id(Some(GroupId(StrBytes::from_static_str(GROUP))))
+            .with_member_id(Some(StrBytes::from_static_str("member-1")))
+            .with_share_session_epoch(epoch)
+            .with_max_wait_ms(2_000)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_max_records(10)
+            .with_batch_size(10)
+            .with_topics(vec![share_fetch_request::FetchTopic::default()
+                .with_topic_id(topic_id)
+                .with_partitions(vec![p])])
+    };
+    let acquired = |r: &ShareFetchResponse| -> (i16, i16, Vec<(i64, i64)>) {
+        let p = &r.responses[0].partitions[0];
+        (
+            p.error_code,
+            p.acknowledge_error_code,
+            p.acquired_records.iter().map(|a| (a.first_offset, a.last_offset)).collect(),
+        )
+    };
+    let mut cluster = c.client(1).await;
+    let stored = |cluster: &mut diskless_cluster_tests::cluster::Client| {
+        let req = diskless_proto::v1::ReadShareStatesRequest {
+            group_id: GROUP.into(),
+            timeout_ms: 10_000,
+            topic_id: Some(topic_id.as_bytes().to_vec()),
+            partition_index: Some(0),
+        };
+        let mut cluster = cluster.clone();
+        async move {
+            let r = cluster.read_share_states(req).await.unwrap().into_inner();
+            assert_eq!(r.error_code, 0, "{r:?}");
+            let s = &r.states[0];
+            (s.version, s.start_offset)
+        }
+    };
+
+    let first = k.call(&fetch(0, None), 1).await.unwrap();
+    assert_eq!((first.error_code, acquired(&first)), (0, (0, 0, vec![(0, 9)])), "{first:?}");
+    let (v1, start1) = stored(&mut cluster).await;
+    assert_eq!(start1, 0);
+    let second = k.call(&fetch(1, Some((0, 9))), 1).await.unwrap();
+    assert_eq!((second.error_code, acquired(&second)), (0, (0, 0, vec![(10, 19)])), "{second:?}");
+    let (v2, start2) = stored(&mut cluster).await;
+    assert_eq!(start2, 10, "the acknowledged records moved the start offset");
+    assert_eq!(v2, v1 + 1, "the acknowledgements and the acquisition were one store");
+    // An acknowledgement the partition refuses (records never acquired) fails alone: the
+    // acquisition still goes through.
+    let third = k.call(&fetch(2, Some((25, 29))), 1).await.unwrap();
+    assert_eq!(acquired(&third), (0, 121 /* INVALID_RECORD_STATE */, vec![(20, 29)]), "{third:?}");
 }
