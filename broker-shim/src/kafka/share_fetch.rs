@@ -93,10 +93,9 @@ async fn acquire_one(
 ) -> Result<(Bytes, Vec<Acquired>, i64), KafkaError> {
     let key = (group_id.to_string(), tp.0, tp.1);
     let states = &l.shim.share_states;
-    let failed = |e: crate::groups::share::states::Failed| KafkaError::new(e.code, e.message);
     let lim = limits(l);
     let now = now_ms();
-    let held = states.peek(&key).await.map_err(failed)?;
+    let held = states.peek(&key).await?;
     let start = match &held {
         Some(_) => -1,
         None => initial_offset(l, tp).await?,
@@ -111,7 +110,7 @@ async fn acquire_one(
     // Nothing new and nothing to deliver again: no read.
     let marks = l.shim.cluster.marks();
     if let Some((hwm, _)) = marks.caught_up(tp.0, tp.1, from) {
-        if states.peek(&key).await.map_err(failed)?.is_some() {
+        if states.peek(&key).await?.is_some() {
             return Ok((Bytes::new(), vec![], hwm));
         }
     }
@@ -125,7 +124,7 @@ async fn acquire_one(
             return Err(e);
         }
         // Below the log start (records deleted): the state moves up, the next fetch reads there.
-        states.update(&key, move || log_start.max(0), move |p| p.advance_to(log_start)).await.map_err(failed)?;
+        states.update(&key, move || log_start.max(0), move |p| p.advance_to(log_start)).await?;
         return Ok((Bytes::new(), vec![], f.high_watermark));
     }
     let spans = batch_spans(&f.records);
@@ -165,7 +164,7 @@ async fn acquire_one(
         }
         // A lock not yet expired by the cluster's clock: nothing this time.
         Err(e) if e.code == ErrorCode::InvalidRecordState => vec![],
-        Err(e) => return Err(failed(e)),
+        Err(e) => return Err(e),
     };
     if acquired.is_empty() {
         return Ok((Bytes::new(), vec![], f.high_watermark));

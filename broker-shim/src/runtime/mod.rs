@@ -40,20 +40,9 @@ use std::time::{Duration, Instant};
 use diskless_proto::ErrorCode;
 use tokio::sync::oneshot;
 
+use crate::error::KafkaError;
+
 pub use store::{Store, StoreError};
-
-/// Why a read or write was not done, as the Kafka error its caller answers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    pub code: ErrorCode,
-    pub message: String,
-}
-
-impl Failure {
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> Failure {
-        Failure { code, message: message.into() }
-    }
-}
 
 /// How a kind of state uses the runtime.
 #[derive(Debug, Clone)]
@@ -87,12 +76,12 @@ struct Held<S, V> {
     reload: bool,
 }
 
-type Op<S, V> = Box<dyn FnMut(&mut Option<S>, &mut V) -> Result<(), Failure> + Send>;
+type Op<S, V> = Box<dyn FnMut(&mut Option<S>, &mut V) -> Result<(), KafkaError> + Send>;
 
 /// A write waiting for the key's store.
 struct Pending<S, V> {
     op: Op<S, V>,
-    done: oneshot::Sender<Result<(), Failure>>,
+    done: oneshot::Sender<Result<(), KafkaError>>,
 }
 
 struct Slot<S, V> {
@@ -152,8 +141,8 @@ where
     pub async fn write<R: Send + 'static>(
         &self,
         key: &K,
-        mut op: impl FnMut(&mut Option<S>, &mut V) -> Result<R, Failure> + Send + 'static,
-    ) -> Result<R, Failure> {
+        mut op: impl FnMut(&mut Option<S>, &mut V) -> Result<R, KafkaError> + Send + 'static,
+    ) -> Result<R, KafkaError> {
         let answer: Arc<Mutex<Option<R>>> = Arc::default();
         let out = answer.clone();
         let (done, answered) = oneshot::channel();
@@ -175,13 +164,13 @@ where
         }
         answered
             .await
-            .unwrap_or_else(|_| Err(Failure::new(ErrorCode::CoordinatorNotAvailable, "the write was dropped")))?;
+            .unwrap_or_else(|_| Err(KafkaError::new(ErrorCode::CoordinatorNotAvailable, "the write was dropped")))?;
         let r = lock(&answer).take();
-        r.ok_or_else(|| Failure::new(ErrorCode::UnknownServerError, "a write answered nothing"))
+        r.ok_or_else(|| KafkaError::new(ErrorCode::UnknownServerError, "a write answered nothing"))
     }
 
     /// Reads `key`'s state as held (loaded first if need be), changing nothing.
-    pub async fn read<R>(&self, key: &K, f: impl FnOnce(Option<&S>, &V) -> R) -> Result<R, Failure> {
+    pub async fn read<R>(&self, key: &K, f: impl FnOnce(Option<&S>, &V) -> R) -> Result<R, KafkaError> {
         let slot = self.slot(key);
         let mut held = slot.held.lock().await;
         self.ensure(key, &mut held).await?;
@@ -213,14 +202,15 @@ where
     }
 
     /// Loads the state into `held` unless it is held and fresh.
-    async fn ensure(&self, key: &K, held: &mut Option<Held<S, V>>) -> Result<(), Failure> {
+    async fn ensure(&self, key: &K, held: &mut Option<Held<S, V>>) -> Result<(), KafkaError> {
         let fresh = held
             .as_ref()
             .is_some_and(|h| !h.reload && self.settings.fresh_for.is_none_or(|d| h.fresh_at.elapsed() < d));
         if fresh {
             return Ok(());
         }
-        let loaded = self.store.load(key).await.map_err(|e| Failure::new(self.settings.load_failed, e.to_string()))?;
+        let loaded =
+            self.store.load(key).await.map_err(|e| KafkaError::new(self.settings.load_failed, e.to_string()))?;
         let (state, version) = match loaded {
             Some((s, v)) => (Some(s), v),
             None => (None, 0),
@@ -263,9 +253,9 @@ where
         key: &K,
         held: &mut Option<Held<S, V>>,
         batch: &mut [Pending<S, V>],
-    ) -> Result<Vec<Result<(), Failure>>, Failure> {
+    ) -> Result<Vec<Result<(), KafkaError>>, KafkaError> {
         let n = batch.len();
-        let all = |f: Failure| vec![Err(f); n];
+        let all = |f: KafkaError| vec![Err(f); n];
         for _ in 0..self.settings.tries.max(1) {
             if let Err(f) = self.ensure(key, held).await {
                 return Ok(all(f));
@@ -289,7 +279,7 @@ where
                 (Some(_), _) => None,
                 (None, Some(_)) => {
                     *held = Some(h);
-                    return Ok(all(Failure::new(ErrorCode::UnknownServerError, "a write cannot delete the state")));
+                    return Ok(all(KafkaError::new(ErrorCode::UnknownServerError, "a write cannot delete the state")));
                 }
             };
             let Some(new) = changed else {
@@ -307,15 +297,15 @@ where
                 }
                 Err(StoreError::Refused { code, message }) => {
                     *held = Some(Held { reload: true, ..h });
-                    return Err(Failure::new(code, message));
+                    return Err(KafkaError::new(code, message));
                 }
                 Err(StoreError::Unknown(message)) => {
                     *held = Some(Held { reload: true, ..h });
-                    return Ok(all(Failure::new(ErrorCode::CoordinatorNotAvailable, message)));
+                    return Ok(all(KafkaError::new(ErrorCode::CoordinatorNotAvailable, message)));
                 }
             }
         }
-        Ok(all(Failure::new(ErrorCode::CoordinatorNotAvailable, "the state kept changing elsewhere")))
+        Ok(all(KafkaError::new(ErrorCode::CoordinatorNotAvailable, "the state kept changing elsewhere")))
     }
 
     /// How many writes of `key` wait for its store (tests).

@@ -7,7 +7,8 @@ use std::time::Duration;
 use diskless_proto::ErrorCode;
 
 use super::testing::{FakeStore, Next};
-use super::{Failure, Runtime, Settings};
+use super::{Runtime, Settings};
+use crate::error::KafkaError;
 
 type State = Vec<String>;
 type Rt = Runtime<String, State, u32>;
@@ -26,7 +27,7 @@ fn strings(items: &[&str]) -> State {
 }
 
 /// A write appending `item`; answers the length after it.
-fn push(item: &str) -> impl FnMut(&mut Option<State>, &mut u32) -> Result<usize, Failure> + Send + 'static {
+fn push(item: &str) -> impl FnMut(&mut Option<State>, &mut u32) -> Result<usize, KafkaError> + Send + 'static {
     let item = item.to_string();
     move |s, _| {
         let s = s.get_or_insert_with(Vec::new);
@@ -134,10 +135,10 @@ async fn writes_queued_behind_a_store_go_out_as_one_store_each_answered_after_it
     assert_eq!(store.get(&k()).unwrap().0.len(), 11);
 }
 
-type Write = Box<dyn FnMut(&mut Option<State>, &mut u32) -> Result<usize, Failure> + Send>;
+type Write = Box<dyn FnMut(&mut Option<State>, &mut u32) -> Result<usize, KafkaError> + Send>;
 
 /// Holds the first store (of "a") and queues `writes` behind it, in order; answers each.
-async fn queued_behind_a_store(store: &Arc<Fake>, rt: &Arc<Rt>, writes: Vec<Write>) -> Vec<Result<usize, Failure>> {
+async fn queued_behind_a_store(store: &Arc<Fake>, rt: &Arc<Rt>, writes: Vec<Write>) -> Vec<Result<usize, KafkaError>> {
     let open = store.hold_next();
     let first = tokio::spawn({
         let rt = rt.clone();
@@ -168,7 +169,7 @@ async fn a_failed_write_keeps_none_of_its_changes_and_the_others_queued_with_it_
     let rt = runtime(&store, None);
     let failing: Write = Box::new(|s, _| {
         s.get_or_insert_with(Vec::new).push("c".into());
-        Err(Failure::new(ErrorCode::InvalidRequest, "no"))
+        Err(KafkaError::new(ErrorCode::InvalidRequest, "no"))
     });
     let r = queued_behind_a_store(&store, &rt, vec![Box::new(push("b")), failing, Box::new(push("d"))]).await;
     assert_eq!(r[0], Ok(2));

@@ -289,6 +289,12 @@ fn raft_config(c: &NodeConfig) -> anyhow::Result<openraft::Config> {
         broadcast_submitted_on_append: Some(true),
         // Under load, replication traffic already proves liveness: skip redundant heartbeats.
         heartbeat_min_interval: Some(r.heartbeat_ms),
+        // Raft's Pre-Vote (Ongaro's thesis, 9.6): a replica whose election timeout ran out first
+        // asks whether a quorum would vote for it, and only then raises its term. A replica that
+        // cannot reach a quorum (cut off, or able to receive but not to send) so never inflates
+        // its term, which would make every candidate that asks it step down, round after round,
+        // and keep its partition without a leader (t23's rescue under a one-way cut saw 8 s).
+        enable_pre_vote: Some(true),
         ..Default::default()
     };
     config.validate().context("invalid Raft settings")

@@ -241,6 +241,16 @@ impl RaftNetworkV2<TypeConfig> for Conn {
         self.call(&rpc, option.hard_ttl(), |mut c, r| async move { c.vote(r).await }).await
     }
 
+    /// Raft's Pre-Vote: an unreachable target is an error, never a grant (so a replica that cannot
+    /// send reaches no quorum and keeps its term).
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call(&rpc, option.hard_ttl(), |mut c, r| async move { c.pre_vote(r).await }).await
+    }
+
     async fn full_snapshot(
         &mut self,
         vote: Vote,

@@ -93,6 +93,15 @@ impl RaftService for RaftApi {
         reply(raft.vote(decode(&r.payload)?).await)
     }
 
+    async fn pre_vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        let r = request.into_inner();
+        let raft = match self.admit(r.group, r.to.as_ref())? {
+            Ok(raft) => raft,
+            Err(refused) => return Ok(Response::new(refused)),
+        };
+        reply(raft.pre_vote(decode(&r.payload)?).await)
+    }
+
     async fn transfer_leader(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         let r = request.into_inner();
         let raft = match self.admit(r.group, r.to.as_ref())? {

@@ -184,10 +184,10 @@ pub struct ShareStates {
 }
 
 /// Why a change could not be made.
-pub type Failed = runtime::Failure;
+pub type Failed = crate::error::KafkaError;
 
 fn unavailable(e: &StoreError) -> Failed {
-    Failed { code: ErrorCode::CoordinatorNotAvailable, message: e.to_string() }
+    Failed::new(ErrorCode::CoordinatorNotAvailable, e.to_string())
 }
 
 impl ShareStates {
