@@ -21,6 +21,8 @@
 //! - **Unknown** outcome: the operations are answered COORDINATOR_NOT_AVAILABLE and the state is
 //!   read again before its next use (the store may have applied).
 //! - **Release**: when another broker coordinates a key, its state is dropped; its next use loads.
+//! - **Dropped**: a write whose caller went away before it ran is never run; one dropped while its
+//!   store is in flight leaves the key to be read again.
 //!
 //! Owns the slots, the queue and the store discipline. It must not know what a kind's state means
 //! (the operations do), nor how it is kept (a [`Store`]), nor speak the Kafka protocol.
@@ -157,7 +159,10 @@ where
             // Whoever holds the state runs every write queued so far: this one's, unless a store
             // in flight before took it, in which case it is answered already.
             let mut held = slot.held.lock().await;
-            let batch = std::mem::take(&mut *lock(&slot.queue));
+            let mut batch = std::mem::take(&mut *lock(&slot.queue));
+            // A write whose caller went away before it ran is not run (it would act for nobody,
+            // perhaps long after).
+            batch.retain(|p| !p.done.is_closed());
             if !batch.is_empty() {
                 self.flush(key, &mut held, batch).await;
             }
@@ -196,7 +201,10 @@ where
     /// Drops states not used for `idle` (their next use loads them).
     pub fn prune(&self, idle: Duration) {
         lock(&self.slots).retain(|_, slot| {
-            let busy = slot.held.try_lock().is_err() || !lock(&slot.queue).is_empty();
+            let mut queue = lock(&slot.queue);
+            queue.retain(|p| !p.done.is_closed());
+            let busy = slot.held.try_lock().is_err() || !queue.is_empty();
+            drop(queue);
             busy || lock(&slot.used_at).elapsed() < idle
         });
     }

@@ -234,6 +234,29 @@ async fn a_released_key_is_read_again_and_its_in_memory_part_starts_anew() {
 }
 
 #[tokio::test]
+async fn a_write_whose_caller_went_away_before_it_ran_is_never_run() {
+    let store = Arc::new(Fake::default());
+    let rt = runtime(&store, None);
+    let open = store.hold_next();
+    let first = tokio::spawn({
+        let rt = rt.clone();
+        async move { rt.write(&k(), push("a")).await }
+    });
+    until("the first store is in flight", || store.gated.load(std::sync::atomic::Ordering::SeqCst)).await;
+    let gone = tokio::spawn({
+        let rt = rt.clone();
+        async move { rt.write(&k(), push("gone")).await }
+    });
+    until("queued", || rt.queued(&k()) == 1).await;
+    gone.abort();
+    assert!(gone.await.unwrap_err().is_cancelled());
+    open.notify_one();
+    first.await.unwrap().unwrap();
+    assert_eq!(rt.write(&k(), push("b")).await.unwrap(), 2);
+    assert_eq!(store.get(&k()).unwrap().0, strings(&["a", "b"]));
+}
+
+#[tokio::test]
 async fn a_write_dropped_while_its_store_is_in_flight_leaves_the_key_to_be_read_again() {
     let store = Arc::new(Fake::default());
     let rt = runtime(&store, None);
