@@ -71,7 +71,6 @@ async fn initial_offset(l: &Session, tp: Tp) -> Result<i64, KafkaError> {
 }
 
 /// A member's acknowledgements of one partition in a ShareFetch, applied with its acquisition.
-#[derive(Default)]
 struct Acks {
     /// Not applied yet.
     pending: Option<Vec<AckBatch>>,

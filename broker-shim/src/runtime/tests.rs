@@ -46,6 +46,21 @@ async fn until(what: &str, done: impl Fn() -> bool) {
     panic!("never happened: {what}");
 }
 
+/// Starts a write of `item` and holds its store in flight: the gate to open, and the write.
+async fn write_held_in_flight(
+    store: &Arc<Fake>,
+    rt: &Arc<Rt>,
+    item: &str,
+) -> (Arc<tokio::sync::Notify>, tokio::task::JoinHandle<Result<usize, KafkaError>>) {
+    let open = store.hold_next();
+    let write = tokio::spawn({
+        let (rt, op) = (rt.clone(), push(item));
+        async move { rt.write(&k(), op).await }
+    });
+    until("the store is in flight", || store.gated.load(std::sync::atomic::Ordering::SeqCst)).await;
+    (open, write)
+}
+
 #[tokio::test]
 async fn loads_on_first_use_and_again_when_stale() {
     let store = Arc::new(Fake::default());
@@ -107,12 +122,7 @@ async fn an_unknown_outcome_is_answered_unavailable_and_the_next_use_reads_again
 async fn writes_queued_behind_a_store_go_out_as_one_store_each_answered_after_it() {
     let store = Arc::new(Fake::default());
     let rt = runtime(&store, None);
-    let open = store.hold_next();
-    let first = tokio::spawn({
-        let rt = rt.clone();
-        async move { rt.write(&k(), push("w0")).await }
-    });
-    until("the first store is in flight", || store.gated.load(std::sync::atomic::Ordering::SeqCst)).await;
+    let (open, first) = write_held_in_flight(&store, &rt, "w0").await;
     let mut queued = vec![];
     for i in 1..=10 {
         let (rt, store) = (rt.clone(), store.clone());
@@ -139,12 +149,7 @@ type Write = Box<dyn FnMut(&mut Option<State>, &mut u32) -> Result<usize, KafkaE
 
 /// Holds the first store (of "a") and queues `writes` behind it, in order; answers each.
 async fn queued_behind_a_store(store: &Arc<Fake>, rt: &Arc<Rt>, writes: Vec<Write>) -> Vec<Result<usize, KafkaError>> {
-    let open = store.hold_next();
-    let first = tokio::spawn({
-        let rt = rt.clone();
-        async move { rt.write(&k(), push("a")).await }
-    });
-    until("the first store is in flight", || store.gated.load(std::sync::atomic::Ordering::SeqCst)).await;
+    let (open, first) = write_held_in_flight(store, rt, "a").await;
     let mut tasks = vec![];
     for op in writes {
         tasks.push(tokio::spawn({
@@ -237,12 +242,7 @@ async fn a_released_key_is_read_again_and_its_in_memory_part_starts_anew() {
 async fn a_write_whose_caller_went_away_before_it_ran_is_never_run() {
     let store = Arc::new(Fake::default());
     let rt = runtime(&store, None);
-    let open = store.hold_next();
-    let first = tokio::spawn({
-        let rt = rt.clone();
-        async move { rt.write(&k(), push("a")).await }
-    });
-    until("the first store is in flight", || store.gated.load(std::sync::atomic::Ordering::SeqCst)).await;
+    let (open, first) = write_held_in_flight(&store, &rt, "a").await;
     let gone = tokio::spawn({
         let rt = rt.clone();
         async move { rt.write(&k(), push("gone")).await }
@@ -261,12 +261,7 @@ async fn a_write_dropped_while_its_store_is_in_flight_leaves_the_key_to_be_read_
     let store = Arc::new(Fake::default());
     let rt = runtime(&store, None);
     rt.write(&k(), push("a")).await.unwrap();
-    let open = store.hold_next();
-    let dropped = tokio::spawn({
-        let rt = rt.clone();
-        async move { rt.write(&k(), push("lost")).await }
-    });
-    until("the store is in flight", || store.gated.load(std::sync::atomic::Ordering::SeqCst)).await;
+    let (open, dropped) = write_held_in_flight(&store, &rt, "lost").await;
     dropped.abort();
     assert!(dropped.await.unwrap_err().is_cancelled());
     drop(open);
