@@ -136,7 +136,7 @@ enum TOp {
         generation: i32,
         members: u8,
         coordinator: u8,
-        /// 0: no version (epoch order); 1: the stored one; 2: one past it; 3: "nothing stored".
+        /// 0: the stored version; 1: one past it; 2: "nothing stored".
         versioned: u8,
     },
     CommitOffsets {
@@ -368,7 +368,7 @@ fn top() -> impl Strategy<Value = TOp> {
         4 => (-200i64..3_000).prop_map(|ms| TOp::Tick { ms }),
         1 => prop_oneof![8 => 1u32..2_000, 1 => Just(0u32), 1 => Just(u32::MAX)]
             .prop_map(|count| TOp::AllocateProducerIds { count }),
-        3 => (0u8..GROUPS, -1i32..4, 0u8..8, 0u8..2, prop_oneof![2 => Just(0u8), 2 => Just(1u8), 1 => 2u8..4]).prop_map(|(group, generation, members, coordinator, versioned)| TOp::StoreGroup { group, generation, members, coordinator, versioned }),
+        3 => (0u8..GROUPS, -1i32..4, 0u8..8, 0u8..2, prop_oneof![4 => Just(0u8), 1 => Just(1u8), 1 => Just(2u8)]).prop_map(|(group, generation, members, coordinator, versioned)| TOp::StoreGroup { group, generation, members, coordinator, versioned }),
         8 => (0u8..GROUPS, prop::bool::weighted(0.6), -1i32..4, 0u8..4, prop::collection::vec((prop_oneof![6 => 1..=2u8, 1 => 0..=TOPICS], prop_oneof![6 => 0..3i32, 1 => -1..MAX_PARTITIONS_USED], -1i64..1_000), 0..4))
             .prop_map(|(group, fit, generation, member, offsets)| TOp::CommitOffsets { group, fit, generation, member, offsets }),
         1 => prop::collection::vec(0u8..GROUPS, 1..3).prop_map(|groups| TOp::DeleteGroups { groups }),
@@ -659,10 +659,9 @@ impl Driver {
                 let group_id = GROUP_IDS[usize::from(*group)];
                 let stored = model.groups.groups.get(group_id).map_or(0, |g| g.version);
                 let expected_version = match versioned {
-                    0 => None,
-                    1 => Some(stored),
-                    2 => Some(stored.wrapping_add(1)),
-                    _ => Some(0),
+                    0 => stored,
+                    1 => stored.wrapping_add(1),
+                    _ => 0,
                 };
                 Op::StoreGroup {
                     group_id: group_id.into(),

@@ -1,12 +1,19 @@
-//! `GroupCoordinator`: the consumer groups this broker coordinates, each a [`Group`] state
-//! machine (`rebalance`) behind one lock. Owns what the state machine must not do: loading a group
-//! from the coordinator cluster on first use (so a broker taking a group over continues its
-//! generation and members), storing the records the state machine gives out (the leader's
-//! assignment before any member learns it; an emptied group; a static member's new id), the
-//! member ids handed out with MEMBER_ID_REQUIRED, the session-timeout check of `[groups]`, the
-//! waits of members in a join or sync, and the 100 ms timer. It must not commit offsets (the Kafka
-//! handlers send them to the cluster, which fences them by generation) nor do I/O besides the
+//! `GroupCoordinator`: the classic consumer groups this broker coordinates, each a [`Group`]
+//! state machine (`rebalance`) behind one lock. Owns what the state machine must not do: loading a
+//! group from the coordinator cluster on first use (so a broker taking a group over continues its
+//! generation and members), storing the group when the state machine says so (the leader's
+//! assignment, a static member's new id, an emptied group) before answering, the member ids
+//! handed out with MEMBER_ID_REQUIRED, the session-timeout check of `[groups]`, the waits of
+//! members in a join or sync, and the 100 ms timer. It must not commit offsets (the Kafka handlers
+//! send them to the cluster, which fences them by generation) nor do I/O besides the
 //! [`GroupStore`].
+//!
+//! Stores are compare-and-set on the version this broker's view read, as every group kind's are:
+//! while two brokers briefly both coordinate a group, the one that did not read the other's last
+//! store is refused (ILLEGAL_GENERATION), drops its view and reloads, so no answered change is
+//! overwritten. A group's loads and stores take turns (its lane): a store's version is the one the
+//! view holds when it goes out, and a reload waits for the store in flight. Kafka's model is
+//! `GroupMetadataManager`'s classic-group path, where a response waits for its records' append.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -30,6 +37,8 @@ pub struct GroupCoordinator {
     identity: String,
     config: GroupConfig,
     groups: Mutex<HashMap<String, Group>>,
+    /// Per group, the turn of its loads and stores.
+    lanes: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Member ids handed out with MEMBER_ID_REQUIRED, by (group, member), until they expire (the
     /// session timeout asked for).
     pending: Mutex<HashMap<(String, String), Instant>>,
@@ -48,6 +57,7 @@ impl GroupCoordinator {
             identity,
             config,
             groups: Mutex::new(HashMap::new()),
+            lanes: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
         })
     }
@@ -60,11 +70,21 @@ impl GroupCoordinator {
         Duration::from_millis(self.config.initial_rebalance_delay_ms)
     }
 
+    fn lane(&self, group_id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+        lanes.entry(group_id.to_string()).or_default().clone()
+    }
+
     /// Loads the group from the cluster unless this broker holds it already.
     async fn ensure_loaded(&self, group_id: &str) -> Result<(), ErrorCode> {
         if group_id.is_empty() {
             return Err(ErrorCode::InvalidGroupId);
         }
+        if self.lock().contains_key(group_id) {
+            return Ok(());
+        }
+        let lane = self.lane(group_id);
+        let _turn = lane.lock().await;
         if self.lock().contains_key(group_id) {
             return Ok(());
         }
@@ -92,12 +112,44 @@ impl GroupCoordinator {
         Ok(())
     }
 
-    fn spawn_store(&self, group_id: String, mut record: ConsumerGroup) {
-        record.coordinator = self.identity.clone();
-        let store = self.store.clone();
+    /// Stores the group as this broker holds it now, by compare-and-set on the version its view
+    /// read; the view then holds the stored version. A failed store leaves the view as it was:
+    /// the caller decides (drop it, or rebalance).
+    async fn store_group(&self, group_id: &str) -> Result<(), StoreError> {
+        let lane = self.lane(group_id);
+        let _turn = lane.lock().await;
+        let (record, read) = {
+            let groups = self.lock();
+            let Some(g) = groups.get(group_id) else {
+                return Err(StoreError::Unavailable("this broker no longer holds the group".into()));
+            };
+            (ConsumerGroup { coordinator: self.identity.clone(), ..g.record() }, g.version)
+        };
+        let version = self.store.store(group_id, record, read).await?;
+        if let Some(g) = self.lock().get_mut(group_id).filter(|g| g.version == read) {
+            g.version = version;
+        }
+        Ok(())
+    }
+
+    /// After a store that failed: the view is dropped (the next request reloads the group as the
+    /// cluster holds it; members waiting in a join or sync are told to rejoin), and the code to
+    /// answer: NOT_COORDINATOR when another coordinator stored since this view was read.
+    fn store_failed(&self, group_id: &str, e: &StoreError) -> ErrorCode {
+        tracing::info!(group = group_id, error = %e, "storing a group failed; its view is dropped");
+        self.lock().remove(group_id);
+        match e.code() {
+            Some(ErrorCode::IllegalGeneration) => ErrorCode::NotCoordinator,
+            _ => ErrorCode::CoordinatorNotAvailable,
+        }
+    }
+
+    /// Stores a group the timer emptied, off the timer's task.
+    fn spawn_store(self: &Arc<Self>, group_id: String) {
+        let this = self.clone();
         tokio::spawn(async move {
-            if let Err(e) = store.store(&group_id, record, None).await {
-                tracing::warn!(group = group_id, error = %e, "storing a group failed");
+            if let Err(e) = this.store_group(&group_id).await {
+                this.store_failed(&group_id, &e);
             }
         });
     }
@@ -131,13 +183,17 @@ impl GroupCoordinator {
         };
         let wait = match joined {
             Joined::Now(out) => return out,
-            Joined::Rejoined(out, record) => {
-                self.spawn_store(req.group_id.clone(), record);
-                return out;
+            Joined::Rejoined(out) => {
+                return match self.store_group(&req.group_id).await {
+                    Ok(()) => out,
+                    Err(e) => fail(self.store_failed(&req.group_id, &e)),
+                };
             }
             Joined::Waiting { wait, store } => {
-                if let Some(r) = store {
-                    self.spawn_store(req.group_id.clone(), r);
+                if store {
+                    if let Err(e) = self.store_group(&req.group_id).await {
+                        return fail(self.store_failed(&req.group_id, &e));
+                    }
                 }
                 wait
             }
@@ -166,15 +222,14 @@ impl GroupCoordinator {
             let Some(g) = groups.get_mut(group_id) else { return fail(ErrorCode::CoordinatorNotAvailable) };
             g.sync(generation, member_id, assignments, tx, Instant::now())
         };
-        let record = match synced {
-            Ok(Some(record)) => record,
-            Ok(None) => return rx.await.unwrap_or_else(|_| fail(ErrorCode::RebalanceInProgress)),
+        match synced {
+            Ok(true) => {}
+            Ok(false) => return rx.await.unwrap_or_else(|_| fail(ErrorCode::RebalanceInProgress)),
             Err(out) => return out,
-        };
+        }
         // The generation is stored before anyone learns its assignment: from then on, the cluster
         // fences commits of older generations.
-        let record = ConsumerGroup { coordinator: self.identity.clone(), ..record };
-        let stored = self.store.store(group_id, record, None).await.map(|_| ());
+        let stored = self.store_group(group_id).await;
         self.synced(group_id, generation, stored);
         rx.await.unwrap_or_else(|_| fail(ErrorCode::RebalanceInProgress))
     }
@@ -189,7 +244,8 @@ impl GroupCoordinator {
             tracing::warn!(group = group_id, error = %e, "storing the generation failed; rebalancing");
         }
         if outcome == Synced::Deposed {
-            // Forget this view; the next request loads the group afresh.
+            // Another coordinator stored since this view was read: forget it; the next request
+            // loads the group afresh.
             groups.remove(group_id);
         }
     }
@@ -215,8 +271,10 @@ impl GroupCoordinator {
             let Some(g) = groups.get_mut(group_id) else { return Err(ErrorCode::CoordinatorNotAvailable) };
             g.leave(members, Instant::now())
         };
-        if let Some(r) = store_now {
-            self.spawn_store(group_id.to_string(), r);
+        if store_now {
+            if let Err(e) = self.store_group(group_id).await {
+                return Err(self.store_failed(group_id, &e));
+            }
         }
         Ok(out)
     }
@@ -264,8 +322,9 @@ impl GroupCoordinator {
         self.lock().remove(group_id);
     }
 
-    /// One pass of the timers: lapsed sessions, rebalances due.
-    pub fn tick(&self) {
+    /// One pass of the timers: lapsed sessions, rebalances due; lanes of groups no longer held
+    /// and not in use go.
+    pub fn tick(self: &Arc<Self>) {
         let now = Instant::now();
         self.pending.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, until| *until > now);
         let delay = self.initial_delay();
@@ -274,13 +333,15 @@ impl GroupCoordinator {
             let mut groups = self.lock();
             for (id, g) in groups.iter_mut() {
                 g.expire_members(now, delay);
-                if let Some(r) = g.maybe_complete_join(now) {
-                    to_store.push((id.clone(), r));
+                if g.maybe_complete_join(now) {
+                    to_store.push(id.clone());
                 }
             }
+            let mut lanes = self.lanes.lock().unwrap_or_else(|e| e.into_inner());
+            lanes.retain(|id, lane| groups.contains_key(id) || Arc::strong_count(lane) > 1);
         }
-        for (id, r) in to_store {
-            self.spawn_store(id, r);
+        for id in to_store {
+            self.spawn_store(id);
         }
     }
 

@@ -5,9 +5,9 @@
 //! (`group.instance.id`: a member coming back under a new member id), and which record of the
 //! group must be stored when.
 //!
-//! Pure: time comes in as `now`, a new member's id from the caller, and what must be stored goes
-//! out as a `ConsumerGroup` record; members waiting in a join or sync are answered through their
-//! oneshot senders. It must not lock, read a clock, draw randomness or do I/O: that is
+//! Pure: time comes in as `now`, a new member's id from the caller; each transition says whether
+//! the group must be stored (its `record()`, by compare-and-set on `version`); members waiting in
+//! a join or sync are answered through their oneshot senders. It must not lock, read a clock, draw randomness or do I/O: that is
 //! `coordinator`'s, which holds every group behind one lock and stores the records.
 
 use std::collections::{BTreeMap, HashMap};
@@ -62,6 +62,9 @@ impl Member {
 }
 
 pub(super) struct Group {
+    /// The version of the stored group this view continues (0: none stored): its next store is
+    /// a compare-and-set on it.
+    pub(super) version: u64,
     state: State,
     generation: i32,
     protocol_type: Option<String>,
@@ -77,6 +80,7 @@ pub(super) struct Group {
 impl Group {
     pub(super) fn empty() -> Group {
         Group {
+            version: 0,
             state: State::Empty,
             generation: 0,
             protocol_type: None,
@@ -114,6 +118,7 @@ impl Group {
             })
             .collect();
         Group {
+            version: g.version,
             state: if members.is_empty() { State::Empty } else { State::Stable },
             generation: g.generation_id,
             protocol_type: Some(g.protocol_type).filter(|p| !p.is_empty()),
@@ -175,17 +180,17 @@ impl Group {
     }
 
     /// Completes the join phase if every member rejoined (after the initial delay) or the
-    /// rebalance timeout passed (dropping those that did not). Returns a record to store when the
-    /// group became empty.
-    pub(super) fn maybe_complete_join(&mut self, now: Instant) -> Option<ConsumerGroup> {
+    /// rebalance timeout passed (dropping those that did not). True when the group became empty
+    /// (to be stored).
+    pub(super) fn maybe_complete_join(&mut self, now: Instant) -> bool {
         if self.state != State::PreparingRebalance {
-            return None;
+            return false;
         }
         let all_joined = self.members.values().all(|m| m.join.is_some());
         let timed_out = self.rebalance_deadline.is_some_and(|d| now >= d);
         let delayed = self.not_before.is_some_and(|t| now < t);
         if !(timed_out || (all_joined && !delayed)) {
-            return None;
+            return false;
         }
         self.members.retain(|_, m| m.join.is_some());
         self.generation += 1;
@@ -195,7 +200,7 @@ impl Group {
             self.state = State::Empty;
             self.protocol = None;
             self.leader = None;
-            return Some(self.record());
+            return true;
         }
         // The first protocol of the leader's that every member supports.
         let leader = self
@@ -230,7 +235,7 @@ impl Group {
                 });
             }
         }
-        None
+        false
     }
 
     /// Members whose session lapsed go (those waiting in a join are bound by the rebalance
@@ -302,7 +307,7 @@ impl Group {
                         member_id: id,
                         members: vec![],
                     };
-                    return Joined::Rejoined(out, self.record());
+                    return Joined::Rejoined(out);
                 }
             }
         } else if !id.is_empty() && !self.members.contains_key(&id) && !was_pending {
@@ -347,8 +352,8 @@ impl Group {
         Joined::Waiting { wait, store }
     }
 
-    /// SyncGroup's checks; registers the member's wait with `tx`. `Ok(Some)`: the leader's
-    /// assignment, to store before anyone learns it; `Ok(None)`: wait; `Err`: the answer now.
+    /// SyncGroup's checks; registers the member's wait with `tx`. `Ok(true)`: the leader's
+    /// assignment, to store before anyone learns it; `Ok(false)`: wait; `Err`: the answer now.
     pub(super) fn sync(
         &mut self,
         generation: i32,
@@ -356,7 +361,7 @@ impl Group {
         assignments: Vec<(String, Bytes)>,
         tx: oneshot::Sender<SyncOutcome>,
         now: Instant,
-    ) -> Result<Option<ConsumerGroup>, SyncOutcome> {
+    ) -> Result<bool, SyncOutcome> {
         let fail = |error| SyncOutcome { error, ..Default::default() };
         let Some(m) = self.members.get_mut(member_id) else { return Err(fail(ErrorCode::UnknownMemberId)) };
         if generation != self.generation {
@@ -378,13 +383,13 @@ impl Group {
         }
         m.sync = Some(tx);
         if self.leader.as_deref() != Some(member_id) {
-            return Ok(None);
+            return Ok(false);
         }
         let mut given: HashMap<String, Bytes> = assignments.into_iter().collect();
         for m in self.members.values_mut() {
             m.assignment = given.remove(&m.id).unwrap_or_default();
         }
-        Ok(Some(self.record()))
+        Ok(true)
     }
 
     /// After the leader's assignment of `generation` was stored (`Ok`) or refused with a code:
@@ -441,12 +446,8 @@ impl Group {
     }
 
     /// LeaveGroup: per member (by member id, or by instance id for static members), a code; and
-    /// the record to store when the group emptied.
-    pub(super) fn leave(
-        &mut self,
-        members: &[(String, Option<String>)],
-        now: Instant,
-    ) -> (Vec<ErrorCode>, Option<ConsumerGroup>) {
+    /// whether the group emptied (to be stored).
+    pub(super) fn leave(&mut self, members: &[(String, Option<String>)], now: Instant) -> (Vec<ErrorCode>, bool) {
         let mut out = vec![];
         for (id, instance) in members {
             let found = match instance {
@@ -475,7 +476,7 @@ impl Group {
                 Err(e) => out.push(e),
             }
         }
-        let mut store = None;
+        let mut store = false;
         if out.contains(&ErrorCode::None) {
             self.prepare_rebalance(now, Duration::ZERO);
             self.not_before = None;
@@ -542,12 +543,12 @@ impl Group {
 pub(super) enum Joined {
     /// Answered at once.
     Now(JoinOutcome),
-    /// A static member came back with the same subscription: answered at once, without a
-    /// rebalance; the group (with the member's new id) is to be stored.
-    Rejoined(JoinOutcome, ConsumerGroup),
+    /// A static member came back with the same subscription: without a rebalance; the group
+    /// (with the member's new id) is to be stored, then the member answered.
+    Rejoined(JoinOutcome),
     /// The member waits for the rebalance to complete (its timeouts bound the wait, `wait`);
     /// `store`: the group emptied and is to be stored.
-    Waiting { wait: Duration, store: Option<ConsumerGroup> },
+    Waiting { wait: Duration, store: bool },
 }
 
 /// What storing the leader's assignment did to the group.

@@ -11,8 +11,8 @@ use crate::cluster::ClusterClient;
 /// Why storing or loading a group failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The cluster refused it with this Kafka error code (e.g. ILLEGAL_GENERATION: a newer
-    /// generation is stored, this broker was deposed).
+    /// The cluster refused it with this Kafka error code (e.g. ILLEGAL_GENERATION: another
+    /// coordinator stored the group since this broker read it).
     #[error("refused with error {code}: {message}")]
     Refused { code: ErrorCode, message: String },
     #[error("coordinator cluster unavailable: {0}")]
@@ -30,14 +30,13 @@ impl StoreError {
 }
 
 pub trait GroupStore: Send + Sync + 'static {
-    /// Stores `group`. With `expected_version`, a compare-and-set: only if the stored group is at
-    /// that version (0: none), else ILLEGAL_GENERATION; without it, the epoch order. Returns the
-    /// version it was stored at.
+    /// Stores `group` by compare-and-set: only if the stored group is at `expected_version` (0:
+    /// none), else ILLEGAL_GENERATION. Returns the version it was stored at.
     fn store<'a>(
         &'a self,
         group_id: &'a str,
         group: ConsumerGroup,
-        expected_version: Option<u64>,
+        expected_version: u64,
     ) -> BoxFuture<'a, Result<u64, StoreError>>;
     /// The stored group (with its version), if any.
     fn load<'a>(&'a self, group_id: &'a str) -> BoxFuture<'a, Result<Option<ConsumerGroup>, StoreError>>;
@@ -50,7 +49,7 @@ impl GroupStore for ClusterClient {
         &'a self,
         group_id: &'a str,
         group: ConsumerGroup,
-        expected_version: Option<u64>,
+        expected_version: u64,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(async move {
             let req = StoreGroupRequest {

@@ -13,8 +13,7 @@ use tokio::sync::Notify;
 use super::store::StoreError;
 use super::*;
 
-/// The cluster's StoreGroup rules: by compare-and-set when a version is named, else by epoch
-/// order. A gate can hold the first store of one broker (its coordinator tag's prefix) until
+/// The cluster's StoreGroup rule: compare-and-set on the version. A gate can hold the first store of one broker (its coordinator tag's prefix) until
 /// released, to reproduce two brokers briefly coordinating one group.
 #[derive(Default)]
 struct FakeStore {
@@ -38,7 +37,7 @@ impl GroupStore for FakeStore {
         &'a self,
         group_id: &'a str,
         group: ConsumerGroup,
-        expected_version: Option<u64>,
+        expected_version: u64,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(async move {
             let held = {
@@ -54,14 +53,7 @@ impl GroupStore for FakeStore {
             }
             let mut s = self.stored.lock().unwrap();
             let old = s.get(group_id);
-            let refused = match expected_version {
-                Some(v) => old.map_or(0, |o| o.version) != v,
-                None => old.is_some_and(|old| {
-                    old.generation_id > group.generation_id
-                        || (old.generation_id == group.generation_id && old.coordinator != group.coordinator)
-                }),
-            };
-            if refused {
+            if old.map_or(0, |o| o.version) != expected_version {
                 return Err(StoreError::Refused { code: ErrorCode::IllegalGeneration, message: "fenced".into() });
             }
             let version = old.map_or(1, |o| o.version + 1);
@@ -238,7 +230,7 @@ async fn a_deposed_coordinator_whose_generation_is_refused_reloads_the_group_fro
     let m = c.join(join("", None, 10_000)).await;
     assert_eq!(m.generation, 1);
     // Meanwhile another broker completed generation 5 of the same group.
-    let newer = ConsumerGroup { generation_id: 5, protocol_type: "consumer".into(), ..Default::default() };
+    let newer = ConsumerGroup { generation_id: 5, protocol_type: "consumer".into(), version: 9, ..Default::default() };
     store.stored.lock().unwrap().insert("g".into(), newer);
     let s = c.sync("g", 1, &m.member_id, vec![(m.member_id.clone(), Bytes::from_static(b"x"))]).await;
     assert_eq!(s.error, ErrorCode::IllegalGeneration);
@@ -288,8 +280,9 @@ fn stored_member_epoch(store: &FakeStore, member: &str) -> Option<i32> {
 mod two_owners {
     //! Two brokers coordinating one group at once (the live-broker view moving): broker 2 reads
     //! the group, broker 1 answers a change, then broker 2 acts on what it read. With the epoch
-    //! order, broker 2's store (the epoch bump a new coordinator made) overwrote broker 1's
-    //! answered change; by compare-and-set it is refused and broker 2 reloads.
+    //! order the cluster used before, broker 2's store (a newer generation, or the epoch bump a
+    //! new coordinator made) overwrote broker 1's answered change; by compare-and-set it is
+    //! refused and broker 2 reloads.
 
     use super::*;
     use crate::groups::consumer::assignor::Assignment;
@@ -352,6 +345,48 @@ mod two_owners {
         // What broker 1 answered m1 is what the cluster holds (so m1's commits at epoch 2 pass).
         assert_eq!(stored_member_epoch(&store, "m1"), Some(2), "m1's answered epoch was overwritten");
         assert!(stored_member_epoch(&store, "m3").is_some());
+    }
+
+    #[tokio::test]
+    async fn a_classic_change_answered_by_the_old_owner_is_not_lost_to_the_new_one() {
+        let store = Arc::new(FakeStore::default());
+        let one = GroupCoordinator::new(store.clone(), config(), 1);
+        let two = GroupCoordinator::new(store.clone(), config(), 2);
+        let (_t1, _t2) = (ticker(&one), ticker(&two));
+        // Two static members, i-1 leading, stable at generation 2 on broker 1.
+        let lead = one.join(join("", Some("i-1"), 10_000)).await;
+        let _ = one.sync("g", 1, &lead.member_id, vec![]).await;
+        let other = {
+            let one = one.clone();
+            tokio::spawn(async move { one.join(join("", Some("i-2"), 10_000)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let lead = one.join(join(&lead.member_id, Some("i-1"), 10_000)).await;
+        let other = other.await.unwrap();
+        let follower = {
+            let (one, id) = (one.clone(), other.member_id.clone());
+            tokio::spawn(async move { one.sync("g", 2, &id, vec![]).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let given = vec![(other.member_id.clone(), Bytes::from_static(b"b"))];
+        assert_eq!(one.sync("g", 2, &lead.member_id, given).await.error, ErrorCode::None);
+        assert_eq!(follower.await.unwrap().error, ErrorCode::None);
+
+        // Broker 2 reads the group (a heartbeat reaches it).
+        assert_eq!(two.heartbeat("g", 2, &lead.member_id).await, ErrorCode::None);
+        // Broker 1 answers i-2's restart: a new member id, stored before the answer.
+        let back = one.join(join("", Some("i-2"), 10_000)).await;
+        assert_eq!((back.error, back.generation), (ErrorCode::None, 2));
+        assert_ne!(back.member_id, other.member_id);
+        // Broker 2 acts on what it read: both member ids it knows leave, emptying its view. Its
+        // store did not read broker 1's: refused, and the leave answered NOT_COORDINATOR.
+        let gone = [(lead.member_id.clone(), None), (other.member_id.clone(), None)];
+        assert_eq!(two.leave("g", &gone).await, Err(ErrorCode::NotCoordinator));
+        // What broker 1 answered i-2 is what the cluster holds, and broker 2 reloads it.
+        let stored = store.stored.lock().unwrap().get("g").cloned().unwrap();
+        let ids: Vec<&str> = stored.members.iter().map(|m| m.member_id.as_str()).collect();
+        assert!(ids.contains(&back.member_id.as_str()), "i-2's answered member id was overwritten: {ids:?}");
+        assert_eq!(two.heartbeat("g", 2, &back.member_id).await, ErrorCode::None);
     }
 
     fn share_beat(id: &str, epoch: i32) -> ShareHeartbeat {

@@ -62,11 +62,9 @@ pub enum Op {
     /// the key is recorded as fenced, so a commit of it that reaches the log later is refused.
     /// Being a log entry, the fence is ordered with every commit: none can slip past it.
     FenceObjects { object_keys: Vec<String> },
-    /// A group coordinator (a broker) records a consumer group: its generation and members. With
-    /// `expected_version`, a compare-and-set on the version the broker read (0: none stored),
-    /// else ILLEGAL_GENERATION; without it (the classic coordinator), refused when the stored
-    /// generation is newer, or the same one stored by another coordinator.
-    StoreGroup { group_id: String, group: GroupRecord, expected_version: Option<u64> },
+    /// A group coordinator (a broker) records a consumer group: its generation and members, by
+    /// compare-and-set on the version the broker read (0: none stored), else ILLEGAL_GENERATION.
+    StoreGroup { group_id: String, group: GroupRecord, expected_version: u64 },
     /// OffsetCommit, fenced at apply by the stored group's generation and members.
     CommitOffsets(CommitOffsets),
     /// DeleteGroups: groups without members lose their record and every committed offset.

@@ -5,8 +5,7 @@
 //! a group id maps to (`metadata_partition_for_group`). A commit is fenced here, at apply, against
 //! the stored generation and members, so a zombie member of an old generation is refused however
 //! late its commit reaches the log. The group record is stored by compare-and-set on its version
-//! (`versioned`) by the KIP-848 and share coordinators, by epoch order by the classic one (see
-//! [`store`]). Member liveness, heartbeats and rebalances are not here: they
+//! (`versioned`), whatever its kind (see [`store`]). Member liveness, heartbeats and rebalances are not here: they
 //! live in the coordinating broker's memory, as in Kafka; this module never reads a clock (expiry
 //! compares with the command's "now").
 
@@ -28,7 +27,7 @@ pub fn group(view: &dyn KvRead, keys: &Keys, group_id: &str) -> Result<Option<Gr
     tables::get(view, &keys.group(group_id))
 }
 
-/// StoreGroup. With `expected_version` (KIP-848 and share groups), a compare-and-set
+/// StoreGroup, for every kind of group (classic, KIP-848, share): a compare-and-set
 /// (`versioned`): the group replaces the stored one only if that is at the version the broker
 /// read (0: none stored), else ILLEGAL_GENERATION naming the version and who stored it — so while
 /// two brokers briefly both coordinate a group, the one that did not read the other's last store
@@ -36,45 +35,25 @@ pub fn group(view: &dyn KvRead, keys: &Keys, group_id: &str) -> Result<Option<Gr
 /// already stored as it is, by the same coordinator, answers what is stored: it is a resend of
 /// one that applied (the broker's client resends when an answer is lost).
 ///
-/// Without a version (the classic coordinator), the epoch order: refused when the stored
-/// generation is newer, or is the same generation stored by another coordinator.
-///
-/// Either way the stored group gets the next version (`versioned::next`) and the command's time.
+/// The stored group gets the next version (`versioned::next`) and the command's time.
 pub fn store(
     sm: &StateMachine,
     txn: &mut Txn<'_>,
     now: i64,
     group_id: &str,
     record: &GroupRecord,
-    expected_version: Option<u64>,
+    expected_version: u64,
 ) -> Result<Result<GroupRecord, Failure>, StorageError> {
     if let Err(f) = check_group_id(group_id) {
         return Ok(Err(f));
     }
     let old = group(txn, &sm.keys, group_id)?;
-    match (expected_version, &old) {
-        (Some(expected), old) => {
-            if let Some(o) = old.as_ref().filter(|o| o.version != expected && same_group(o, record)) {
-                return Ok(Ok(o.clone()));
-            }
-            let what = format_args!("group {group_id}");
-            if let Err(f) = versioned::check(old.as_ref(), expected, what, ErrorCode::IllegalGeneration) {
-                return Ok(Err(f));
-            }
-        }
-        (None, Some(old)) => {
-            let same_but_other = old.generation == record.generation && old.coordinator != record.coordinator;
-            if old.generation > record.generation || same_but_other {
-                return Ok(Err(Failure::new(
-                    ErrorCode::IllegalGeneration,
-                    format!(
-                        "group {group_id} is at generation {} (stored by {:?}); {} by {:?} is refused",
-                        old.generation, old.coordinator, record.generation, record.coordinator
-                    ),
-                )));
-            }
-        }
-        (None, None) => {}
+    if let Some(o) = old.as_ref().filter(|o| o.version != expected_version && same_group(o, record)) {
+        return Ok(Ok(o.clone()));
+    }
+    let what = format_args!("group {group_id}");
+    if let Err(f) = versioned::check(old.as_ref(), expected_version, what, ErrorCode::IllegalGeneration) {
+        return Ok(Err(f));
     }
     let mut record = record.clone();
     record.updated_ms = now;

@@ -31,37 +31,18 @@ fn check_id(id: &str) -> Result<(), Failure> {
 }
 
 impl Groups {
-    /// StoreGroup: with a version, a compare-and-set (a resend of a store that applied, the same
-    /// group from the same coordinator, answers what is stored); without one, the epoch order.
-    /// The stored group gets the next version, one numbered from `now` when none is stored.
-    pub fn store(
-        &mut self,
-        now: i64,
-        id: &str,
-        g: &GroupRecord,
-        expected: Option<u64>,
-    ) -> Result<GroupRecord, Failure> {
+    /// StoreGroup: a compare-and-set (a resend of a store that applied, the same group from the
+    /// same coordinator, answers what is stored). The stored group gets the next version, one
+    /// numbered from `now` when none is stored.
+    pub fn store(&mut self, now: i64, id: &str, g: &GroupRecord, expected: u64) -> Result<GroupRecord, Failure> {
         check_id(id)?;
         let old = self.groups.get(id);
-        match expected {
-            Some(expected) => {
-                let plain = |r: &GroupRecord| GroupRecord { updated_ms: 0, version: 0, ..r.clone() };
-                if let Some(o) = old.filter(|o| o.version != expected && plain(o) == plain(g)) {
-                    return Ok(o.clone());
-                }
-                if old.map_or(0, |o| o.version) != expected {
-                    return fail(ErrorCode::IllegalGeneration);
-                }
-            }
-            None => {
-                let refused = |old: &GroupRecord| {
-                    old.generation > g.generation
-                        || (old.generation == g.generation && old.coordinator != g.coordinator)
-                };
-                if old.is_some_and(refused) {
-                    return fail(ErrorCode::IllegalGeneration);
-                }
-            }
+        let plain = |r: &GroupRecord| GroupRecord { updated_ms: 0, version: 0, ..r.clone() };
+        if let Some(o) = old.filter(|o| o.version != expected && plain(o) == plain(g)) {
+            return Ok(o.clone());
+        }
+        if old.map_or(0, |o| o.version) != expected {
+            return fail(ErrorCode::IllegalGeneration);
         }
         let version = match old {
             Some(o) => o.version.saturating_add(1),

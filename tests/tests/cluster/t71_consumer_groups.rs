@@ -74,7 +74,7 @@ async fn a_zombie_commit_of_an_old_generation_is_refused_and_offsets_outlive_the
         rebalance_timeout_ms: 10_000,
         ..Default::default()
     };
-    let store = |generation: i32, members: Vec<consumer_group::Member>| StoreGroupRequest {
+    let store = |generation: i32, members: Vec<consumer_group::Member>, read: u64| StoreGroupRequest {
         group_id: "zg".into(),
         group: Some(ConsumerGroup {
             generation_id: generation,
@@ -87,11 +87,12 @@ async fn a_zombie_commit_of_an_old_generation_is_refused_and_offsets_outlive_the
             version: 0,
         }),
         timeout_ms: 10_000,
-        expected_version: None,
+        expected_version: read,
     };
-    let r = client.store_group(store(1, vec![member("old")])).await.unwrap().into_inner();
+    let r = client.store_group(store(1, vec![member("old")], 0)).await.unwrap().into_inner();
     assert_eq!(r.error_code, 0, "{r:?}");
-    let r = client.store_group(store(2, vec![member("new")])).await.unwrap().into_inner();
+    let first = r.group.expect("the stored group").version;
+    let r = client.store_group(store(2, vec![member("new")], first)).await.unwrap().into_inner();
     assert_eq!(r.error_code, 0, "{r:?}");
     let commit = |generation: i32, member_id: &str, offset: i64| CommitOffsetsRequest {
         group_id: "zg".into(),
@@ -108,11 +109,11 @@ async fn a_zombie_commit_of_an_old_generation_is_refused_and_offsets_outlive_the
     // The current member.
     let r = client.commit_offsets(commit(2, "new", 7)).await.unwrap().into_inner();
     assert_eq!(r.offsets[0].error_code, 0, "{r:?}");
-    // A deposed coordinator cannot store an older generation.
-    let r = client.store_group(store(1, vec![member("old")])).await.unwrap().into_inner();
+    // A deposed coordinator, which read generation 1's store, cannot store over generation 2's.
+    let r = client.store_group(store(1, vec![member("old")], first)).await.unwrap().into_inner();
     assert_eq!(r.error_code, 22, "{r:?}");
-    // Nor can another coordinator store the current generation again.
-    let mut other = store(2, vec![member("intruder")]);
+    // Nor can another coordinator that read the same.
+    let mut other = store(2, vec![member("intruder")], first);
     other.group.as_mut().unwrap().coordinator = "another-broker".into();
     let r = client.store_group(other).await.unwrap().into_inner();
     assert_eq!(r.error_code, 22, "{r:?}");

@@ -134,7 +134,7 @@ impl ShareGroups {
     /// Stores `g` over version `version` (the one read); the version it was stored at.
     async fn put(&self, group_id: &str, g: &Group, version: u64) -> Result<u64, Refused> {
         let record = to_record(g, &self.identity, self.config.share_session_timeout_ms);
-        self.store.store(group_id, record, Some(version)).await.map_err(|e| match e {
+        self.store.store(group_id, record, version).await.map_err(|e| match e {
             StoreError::Refused { code: ErrorCode::IllegalGeneration, message } => {
                 tracing::info!(group = group_id, message, "another broker stored this share group since it was read");
                 Refused { code: ErrorCode::NotCoordinator, message: "the group moved to another coordinator".into() }
