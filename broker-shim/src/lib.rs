@@ -28,6 +28,7 @@ pub mod fetch;
 pub mod fuzz_targets;
 pub mod groups;
 pub mod health;
+pub mod incarnation;
 pub mod kafka;
 pub mod metrics;
 pub mod produce;
@@ -44,4 +45,5 @@ pub mod wal;
 
 pub use config::ShimConfig;
 pub use error::KafkaError;
+pub use incarnation::Incarnation;
 pub use shim::Shim;

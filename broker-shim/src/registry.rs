@@ -14,6 +14,7 @@
 //! holder may be a crashed process whose lease is running out); if it is still refused after
 //! that, the holder is alive and [`Registry::run`] ends with the error, which stops the process.
 
+use crate::incarnation::Incarnation;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -128,14 +129,15 @@ pub struct Registry {
 const CALL_TIMEOUT_MS: i32 = 5_000;
 
 impl Registry {
-    pub fn new(cluster: Arc<ClusterClient>, config: RegistryConfig, broker_id: i32) -> Arc<Registry> {
+    pub fn new(cluster: Arc<ClusterClient>, config: RegistryConfig, incarnation: &Incarnation) -> Arc<Registry> {
+        let broker_id = incarnation.broker_id();
         let me =
             LiveBroker { id: broker_id, host: String::new(), port: -1, rack: config.rack.clone(), listeners: vec![] };
         Arc::new(Registry {
             cluster,
             config,
             broker_id,
-            incarnation: uuid::Uuid::new_v4().as_u64_pair().0,
+            incarnation: incarnation.number(),
             me: Mutex::new(me),
             live: Mutex::new(vec![]),
             generation: Mutex::new(0),

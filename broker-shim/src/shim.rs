@@ -107,28 +107,27 @@ impl Shim {
         ));
         let producer_ids = Arc::new(producer_ids::ProducerIds::new(cluster.clone(), config.broker_id));
         let txn_store = transactions::ClusterTxnStore { cluster: cluster.clone(), producer_ids: producer_ids.clone() };
-        let transactions = transactions::TransactionCoordinator::new(
-            Arc::new(txn_store),
-            config.transactions.clone(),
-            config.broker_id,
-        );
+        // One incarnation for the process: every coordinator below stores under it, and the
+        // registry registers it.
+        let me = crate::Incarnation::new(config.broker_id);
+        let transactions =
+            transactions::TransactionCoordinator::new(Arc::new(txn_store), config.transactions.clone(), &me);
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(cleaner.clone().run(stop_rx.clone()));
         // Parked fetches wake on other brokers' commits through these.
         cluster.start_watches(stop_rx.clone());
-        let groups = groups::GroupCoordinator::new(cluster.clone(), config.groups.clone(), config.broker_id);
+        let groups = groups::GroupCoordinator::new(cluster.clone(), config.groups.clone(), &me);
         tokio::spawn(groups.clone().run(stop_rx.clone()));
-        let consumer_groups =
-            groups::consumer::ConsumerGroups::new(cluster.clone(), config.groups.clone(), config.broker_id);
+        let consumer_groups = groups::consumer::ConsumerGroups::new(cluster.clone(), config.groups.clone(), &me);
         tokio::spawn(consumer_group_timers(consumer_groups.clone(), cluster.clone(), stop_rx.clone()));
-        let share_groups = groups::share::ShareGroups::new(cluster.clone(), config.groups.clone(), config.broker_id);
-        let share_states = groups::share::ShareStates::new(cluster.clone(), config.broker_id);
+        let share_groups = groups::share::ShareGroups::new(cluster.clone(), config.groups.clone(), &me);
+        let share_states = groups::share::ShareStates::new(cluster.clone(), &me);
         let share_sessions = groups::share::ShareSessions::new(
             config.groups.share_max_sessions,
             std::time::Duration::from_millis(config.groups.share_session_timeout_ms),
         );
         tokio::spawn(share_group_timers(share_groups.clone(), share_states.clone(), cluster.clone(), stop_rx.clone()));
-        let registry = registry::Registry::new(cluster.clone(), config.registry.clone(), config.broker_id);
+        let registry = registry::Registry::new(cluster.clone(), config.registry.clone(), &me);
         // Expired transactions and ends left prepared, of the ids this broker coordinates.
         if config.advertised {
             let r = registry.clone();

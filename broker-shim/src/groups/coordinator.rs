@@ -28,6 +28,7 @@ use super::api::{Described, JoinOutcome, JoinRequest, SyncOutcome};
 use super::config::GroupConfig;
 use super::rebalance::{Group, Joined, Synced};
 use super::store::{GroupStore, StoreError};
+use crate::incarnation::Incarnation;
 
 /// The groups this broker coordinates.
 pub struct GroupCoordinator {
@@ -49,9 +50,9 @@ fn member_id(client_id: &str) -> String {
 }
 
 impl GroupCoordinator {
-    /// The coordinator of broker `broker_id` (a fresh incarnation per process).
-    pub fn new(store: Arc<dyn GroupStore>, config: GroupConfig, broker_id: i32) -> Arc<GroupCoordinator> {
-        let identity = format!("broker-{broker_id}-{}", uuid::Uuid::new_v4());
+    /// The coordinator of this broker process (`me`).
+    pub fn new(store: Arc<dyn GroupStore>, config: GroupConfig, me: &Incarnation) -> Arc<GroupCoordinator> {
+        let identity = me.tag();
         Arc::new(GroupCoordinator {
             store,
             identity,

@@ -12,6 +12,7 @@ use tokio::sync::Notify;
 
 use super::store::StoreError;
 use super::*;
+use crate::incarnation::Incarnation;
 
 /// The cluster's StoreGroup rule: compare-and-set on the version. A gate can hold the first store of one broker (its coordinator tag's prefix) until
 /// released, to reproduce two brokers briefly coordinating one group.
@@ -128,7 +129,7 @@ async fn two_members(c: &Arc<GroupCoordinator>) -> (JoinOutcome, JoinOutcome) {
 #[tokio::test]
 async fn members_join_sync_and_the_generation_is_stored_before_they_learn_their_assignment() {
     let store = Arc::new(FakeStore::default());
-    let c = GroupCoordinator::new(store.clone(), config(), 1);
+    let c = GroupCoordinator::new(store.clone(), config(), &Incarnation::new(1));
     let _stop = ticker(&c);
     let (a, b) = two_members(&c).await;
     let assignments =
@@ -156,7 +157,7 @@ async fn members_join_sync_and_the_generation_is_stored_before_they_learn_their_
 #[tokio::test]
 async fn a_member_whose_session_lapses_is_removed_and_the_group_empties() {
     let store = Arc::new(FakeStore::default());
-    let c = GroupCoordinator::new(store.clone(), config(), 1);
+    let c = GroupCoordinator::new(store.clone(), config(), &Incarnation::new(1));
     let _stop = ticker(&c);
     let m = c.join(join("", None, 200)).await;
     let s = c.sync("g", m.generation, &m.member_id, vec![(m.member_id.clone(), Bytes::from_static(b"x"))]).await;
@@ -178,7 +179,7 @@ async fn a_member_whose_session_lapses_is_removed_and_the_group_empties() {
 #[tokio::test]
 async fn a_static_member_that_comes_back_keeps_its_assignment_without_a_rebalance() {
     let store = Arc::new(FakeStore::default());
-    let c = GroupCoordinator::new(store.clone(), config(), 1);
+    let c = GroupCoordinator::new(store.clone(), config(), &Incarnation::new(1));
     let _stop = ticker(&c);
     let lead = c.join(join("", Some("i-1"), 10_000)).await;
     let _ = c.sync("g", 1, &lead.member_id, vec![(lead.member_id.clone(), Bytes::from_static(b"a"))]).await;
@@ -210,11 +211,11 @@ async fn a_static_member_that_comes_back_keeps_its_assignment_without_a_rebalanc
 #[tokio::test]
 async fn a_broker_taking_a_group_over_continues_its_generation_and_members() {
     let store = Arc::new(FakeStore::default());
-    let first = GroupCoordinator::new(store.clone(), config(), 1);
+    let first = GroupCoordinator::new(store.clone(), config(), &Incarnation::new(1));
     let _stop = ticker(&first);
     let m = first.join(join("", None, 10_000)).await;
     let _ = first.sync("g", 1, &m.member_id, vec![(m.member_id.clone(), Bytes::from_static(b"x"))]).await;
-    let second = GroupCoordinator::new(store.clone(), config(), 1);
+    let second = GroupCoordinator::new(store.clone(), config(), &Incarnation::new(1));
     assert_eq!(second.heartbeat("g", 1, &m.member_id).await, ErrorCode::None);
     assert_eq!(second.check_commit("g", 1, &m.member_id).await, Ok(()));
     let d = second.describe("g").await.unwrap();
@@ -225,7 +226,7 @@ async fn a_broker_taking_a_group_over_continues_its_generation_and_members() {
 #[tokio::test]
 async fn a_deposed_coordinator_whose_generation_is_refused_reloads_the_group_from_the_cluster() {
     let store = Arc::new(FakeStore::default());
-    let c = GroupCoordinator::new(store.clone(), config(), 1);
+    let c = GroupCoordinator::new(store.clone(), config(), &Incarnation::new(1));
     let _stop = ticker(&c);
     let m = c.join(join("", None, 10_000)).await;
     assert_eq!(m.generation, 1);
@@ -243,7 +244,7 @@ async fn a_deposed_coordinator_whose_generation_is_refused_reloads_the_group_fro
 #[tokio::test]
 async fn a_v4_join_without_a_member_id_is_given_one_and_joins_with_it() {
     let store = Arc::new(FakeStore::default());
-    let c = GroupCoordinator::new(store.clone(), config(), 1);
+    let c = GroupCoordinator::new(store.clone(), config(), &Incarnation::new(1));
     let _stop = ticker(&c);
     let first = c.join(JoinRequest { require_known_member_id: true, ..join("", None, 10_000) }).await;
     assert_eq!(first.error, ErrorCode::MemberIdRequired);
@@ -311,8 +312,8 @@ mod two_owners {
     #[tokio::test]
     async fn a_kip_848_change_answered_by_the_old_owner_is_not_lost_to_the_new_one() {
         let (store, c) = (Arc::new(FakeStore::default()), catalog());
-        let one = ConsumerGroups::new(store.clone(), config(), 1);
-        let two = ConsumerGroups::new(store.clone(), config(), 2);
+        let one = ConsumerGroups::new(store.clone(), config(), &Incarnation::new(1));
+        let two = ConsumerGroups::new(store.clone(), config(), &Incarnation::new(2));
         one.heartbeat("g", &beat("m1", 0, None), &c).await.unwrap();
         one.heartbeat("g", &beat("m2", 0, None), &c).await.unwrap();
         // m1 must give two partitions to m2: it keeps `kept`, still at epoch 1.
@@ -350,8 +351,8 @@ mod two_owners {
     #[tokio::test]
     async fn a_classic_change_answered_by_the_old_owner_is_not_lost_to_the_new_one() {
         let store = Arc::new(FakeStore::default());
-        let one = GroupCoordinator::new(store.clone(), config(), 1);
-        let two = GroupCoordinator::new(store.clone(), config(), 2);
+        let one = GroupCoordinator::new(store.clone(), config(), &Incarnation::new(1));
+        let two = GroupCoordinator::new(store.clone(), config(), &Incarnation::new(2));
         let (_t1, _t2) = (ticker(&one), ticker(&two));
         // Two static members, i-1 leading, stable at generation 2 on broker 1.
         let lead = one.join(join("", Some("i-1"), 10_000)).await;
@@ -403,8 +404,8 @@ mod two_owners {
     #[tokio::test]
     async fn a_share_group_change_answered_by_the_old_owner_is_not_lost_to_the_new_one() {
         let (store, c) = (Arc::new(FakeStore::default()), catalog());
-        let one = ShareGroups::new(store.clone(), config(), 1);
-        let two = ShareGroups::new(store.clone(), config(), 2);
+        let one = ShareGroups::new(store.clone(), config(), &Incarnation::new(1));
+        let two = ShareGroups::new(store.clone(), config(), &Incarnation::new(2));
         assert_eq!(one.heartbeat("g", &share_beat("s1", 0), &c).await.unwrap().member_epoch, 1);
         assert_eq!(one.heartbeat("g", &share_beat("s2", 0), &c).await.unwrap().member_epoch, 2);
 

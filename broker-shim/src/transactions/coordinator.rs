@@ -19,6 +19,7 @@
 //! `partition_txns`). It must not speak the Kafka protocol nor decide ownership (the Kafka handlers
 //! check `Registry::owns_group` over the id).
 
+use crate::incarnation::Incarnation;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,9 +96,9 @@ fn has(t: &Transaction, p: &TxnPartition) -> bool {
 }
 
 impl TransactionCoordinator {
-    /// The coordinator of broker `broker_id` (a fresh incarnation per process).
-    pub fn new(store: Arc<dyn TxnStore>, config: TxnConfig, broker_id: i32) -> Arc<TransactionCoordinator> {
-        let identity = format!("broker-{broker_id}-{}", uuid::Uuid::new_v4());
+    /// The coordinator of this broker process (`me`).
+    pub fn new(store: Arc<dyn TxnStore>, config: TxnConfig, me: &Incarnation) -> Arc<TransactionCoordinator> {
+        let identity = me.tag();
         let locks = (0..LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect();
         Arc::new(TransactionCoordinator { store, identity, config, locks })
     }

@@ -1,5 +1,6 @@
 //! The transaction coordinator against a fake store that keeps the cluster's compare-and-set.
 
+use crate::incarnation::Incarnation;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -102,7 +103,7 @@ impl TxnStore for Fake {
 
 fn coordinator() -> (Arc<Fake>, Arc<TransactionCoordinator>) {
     let fake = Arc::new(Fake::default());
-    (fake.clone(), TransactionCoordinator::new(fake, TxnConfig::default(), 1))
+    (fake.clone(), TransactionCoordinator::new(fake, TxnConfig::default(), &Incarnation::new(1)))
 }
 
 const P0: ([u8; 16], i32) = ([1; 16], 0);
@@ -165,7 +166,7 @@ async fn an_end_left_prepared_is_finished_by_the_next_call_and_a_stale_broker_ca
     *fake.failing_ends.lock().unwrap() = 0;
     // Another broker taking the id over finishes it when the client retries.
     let (_, other) = {
-        let c2 = TransactionCoordinator::new(fake.clone(), TxnConfig::default(), 2);
+        let c2 = TransactionCoordinator::new(fake.clone(), TxnConfig::default(), &Incarnation::new(2));
         (fake.clone(), c2)
     };
     assert_eq!(other.end_txn("t", pid, e, true).await, Ok(()));
@@ -235,7 +236,7 @@ async fn a_transactions_offsets_are_committed_with_it_and_dropped_with_its_abort
 async fn an_idle_transactional_id_is_forgotten_by_the_timer_and_an_open_one_never() {
     let fake = Arc::new(Fake::default());
     let config = TxnConfig { id_expiration_ms: 0, ..TxnConfig::default() };
-    let c = TransactionCoordinator::new(fake.clone(), config, 1);
+    let c = TransactionCoordinator::new(fake.clone(), config, &Incarnation::new(1));
     let (pid, e) = c.init_producer_id("idle", 60_000, None).await.unwrap();
     let (pid2, e2) = c.init_producer_id("busy", 60_000, None).await.unwrap();
     c.add_partitions("busy", pid2, e2, &[P0]).await.unwrap();
@@ -350,7 +351,7 @@ async fn an_implicit_add_leaves_an_end_in_progress_to_the_coordinator() {
     assert_eq!(c.end_txn("t", pid, e, true).await, Err(ErrorCode::CoordinatorNotAvailable));
     *fake.failing_ends.lock().unwrap() = 0;
     // Another broker's implicit add (Produce v12) does not finish it: CONCURRENT_TRANSACTIONS.
-    let other = TransactionCoordinator::new(fake.clone(), TxnConfig::default(), 2);
+    let other = TransactionCoordinator::new(fake.clone(), TxnConfig::default(), &Incarnation::new(2));
     assert_eq!(other.add_implicitly("t", pid, e, &[P1]).await.err(), Some(ErrorCode::ConcurrentTransactions));
     assert_eq!(c.describe("t").await.unwrap().unwrap().state, "PrepareCommit");
     assert!(fake.markers.lock().unwrap().is_empty());

@@ -12,6 +12,7 @@
 //! protocol marked [`MARK`], each member's state as JSON in its `subscription`. It must not speak
 //! the Kafka protocol (`kafka::consumer_groups` does) nor commit offsets.
 
+use crate::incarnation::Incarnation;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -120,8 +121,8 @@ fn from_record(group_id: &str, r: &ConsumerGroup) -> Result<Group, Refused> {
 }
 
 impl ConsumerGroups {
-    pub fn new(store: Arc<dyn GroupStore>, config: GroupConfig, broker_id: i32) -> Arc<ConsumerGroups> {
-        let identity = format!("broker-{broker_id}-{}", uuid::Uuid::new_v4());
+    pub fn new(store: Arc<dyn GroupStore>, config: GroupConfig, me: &Incarnation) -> Arc<ConsumerGroups> {
+        let identity = me.tag();
         Arc::new(ConsumerGroups { store, identity, config, groups: Mutex::new(HashMap::new()) })
     }
 

@@ -10,6 +10,7 @@
 //! `subscription`. It must not speak the Kafka protocol (`kafka::share_groups` does) nor touch
 //! share-partition states (`states`).
 
+use crate::incarnation::Incarnation;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -113,8 +114,8 @@ fn from_record(group_id: &str, r: &ConsumerGroup, catalog: &Catalog) -> Result<G
 }
 
 impl ShareGroups {
-    pub fn new(store: Arc<dyn GroupStore>, config: GroupConfig, broker_id: i32) -> Arc<ShareGroups> {
-        let identity = format!("broker-{broker_id}-{}", uuid::Uuid::new_v4());
+    pub fn new(store: Arc<dyn GroupStore>, config: GroupConfig, me: &Incarnation) -> Arc<ShareGroups> {
+        let identity = me.tag();
         Arc::new(ShareGroups { store, identity, config, groups: Mutex::new(HashMap::new()) })
     }
 

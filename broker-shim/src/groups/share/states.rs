@@ -14,6 +14,7 @@
 //! offset). This module must not read the log nor speak the Kafka protocol; the transitions are
 //! `partition`'s.
 
+use crate::incarnation::Incarnation;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -191,8 +192,8 @@ fn unavailable(e: &StoreError) -> Failed {
 }
 
 impl ShareStates {
-    pub fn new(store: Arc<dyn ShareStateStore>, broker_id: i32) -> Arc<ShareStates> {
-        let identity = format!("broker-{broker_id}-{}", uuid::Uuid::new_v4());
+    pub fn new(store: Arc<dyn ShareStateStore>, me: &Incarnation) -> Arc<ShareStates> {
+        let identity = me.tag();
         let partitions = Arc::new(PartitionStore { store: store.clone(), identity });
         let settings = Settings {
             fresh_for: Some(TRUSTED_FOR),
