@@ -235,9 +235,9 @@ async fn share_group_timers(
                 match cluster.all_topics().await {
                     Ok(topics) => {
                         states.prune();
-                        let catalog: groups::consumer::group::Catalog =
-                            topics.iter().map(|t| (t.name.clone(), (t.id, t.partitions))).collect();
-                        for (group_id, members) in groups.tick(&catalog).await {
+                        let catalog: Arc<groups::consumer::group::Catalog> =
+                            Arc::new(topics.iter().map(|t| (t.name.clone(), (t.id, t.partitions))).collect());
+                        for (group_id, members) in groups.tick(catalog.clone()).await {
                             // What a removed member holds in the topics it subscribed to is given
                             // back, in a task of its own (the timers go on meanwhile).
                             let states = states.clone();
@@ -281,7 +281,7 @@ async fn consumer_group_timers(
                 match cluster.all_topics().await {
                     Ok(topics) => {
                         let catalog = topics.into_iter().map(|t| (t.name, (t.id, t.partitions))).collect();
-                        groups.tick(&catalog).await;
+                        groups.tick(Arc::new(catalog)).await;
                     }
                     Err(e) => tracing::debug!(error = %e, "consumer group timers: no catalog"),
                 }

@@ -10,7 +10,8 @@
 //!   cluster, faked in the tests).
 //! - `api`: what the Kafka handlers ask and are told; `config`: `[groups]`.
 //! - `consumer`: KIP-848 consumer groups (`group.protocol=consumer`), whose assignments the
-//!   coordinator computes.
+//!   coordinator computes; `share`: KIP-932 share groups; `modern`: how both are kept, as the
+//!   runtime's store.
 //!
 //! What must survive this broker — the last completed generation and the committed offsets — is
 //! the cluster's. This module must not commit offsets (the Kafka handlers send them to the
@@ -20,6 +21,7 @@ pub mod api;
 pub mod config;
 pub mod consumer;
 pub mod coordinator;
+pub mod modern;
 mod rebalance;
 pub mod share;
 pub mod store;

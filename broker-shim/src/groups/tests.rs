@@ -292,11 +292,11 @@ mod two_owners {
     use crate::groups::share::coordinator::ShareGroups;
     use crate::groups::share::group::Heartbeat as ShareHeartbeat;
 
-    fn catalog() -> Catalog {
+    pub(super) fn catalog() -> Catalog {
         [("foo".to_string(), ([3; 16], 4))].into()
     }
 
-    fn beat(id: &str, epoch: i32, owned: Option<Assignment>) -> Heartbeat {
+    pub(super) fn beat(id: &str, epoch: i32, owned: Option<Assignment>) -> Heartbeat {
         Heartbeat {
             version: 1,
             member_id: id.into(),
@@ -311,13 +311,13 @@ mod two_owners {
 
     #[tokio::test]
     async fn a_kip_848_change_answered_by_the_old_owner_is_not_lost_to_the_new_one() {
-        let (store, c) = (Arc::new(FakeStore::default()), catalog());
+        let (store, c) = (Arc::new(FakeStore::default()), Arc::new(catalog()));
         let one = ConsumerGroups::new(store.clone(), config(), &Incarnation::new(1));
         let two = ConsumerGroups::new(store.clone(), config(), &Incarnation::new(2));
-        one.heartbeat("g", &beat("m1", 0, None), &c).await.unwrap();
-        one.heartbeat("g", &beat("m2", 0, None), &c).await.unwrap();
+        one.heartbeat("g", &beat("m1", 0, None), c.clone()).await.unwrap();
+        one.heartbeat("g", &beat("m2", 0, None), c.clone()).await.unwrap();
         // m1 must give two partitions to m2: it keeps `kept`, still at epoch 1.
-        let told = one.heartbeat("g", &beat("m1", 1, None), &c).await.unwrap();
+        let told = one.heartbeat("g", &beat("m1", 1, None), c.clone()).await.unwrap();
         let kept = told.assignment.expect("m1 is told what to keep");
         assert_eq!(told.member_epoch, 1);
 
@@ -325,20 +325,20 @@ mod two_owners {
         let open = store.hold("broker-2-");
         let two_task = {
             let (two, c) = (two.clone(), c.clone());
-            tokio::spawn(async move { two.heartbeat("g", &beat("m2", 2, None), &c).await })
+            tokio::spawn(async move { two.heartbeat("g", &beat("m2", 2, None), c.clone()).await })
         };
         until_done_or_gated(&store, &two_task).await;
         // Broker 1, not yet told, answers m1's revocation: m1 moves to epoch 2.
-        let acked = one.heartbeat("g", &beat("m1", 1, Some(kept)), &c).await.unwrap();
+        let acked = one.heartbeat("g", &beat("m1", 1, Some(kept)), c.clone()).await.unwrap();
         assert_eq!(acked.member_epoch, 2);
         open.notify_one();
         let _ = two_task.await.unwrap();
 
         // Broker 2 goes on: a new member joins through it (retried once it reloaded).
-        let joined = match two.heartbeat("g", &beat("m3", 0, None), &c).await {
+        let joined = match two.heartbeat("g", &beat("m3", 0, None), c.clone()).await {
             Err(e) => {
                 assert_eq!(e.code, ErrorCode::NotCoordinator, "{e:?}");
-                two.heartbeat("g", &beat("m3", 0, None), &c).await.unwrap()
+                two.heartbeat("g", &beat("m3", 0, None), c.clone()).await.unwrap()
             }
             Ok(a) => a,
         };
@@ -403,32 +403,91 @@ mod two_owners {
 
     #[tokio::test]
     async fn a_share_group_change_answered_by_the_old_owner_is_not_lost_to_the_new_one() {
-        let (store, c) = (Arc::new(FakeStore::default()), catalog());
+        let (store, c) = (Arc::new(FakeStore::default()), Arc::new(catalog()));
         let one = ShareGroups::new(store.clone(), config(), &Incarnation::new(1));
         let two = ShareGroups::new(store.clone(), config(), &Incarnation::new(2));
-        assert_eq!(one.heartbeat("g", &share_beat("s1", 0), &c).await.unwrap().member_epoch, 1);
-        assert_eq!(one.heartbeat("g", &share_beat("s2", 0), &c).await.unwrap().member_epoch, 2);
+        assert_eq!(one.heartbeat("g", &share_beat("s1", 0), c.clone()).await.unwrap().member_epoch, 1);
+        assert_eq!(one.heartbeat("g", &share_beat("s2", 0), c.clone()).await.unwrap().member_epoch, 2);
 
         let open = store.hold("broker-2-");
         let two_task = {
             let (two, c) = (two.clone(), c.clone());
-            tokio::spawn(async move { two.heartbeat("g", &share_beat("s2", 2), &c).await })
+            tokio::spawn(async move { two.heartbeat("g", &share_beat("s2", 2), c.clone()).await })
         };
         until_done_or_gated(&store, &two_task).await;
         // Broker 1 answers s1: the group is at epoch 2, so s1 moves to it.
-        assert_eq!(one.heartbeat("g", &share_beat("s1", 1), &c).await.unwrap().member_epoch, 2);
+        assert_eq!(one.heartbeat("g", &share_beat("s1", 1), c.clone()).await.unwrap().member_epoch, 2);
         open.notify_one();
         let _ = two_task.await.unwrap();
 
-        let joined = match two.heartbeat("g", &share_beat("s3", 0), &c).await {
+        let joined = match two.heartbeat("g", &share_beat("s3", 0), c.clone()).await {
             Err(e) => {
                 assert_eq!(e.code, ErrorCode::NotCoordinator, "{e:?}");
-                two.heartbeat("g", &share_beat("s3", 0), &c).await.unwrap()
+                two.heartbeat("g", &share_beat("s3", 0), c.clone()).await.unwrap()
             }
             Ok(a) => a,
         };
         assert!(joined.member_epoch > 2);
         assert_eq!(stored_member_epoch(&store, "s1"), Some(2), "s1's answered epoch was overwritten");
         assert!(stored_member_epoch(&store, "s3").is_some());
+    }
+}
+
+mod kip_848 {
+    //! The KIP-848 coordinator on the runtime: its session timers and the kinds it does not take
+    //! over.
+
+    use super::two_owners::{beat, catalog};
+    use super::*;
+    use crate::groups::consumer::coordinator::ConsumerGroups;
+
+    #[tokio::test]
+    async fn silent_members_are_removed_by_the_timer_and_a_released_group_is_not_taken_over_by_it() {
+        let store = Arc::new(FakeStore::default());
+        let config = GroupConfig { consumer_session_timeout_ms: 50, ..config() };
+        let groups = ConsumerGroups::new(store.clone(), config, &Incarnation::new(1));
+        let c = Arc::new(catalog());
+        groups.heartbeat("g", &beat("m1", 0, None), c.clone()).await.unwrap();
+        groups.heartbeat("g", &beat("m2", 0, None), c.clone()).await.unwrap();
+        let before = store.stored.lock().unwrap().get("g").cloned().unwrap();
+        assert_eq!(before.members.len(), 2);
+        groups.tick(c.clone()).await;
+        assert_eq!(store.stored.lock().unwrap().get("g").unwrap().members.len(), 2, "sessions still running");
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        groups.tick(c.clone()).await;
+        let after = store.stored.lock().unwrap().get("g").cloned().unwrap();
+        assert!(after.members.is_empty(), "{after:?}");
+        assert!(after.generation_id > before.generation_id, "the removal bumps the group epoch");
+        // Released (another broker coordinates it): the timer neither loads nor stores it.
+        groups.release("g");
+        let loads = store.loads.load(Ordering::SeqCst);
+        groups.tick(c).await;
+        assert_eq!(store.loads.load(Ordering::SeqCst), loads);
+        assert!(groups.held().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_classic_group_with_members_is_not_a_consumer_group_and_leaves_nothing_held() {
+        let store = Arc::new(FakeStore::default());
+        let member = diskless_proto::v1::consumer_group::Member { member_id: "c1".into(), ..Default::default() };
+        let classic = ConsumerGroup {
+            generation_id: 3,
+            protocol_type: "consumer".into(),
+            protocol: Some("range".into()),
+            members: vec![member],
+            version: 5,
+            ..Default::default()
+        };
+        store.stored.lock().unwrap().insert("g".into(), classic.clone());
+        let groups = ConsumerGroups::new(store.clone(), config(), &Incarnation::new(1));
+        let e = groups.heartbeat("g", &beat("m1", 0, None), Arc::new(catalog())).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::GroupIdNotFound, "{e:?}");
+        assert!(groups.held().is_empty());
+        assert_eq!(groups.check_commit("g", "c1", 3).await, None, "the classic check runs");
+        assert_eq!(store.stored.lock().unwrap().get("g"), Some(&classic), "nothing stored over it");
+        // An unknown group id with a member epoch is GROUP_ID_NOT_FOUND too, and not kept.
+        let e = groups.heartbeat("nope", &beat("m1", 3, None), Arc::new(catalog())).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::GroupIdNotFound);
+        assert!(groups.held().is_empty());
     }
 }

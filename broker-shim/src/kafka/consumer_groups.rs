@@ -7,6 +7,7 @@
 //! does not coordinate the group. Topics are named by id in assignments, as the protocol does.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use diskless_proto::ErrorCode;
 use kafka_protocol::messages::*;
@@ -112,7 +113,7 @@ async fn answer(l: &Session, group_id: &str, hb: &Heartbeat) -> Result<group::An
         });
     }
     let catalog = catalog(l).await?;
-    l.shim.consumer_groups.heartbeat(group_id, hb, &catalog).await
+    l.shim.consumer_groups.heartbeat(group_id, hb, Arc::new(catalog)).await
 }
 
 pub(super) async fn consumer_group_describe(

@@ -9,6 +9,7 @@
 //! deleting offsets needs an empty group (NON_EMPTY_GROUP).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use diskless_proto::ErrorCode;
 use kafka_protocol::messages::*;
@@ -91,7 +92,7 @@ async fn heartbeat(l: &Session, group_id: &str, hb: &Heartbeat) -> Result<group:
         });
     }
     let catalog = catalog(l).await?;
-    let answer = l.shim.share_groups.heartbeat(group_id, hb, &catalog).await?;
+    let answer = l.shim.share_groups.heartbeat(group_id, hb, Arc::new(catalog)).await?;
     if answer.member_epoch < 0 {
         // A member that leaves gives back what it holds (its sessions end with it).
         super::share_fetch::close_sessions(l, group_id, &hb.member_id).await;

@@ -21,6 +21,10 @@
 //! - **Unknown** outcome: the operations are answered COORDINATOR_NOT_AVAILABLE and the state is
 //!   read again before its next use (the store may have applied).
 //! - **Release**: when another broker coordinates a key, its state is dropped; its next use loads.
+//!   A key with nothing stored is not kept after the write that found it so (an unknown group id
+//!   leaves nothing behind).
+//! - **Load refused** as such (a group of another kind): the load answers the store's code, not
+//!   [`Settings::load_failed`].
 //! - **Dropped**: a write whose caller went away before it ran is never run; one dropped while its
 //!   store is in flight leaves the key to be read again.
 //!
@@ -166,6 +170,13 @@ where
             if !batch.is_empty() {
                 self.flush(key, &mut held, batch).await;
             }
+            if held.as_ref().is_none_or(|h| h.state.is_none()) && lock(&slot.queue).is_empty() {
+                // Nothing stored (or not loaded) and nothing to do: not kept (the next use loads).
+                let mut slots = lock(&self.slots);
+                if slots.get(key).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
+                    slots.remove(key);
+                }
+            }
         }
         answered
             .await
@@ -181,6 +192,27 @@ where
         self.ensure(key, &mut held).await?;
         let h = held.as_ref().expect("loaded by ensure");
         Ok(f(h.state.as_ref(), &h.volatile))
+    }
+
+    /// Reads `key`'s state only if it is held here (loaded and not to be read again), without
+    /// loading it: `None` otherwise. Waits for a store in flight.
+    pub async fn peek<R>(&self, key: &K, f: impl FnOnce(Option<&S>, &V) -> R) -> Option<R> {
+        let slot = lock(&self.slots).get(key).cloned()?;
+        let held = slot.held.lock().await;
+        held.as_ref().filter(|h| !h.reload).map(|h| f(h.state.as_ref(), &h.volatile))
+    }
+
+    /// [`Runtime::write`] on a key held here; `None` (nothing run) when it is not, so a timer
+    /// does not take a released key over again.
+    pub async fn write_if_held<R: Send + 'static>(
+        &self,
+        key: &K,
+        op: impl FnMut(&mut Option<S>, &mut V) -> Result<R, KafkaError> + Send + 'static,
+    ) -> Option<Result<R, KafkaError>> {
+        if !lock(&self.slots).contains_key(key) {
+            return None;
+        }
+        Some(self.write(key, op).await)
     }
 
     /// Drops `key`'s state (another broker coordinates it now): its next use loads it.
@@ -217,8 +249,10 @@ where
         if fresh {
             return Ok(());
         }
-        let loaded =
-            self.store.load(key).await.map_err(|e| KafkaError::new(self.settings.load_failed, e.to_string()))?;
+        let loaded = self.store.load(key).await.map_err(|e| match e {
+            StoreError::Refused { code, message } => KafkaError::new(code, message),
+            e => KafkaError::new(self.settings.load_failed, e.to_string()),
+        })?;
         let (state, version) = match loaded {
             Some((s, v)) => (Some(s), v),
             None => (None, 0),

@@ -33,6 +33,8 @@ pub struct FakeStore<K, S> {
     next: Mutex<VecDeque<Next<S>>>,
     /// A state this refuses as such (INVALID_RECORD_STATE), whatever the version.
     refuse: Mutex<Option<Refuse<S>>>,
+    /// A stored state whose load this refuses as such (GROUP_ID_NOT_FOUND: another kind of state).
+    refuse_loads: Mutex<Option<Refuse<S>>>,
     gate: Mutex<Option<Arc<Notify>>>,
     /// A store is held at the gate.
     pub gated: AtomicBool,
@@ -46,6 +48,7 @@ impl<K, S> Default for FakeStore<K, S> {
             stores: AtomicUsize::new(0),
             next: Mutex::new(VecDeque::new()),
             refuse: Mutex::new(None),
+            refuse_loads: Mutex::new(None),
             gate: Mutex::new(None),
             gated: AtomicBool::new(false),
         }
@@ -59,6 +62,10 @@ impl<K: Clone + Eq + std::hash::Hash, S: Clone> FakeStore<K, S> {
 
     pub fn refuse_when(&self, f: impl Fn(&S) -> bool + Send + Sync + 'static) {
         *lock(&self.refuse) = Some(Box::new(f));
+    }
+
+    pub fn refuse_loads_of(&self, f: impl Fn(&S) -> bool + Send + Sync + 'static) {
+        *lock(&self.refuse_loads) = Some(Box::new(f));
     }
 
     /// Holds the next store until the returned notify is notified.
@@ -96,7 +103,13 @@ where
 {
     fn load<'a>(&'a self, key: &'a K) -> BoxFuture<'a, Result<Option<(S, u64)>, StoreError>> {
         self.loads.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async move { Ok(self.get(key)) })
+        Box::pin(async move {
+            let stored = self.get(key);
+            if stored.as_ref().is_some_and(|(s, _)| lock(&self.refuse_loads).as_ref().is_some_and(|f| f(s))) {
+                return Err(StoreError::Refused { code: ErrorCode::GroupIdNotFound, message: "another kind".into() });
+            }
+            Ok(stored)
+        })
     }
 
     fn store<'a>(&'a self, key: &'a K, state: &'a S, expected: u64) -> BoxFuture<'a, Result<u64, StoreError>> {

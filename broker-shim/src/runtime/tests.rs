@@ -270,3 +270,55 @@ async fn a_write_dropped_while_its_store_is_in_flight_leaves_the_key_to_be_read_
     assert_eq!(store.get(&k()).unwrap().0, strings(&["a", "b"]));
     assert_eq!(store.loads(), 2);
 }
+
+#[tokio::test]
+async fn peek_reads_only_a_held_state_and_takes_nothing_over() {
+    let store = Arc::new(Fake::default());
+    store.put(&k(), strings(&["a"]));
+    let rt = runtime(&store, None);
+    assert_eq!(rt.peek(&k(), |s, _| s.cloned()).await, None, "not held: nothing read");
+    assert_eq!((store.loads(), rt.held().len()), (0, 0));
+    rt.write(&k(), push("b")).await.unwrap();
+    assert_eq!(rt.peek(&k(), |s, v| (s.cloned(), *v)).await, Some((Some(strings(&["a", "b"])), 7)));
+    // A state to be read again (its store's outcome unknown) is not answered from memory.
+    store.then(Next::UnknownAfterApplying);
+    assert_eq!(rt.write(&k(), push("c")).await.unwrap_err().code, ErrorCode::CoordinatorNotAvailable);
+    assert_eq!(rt.peek(&k(), |s, _| s.cloned()).await, None);
+}
+
+#[tokio::test]
+async fn a_timer_write_runs_only_on_a_key_held_here() {
+    let store = Arc::new(Fake::default());
+    let rt = runtime(&store, None);
+    assert!(rt.write_if_held(&k(), push("a")).await.is_none());
+    assert_eq!((store.loads(), store.stores()), (0, 0), "a released key is not taken over by a timer");
+    rt.write(&k(), push("a")).await.unwrap();
+    assert_eq!(rt.write_if_held(&k(), push("b")).await.map(Result::unwrap), Some(2));
+    rt.release(&k());
+    assert!(rt.write_if_held(&k(), push("c")).await.is_none());
+    assert_eq!(store.get(&k()).unwrap().0, strings(&["a", "b"]));
+}
+
+#[tokio::test]
+async fn a_key_with_nothing_stored_is_not_kept_after_its_write() {
+    let store = Arc::new(Fake::default());
+    let rt = runtime(&store, None);
+    let refuse = |_: &mut Option<State>, _: &mut u32| -> Result<(), KafkaError> {
+        Err(KafkaError::new(ErrorCode::GroupIdNotFound, "no such group"))
+    };
+    assert_eq!(rt.write(&k(), refuse).await.unwrap_err().code, ErrorCode::GroupIdNotFound);
+    assert!(rt.held().is_empty(), "an unknown key leaves nothing behind");
+    rt.write(&k(), push("a")).await.unwrap();
+    assert_eq!(rt.held(), vec![k()]);
+}
+
+#[tokio::test]
+async fn a_load_refused_as_such_answers_the_stores_code_not_the_load_failure() {
+    let store = Arc::new(Fake::default());
+    store.put(&k(), strings(&["other kind"]));
+    store.refuse_loads_of(|s| s.first().is_some_and(|x| x == "other kind"));
+    let rt = runtime(&store, None);
+    assert_eq!(rt.write(&k(), push("a")).await.unwrap_err().code, ErrorCode::GroupIdNotFound);
+    assert_eq!(rt.read(&k(), |s, _| s.cloned()).await.unwrap_err().code, ErrorCode::GroupIdNotFound);
+    assert_eq!(store.stores(), 0);
+}

@@ -1,29 +1,34 @@
-//! `ConsumerGroups`: the KIP-848 consumer groups this broker coordinates, each a [`Group`] behind
-//! its own lock. Owns what the group must not do: loading it from the coordinator cluster on first
-//! use (a broker taking a group over continues its members, their assignments and epochs),
-//! storing every change before the heartbeat that made it is answered (so the cluster fences
-//! commits by the stored epoch) by compare-and-set on the version it read — while two brokers
-//! both coordinate a group (the live-broker view moving), the one that did not read the other's
-//! last store is refused, answers NOT_COORDINATOR and reloads, so no answered change is
-//! overwritten — and the timers: a member silent for the session timeout, or
-//! still holding partitions it must revoke past its rebalance timeout, is removed.
+//! `ConsumerGroups`: the KIP-848 consumer groups this broker coordinates, on the coordinator
+//! [`Runtime`]: each heartbeat is a write on the group (a [`Group`]), its change stored before it
+//! is answered (so the cluster fences commits by the stored epoch) by compare-and-set on the
+//! version read — while two brokers both coordinate a group (the live-broker view moving), the
+//! one that did not read the other's last store reads the group again and runs the heartbeat on
+//! it, so no answered change is overwritten. A broker taking a group over continues its members,
+//! their assignments and epochs. Owns what the group must not do: the timers ([`Timers`], the
+//! in-memory part: a member silent for the session timeout, or still holding partitions it must
+//! revoke past its rebalance timeout, is removed) and which stored groups are KIP-848 ones.
 //!
-//! A group is stored as the classic ones are (`ConsumerGroup` through [`GroupStore`]), its
-//! protocol marked [`MARK`], each member's state as JSON in its `subscription`. It must not speak
-//! the Kafka protocol (`kafka::consumer_groups` does) nor commit offsets.
+//! A group is stored as the classic ones are (`ConsumerGroup` through [`GroupStore`], by
+//! `modern::Records`), its protocol marked [`MARK`], each member's state as JSON in its
+//! `subscription`. It must not speak the Kafka protocol (`kafka::consumer_groups` does) nor
+//! commit offsets.
 
 use crate::incarnation::Incarnation;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use diskless_proto::v1::{consumer_group, ConsumerGroup};
 use diskless_proto::ErrorCode;
 
+use super::assignor::Assignment;
 use super::group::{state_name, Answer, Catalog, Group, Heartbeat, Member, Refused};
 use super::reconcile::MemberState;
+use crate::error::KafkaError;
 use crate::groups::config::GroupConfig;
-use crate::groups::store::{GroupStore, StoreError};
+use crate::groups::modern::{Kept, Records};
+use crate::groups::store::GroupStore;
+use crate::runtime::{Runtime, Settings};
 
 /// The protocol a stored KIP-848 group is marked with (classic groups store their assignment
 /// protocol there, e.g. "range"), its protocol type being Kafka's "consumer".
@@ -35,11 +40,9 @@ pub fn is_consumer_protocol(g: &ConsumerGroup) -> bool {
     g.protocol.as_deref() == Some(MARK)
 }
 
-/// A group held here, with its members' timers.
-struct Live {
-    group: Group,
-    /// The stored version `group` was read or stored at (0: none stored).
-    version: u64,
+/// What is held in memory only for a group: its members' timers.
+#[derive(Debug, Clone, Default)]
+pub struct Timers {
     /// When each member's session ends unless it heartbeats.
     sessions: HashMap<String, Instant>,
     /// A member that must revoke partitions: its epoch then, and when it is removed if it has not
@@ -47,12 +50,60 @@ struct Live {
     revoking: HashMap<String, (i32, Instant)>,
 }
 
+impl Timers {
+    /// After a heartbeat of `answer.member_id` (`before`: what it had to revoke): its session
+    /// starts again unless it left; its revocation timer is armed when it is told to revoke
+    /// something new (Kafka reschedules it whenever it writes the member in
+    /// UNREVOKED_PARTITIONS with a change).
+    fn heard(&mut self, g: &Group, answer: &Answer, leaving: bool, before: Option<Assignment>, session: Duration) {
+        let now = Instant::now();
+        let id = &answer.member_id;
+        match g.members.get(id) {
+            Some(m) if !leaving || m.current.epoch == -2 => {
+                if !leaving {
+                    self.sessions.insert(id.clone(), now + session);
+                }
+                if m.current.state == MemberState::UnrevokedPartitions {
+                    let timeout = Duration::from_millis(m.rebalance_timeout_ms.max(0) as u64);
+                    if before.as_ref() != Some(&m.current.pending_revocation) || !self.revoking.contains_key(id) {
+                        self.revoking.insert(id.clone(), (m.current.epoch, now + timeout));
+                    }
+                } else {
+                    self.revoking.remove(id);
+                }
+            }
+            _ => self.forget(id),
+        }
+    }
+
+    fn forget(&mut self, member_id: &str) {
+        self.sessions.remove(member_id);
+        self.revoking.remove(member_id);
+    }
+
+    /// The members due for removal at `now`, and why.
+    fn due(&self, g: &Group, now: Instant) -> Vec<(String, &'static str)> {
+        let mut gone: Vec<(String, &'static str)> = self
+            .sessions
+            .iter()
+            .filter(|(_, until)| **until <= now)
+            .map(|(m, _)| (m.clone(), "its session timed out"))
+            .collect();
+        for (m, (epoch, until)) in &self.revoking {
+            let stuck = g.members.get(m).is_some_and(|x| x.current.epoch == *epoch);
+            if *until <= now && stuck && !gone.iter().any(|(g, _)| g == m) {
+                gone.push((m.clone(), "it did not revoke its partitions within its rebalance timeout"));
+            }
+        }
+        gone
+    }
+}
+
 /// The KIP-848 groups this broker coordinates.
 pub struct ConsumerGroups {
+    runtime: Runtime<String, Group, Timers>,
     store: Arc<dyn GroupStore>,
-    identity: String,
     config: GroupConfig,
-    groups: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Live>>>>>,
 }
 
 /// A group as ConsumerGroupDescribe shows it.
@@ -120,15 +171,28 @@ fn from_record(group_id: &str, r: &ConsumerGroup) -> Result<Group, Refused> {
     Ok(g)
 }
 
-impl ConsumerGroups {
-    pub fn new(store: Arc<dyn GroupStore>, config: GroupConfig, me: &Incarnation) -> Arc<ConsumerGroups> {
-        let identity = me.tag();
-        Arc::new(ConsumerGroups { store, identity, config, groups: Mutex::new(HashMap::new()) })
+impl Kept for Group {
+    fn decode(group_id: &str, record: &ConsumerGroup) -> Result<Group, KafkaError> {
+        from_record(group_id, record).map_err(KafkaError::from)
     }
 
-    fn slot(&self, group_id: &str) -> Arc<tokio::sync::Mutex<Option<Live>>> {
-        let mut all = self.groups.lock().unwrap_or_else(|e| e.into_inner());
-        all.entry(group_id.to_string()).or_default().clone()
+    fn encode(&self, identity: &str, session_ms: u64) -> ConsumerGroup {
+        to_record(self, identity, session_ms)
+    }
+}
+
+impl ConsumerGroups {
+    pub fn new(store: Arc<dyn GroupStore>, config: GroupConfig, me: &Incarnation) -> Arc<ConsumerGroups> {
+        let session_ms = config.consumer_session_timeout_ms;
+        let records = Arc::new(Records::<Group>::new(store.clone(), me.tag(), session_ms));
+        let settings = Settings { fresh_for: None, load_failed: ErrorCode::CoordinatorLoadInProgress, tries: 3 };
+        // A group taken over gives every stored member a fresh session.
+        let on_load = Box::new(move |_: &String, g: Option<&Group>| {
+            let until = Instant::now() + Duration::from_millis(session_ms);
+            let sessions = g.map(|g| g.members.keys().map(|m| (m.clone(), until)).collect()).unwrap_or_default();
+            Timers { sessions, revoking: HashMap::new() }
+        });
+        Arc::new(ConsumerGroups { runtime: Runtime::new(records, settings, on_load), store, config })
     }
 
     fn session(&self) -> Duration {
@@ -140,109 +204,28 @@ impl ConsumerGroups {
         self.config.consumer_heartbeat_interval_ms
     }
 
-    /// Loads `group_id` into `slot` unless held; `create`: a join may start a new group.
-    async fn ensure(&self, group_id: &str, slot: &mut Option<Live>, create: bool) -> Result<(), Refused> {
-        if slot.is_some() {
-            return Ok(());
-        }
-        let stored = self.store.load(group_id).await.map_err(|e| {
-            tracing::info!(group = group_id, error = %e, "loading a consumer group failed");
-            Refused { code: ErrorCode::CoordinatorLoadInProgress, message: "the group could not be loaded".into() }
-        })?;
-        self.adopt(group_id, slot, stored, create)
-    }
-
-    /// Holds the group `stored` (as loaded) in `slot`.
-    fn adopt(
-        &self,
-        group_id: &str,
-        slot: &mut Option<Live>,
-        stored: Option<ConsumerGroup>,
-        create: bool,
-    ) -> Result<(), Refused> {
-        let group = match &stored {
-            Some(r) => from_record(group_id, r)?,
-            None if create => Group::default(),
-            None => {
-                return Err(Refused {
-                    code: ErrorCode::GroupIdNotFound,
-                    message: format!("Consumer group {group_id} not found."),
-                })
-            }
-        };
-        let now = Instant::now();
-        let version = stored.as_ref().map_or(0, |r| r.version);
-        let sessions = group.members.keys().map(|m| (m.clone(), now + self.session())).collect();
-        *slot = Some(Live { group, version, sessions, revoking: HashMap::new() });
-        Ok(())
-    }
-
-    /// Stores `g` over version `version` (the one read); the version it was stored at.
-    async fn put(&self, group_id: &str, g: &Group, version: u64) -> Result<u64, Refused> {
-        let record = to_record(g, &self.identity, self.config.consumer_session_timeout_ms);
-        self.store.store(group_id, record, version).await.map_err(|e| match e {
-            StoreError::Refused { code: ErrorCode::IllegalGeneration, message } => {
-                tracing::info!(group = group_id, message, "another broker stored this group since it was read");
-                Refused { code: ErrorCode::NotCoordinator, message: "the group moved to another coordinator".into() }
-            }
-            e => {
-                tracing::info!(group = group_id, error = %e, "storing a consumer group failed");
-                Refused { code: ErrorCode::CoordinatorNotAvailable, message: "the group could not be stored".into() }
-            }
-        })
-    }
-
-    /// A ConsumerGroupHeartbeat (validated by the caller with `group::validate`).
-    pub async fn heartbeat(&self, group_id: &str, hb: &Heartbeat, catalog: &Catalog) -> Result<Answer, Refused> {
-        let slot = self.slot(group_id);
-        let mut held = slot.lock().await;
-        let leaving = hb.member_epoch < 0;
-        self.ensure(group_id, &mut held, hb.member_epoch == 0).await?;
-        let live = held.as_mut().expect("ensured");
-        let revoking_before = |g: &Group, id: &str| {
-            g.members
-                .get(id)
+    /// A ConsumerGroupHeartbeat (validated by the caller with `group::validate`): the group's
+    /// change is stored before the answer.
+    pub async fn heartbeat(&self, group_id: &str, hb: &Heartbeat, catalog: Arc<Catalog>) -> Result<Answer, Refused> {
+        let (id, hb, session) = (group_id.to_string(), hb.clone(), self.session());
+        let op = move |state: &mut Option<Group>, timers: &mut Timers| {
+            let group = match state {
+                Some(g) => g,
+                None if hb.member_epoch == 0 => state.insert(Group::default()),
+                None => {
+                    return Err(KafkaError::new(ErrorCode::GroupIdNotFound, format!("Consumer group {id} not found.")))
+                }
+            };
+            let before = group
+                .members
+                .get(&hb.member_id)
                 .filter(|m| m.current.state == MemberState::UnrevokedPartitions)
-                .map(|m| m.current.pending_revocation.clone())
+                .map(|m| m.current.pending_revocation.clone());
+            let answer = group.heartbeat(&hb, &catalog)?;
+            timers.heard(group, &answer, hb.member_epoch < 0, before, session);
+            Ok(answer)
         };
-        let before = revoking_before(&live.group, &hb.member_id);
-        let mut next = live.group.clone();
-        let answer = next.heartbeat(hb, catalog)?;
-        if next != live.group {
-            match self.put(group_id, &next, live.version).await {
-                Ok(version) => (live.group, live.version) = (next, version),
-                Err(e) => {
-                    if e.code == ErrorCode::NotCoordinator {
-                        *held = None;
-                    }
-                    return Err(e);
-                }
-            }
-        }
-        let now = Instant::now();
-        let id = &answer.member_id;
-        match live.group.members.get(id) {
-            Some(m) if !leaving || m.current.epoch == -2 => {
-                if !leaving {
-                    live.sessions.insert(id.clone(), now + self.session());
-                }
-                if m.current.state == MemberState::UnrevokedPartitions {
-                    // Armed when the member is told to revoke something new (Kafka reschedules
-                    // it whenever it writes the member in UNREVOKED_PARTITIONS with a change).
-                    let timeout = Duration::from_millis(m.rebalance_timeout_ms.max(0) as u64);
-                    if before.as_ref() != Some(&m.current.pending_revocation) || !live.revoking.contains_key(id) {
-                        live.revoking.insert(id.clone(), (m.current.epoch, now + timeout));
-                    }
-                } else {
-                    live.revoking.remove(id);
-                }
-            }
-            _ => {
-                live.sessions.remove(id);
-                live.revoking.remove(id);
-            }
-        }
-        Ok(answer)
+        Ok(self.runtime.write(&group_id.to_string(), op).await?)
     }
 
     /// OffsetCommit's check of a member of a KIP-848 group (loaded if it is stored as one), or
@@ -254,53 +237,32 @@ impl ConsumerGroups {
         member_id: &str,
         member_epoch: i32,
     ) -> Option<Result<(), ErrorCode>> {
-        let slot = self.slot(group_id);
-        let mut held = slot.lock().await;
-        if held.is_none() {
-            let stored = match self.store.load(group_id).await {
-                Ok(Some(r)) if is_consumer_protocol(&r) => r,
-                // Not readable now: the client retries (were the classic path to read it next, it
-                // could find a KIP-848 group and answer INCONSISTENT_GROUP_PROTOCOL).
-                Err(e) => {
-                    tracing::info!(group = group_id, error = %e, "loading a consumer group failed");
-                    drop(held);
-                    self.drop_empty_slot(group_id);
-                    return Some(Err(ErrorCode::CoordinatorLoadInProgress));
-                }
-                // Not a KIP-848 group: the classic check runs.
-                _ => {
-                    drop(held);
-                    self.drop_empty_slot(group_id);
-                    return None;
-                }
-            };
-            if let Err(e) = self.adopt(group_id, &mut held, Some(stored), false) {
-                return Some(Err(e.code));
+        let key = group_id.to_string();
+        let check = |g: Option<&Group>, _: &Timers| g.map(|g| g.check_commit(member_id, member_epoch));
+        if let Some(held) = self.runtime.peek(&key, check).await {
+            return held;
+        }
+        // Not held: only a group stored as a KIP-848 one is taken over (were the classic path to
+        // read it next, it could find a KIP-848 group and answer INCONSISTENT_GROUP_PROTOCOL).
+        match self.store.load(group_id).await {
+            Ok(Some(r)) if is_consumer_protocol(&r) => {}
+            Ok(_) => return None,
+            Err(e) => {
+                tracing::info!(group = group_id, error = %e, "loading a consumer group failed");
+                return Some(Err(ErrorCode::CoordinatorLoadInProgress));
             }
         }
-        let live = held.as_ref()?;
-        Some(live.group.check_commit(member_id, member_epoch))
-    }
-
-    /// Forgets `group_id`'s slot if nothing is held in it.
-    fn drop_empty_slot(&self, group_id: &str) {
-        let mut all = self.groups.lock().unwrap_or_else(|e| e.into_inner());
-        if all.get(group_id).is_some_and(|s| s.try_lock().is_ok_and(|g| g.is_none())) {
-            all.remove(group_id);
+        match self.runtime.read(&key, check).await {
+            Ok(checked) => checked,
+            Err(e) => Some(Err(e.code)),
         }
     }
 
     /// Whether this broker holds `group_id` as a KIP-848 group with members (a classic JoinGroup
     /// is then INCONSISTENT_GROUP_PROTOCOL).
     pub async fn has_members(&self, group_id: &str) -> bool {
-        let slot = {
-            let all = self.groups.lock().unwrap_or_else(|e| e.into_inner());
-            all.get(group_id).cloned()
-        };
-        match slot {
-            Some(s) => s.lock().await.as_ref().is_some_and(|l| !l.group.members.is_empty()),
-            None => false,
-        }
+        let members = |g: Option<&Group>, _: &Timers| g.is_some_and(|g| !g.members.is_empty());
+        self.runtime.peek(&group_id.to_string(), members).await.unwrap_or(false)
     }
 
     /// ConsumerGroupDescribe of a group: as held here, else as the cluster stores it (a read
@@ -312,11 +274,9 @@ impl ConsumerGroups {
             assignor: g.assignor(),
             members: g.members.values().cloned().collect(),
         };
-        let slot = self.groups.lock().unwrap_or_else(|e| e.into_inner()).get(group_id).cloned();
-        if let Some(slot) = slot {
-            if let Some(live) = slot.lock().await.as_ref() {
-                return Ok(described(&live.group));
-            }
+        let held = self.runtime.peek(&group_id.to_string(), |g, _| g.map(described)).await.flatten();
+        if let Some(d) = held {
+            return Ok(d);
         }
         let not_found =
             || Refused { code: ErrorCode::GroupIdNotFound, message: format!("Group {group_id} not found.") };
@@ -333,58 +293,42 @@ impl ConsumerGroups {
         }
     }
 
-    /// The groups held here: id → state name.
+    /// The groups held here.
     pub fn held(&self) -> Vec<String> {
-        self.groups.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect()
+        self.runtime.held()
     }
 
     /// Drops a group from memory (another broker coordinates it now).
     pub fn release(&self, group_id: &str) {
-        self.groups.lock().unwrap_or_else(|e| e.into_inner()).remove(group_id);
+        self.runtime.release(&group_id.to_string());
     }
 
     /// One pass of the timers: members whose session lapsed, or that did not revoke in time, are
     /// removed (the group epoch bumped, the others' targets recomputed, stored).
-    pub async fn tick(&self, catalog: &Catalog) {
+    pub async fn tick(&self, catalog: Arc<Catalog>) {
         let now = Instant::now();
-        let slots: Vec<(String, Arc<tokio::sync::Mutex<Option<Live>>>)> = {
-            let all = self.groups.lock().unwrap_or_else(|e| e.into_inner());
-            all.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-        };
-        for (group_id, slot) in slots {
-            let mut held = slot.lock().await;
-            let Some(live) = held.as_mut() else { continue };
-            let mut gone: Vec<(String, &str)> = live
-                .sessions
-                .iter()
-                .filter(|(_, until)| **until <= now)
-                .map(|(m, _)| (m.clone(), "its session timed out"))
-                .collect();
-            for (m, (epoch, until)) in &live.revoking {
-                let stuck = live.group.members.get(m).is_some_and(|x| x.current.epoch == *epoch);
-                if *until <= now && stuck {
-                    gone.push((m.clone(), "it did not revoke its partitions within its rebalance timeout"));
-                }
-            }
-            if gone.is_empty() {
-                continue;
-            }
-            let mut next = live.group.clone();
-            let ids: Vec<&str> = gone.iter().map(|(m, _)| m.as_str()).collect();
-            next.remove_all(&ids, catalog);
-            for (m, why) in &gone {
-                tracing::info!(group = group_id, member = m, why, "member removed");
-            }
-            match self.put(&group_id, &next, live.version).await {
-                Ok(version) => {
+        for group_id in self.runtime.held() {
+            let catalog = catalog.clone();
+            let op = move |state: &mut Option<Group>, timers: &mut Timers| {
+                let Some(group) = state.as_mut() else { return Ok(vec![]) };
+                let gone = timers.due(group, now);
+                if !gone.is_empty() {
+                    let ids: Vec<&str> = gone.iter().map(|(m, _)| m.as_str()).collect();
+                    group.remove_all(&ids, &catalog);
                     for (m, _) in &gone {
-                        live.sessions.remove(m);
-                        live.revoking.remove(m);
+                        timers.forget(m);
                     }
-                    (live.group, live.version) = (next, version);
                 }
-                Err(e) if e.code == ErrorCode::NotCoordinator => *held = None,
-                Err(_) => {}
+                Ok(gone)
+            };
+            match self.runtime.write_if_held(&group_id, op).await {
+                Some(Ok(gone)) => {
+                    for (m, why) in gone {
+                        tracing::info!(group = group_id, member = m, why, "member removed");
+                    }
+                }
+                Some(Err(e)) => tracing::info!(group = group_id, error = %e, "removing lapsed members failed"),
+                None => {}
             }
         }
     }

@@ -8,6 +8,7 @@
 //! Targets are computed when the epoch is bumped (Kafka computes them on the next heartbeat), so
 //! the assignment epoch is always the group epoch.
 
+use crate::error::KafkaError;
 use std::collections::{BTreeMap, BTreeSet};
 
 use diskless_proto::ErrorCode;
@@ -24,6 +25,18 @@ pub type Catalog = BTreeMap<String, (TopicId, i32)>;
 pub struct Refused {
     pub code: ErrorCode,
     pub message: String,
+}
+
+impl From<Refused> for KafkaError {
+    fn from(r: Refused) -> KafkaError {
+        KafkaError::new(r.code, r.message)
+    }
+}
+
+impl From<KafkaError> for Refused {
+    fn from(e: KafkaError) -> Refused {
+        Refused { code: e.code, message: e.message }
+    }
 }
 
 fn refused(code: ErrorCode, message: impl Into<String>) -> Refused {

@@ -1,9 +1,10 @@
-//! `ShareGroups`: the KIP-932 share groups this broker coordinates, each a [`Group`] behind its
-//! own lock. Owns loading a group from the coordinator cluster on first use (a broker taking a
-//! group over continues its members), storing every change before the heartbeat that made it is
-//! answered, by compare-and-set on the version it read (a broker that did not read another's last
-//! store is refused, answers NOT_COORDINATOR and reloads: no answered change is overwritten),
-//! and the session timers (a member silent for the session timeout is removed).
+//! `ShareGroups`: the KIP-932 share groups this broker coordinates, on the coordinator
+//! [`Runtime`], as `consumer::coordinator` holds KIP-848 groups: each heartbeat a write on the
+//! group, its change stored before the answer by compare-and-set on the version read (a broker
+//! that did not read another's last store reads again and runs the heartbeat on that: no answered
+//! change is overwritten); a broker taking a group over continues its members. Owns the session
+//! timers (the in-memory part: a member silent for the session timeout is removed) and the
+//! targets of a loaded group (computed from the catalog at its first write).
 //!
 //! A group is stored as the classic ones are (`ConsumerGroup` through [`GroupStore`]), its
 //! protocol type "share" and its protocol marked [`MARK`], each member as JSON in its
@@ -12,15 +13,18 @@
 
 use crate::incarnation::Incarnation;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use diskless_proto::v1::{consumer_group, ConsumerGroup};
 use diskless_proto::ErrorCode;
 
 use super::group::{Answer, Catalog, Group, Heartbeat, Member, Refused};
+use crate::error::KafkaError;
 use crate::groups::config::GroupConfig;
-use crate::groups::store::{GroupStore, StoreError};
+use crate::groups::modern::{Kept, Records};
+use crate::groups::store::GroupStore;
+use crate::runtime::{Runtime, Settings};
 
 pub const MARK: &str = diskless_proto::SHARE_PROTOCOL_MARK;
 pub const PROTOCOL_TYPE: &str = "share";
@@ -30,10 +34,10 @@ pub fn is_share_group(g: &ConsumerGroup) -> bool {
     g.protocol.as_deref() == Some(MARK)
 }
 
-struct Live {
-    group: Group,
-    /// The stored version `group` was read or stored at (0: none stored).
-    version: u64,
+/// What is held in memory only for a group.
+#[derive(Debug, Clone, Default)]
+pub struct Timers {
+    /// When each member's session ends unless it heartbeats.
     sessions: HashMap<String, Instant>,
 }
 
@@ -47,10 +51,9 @@ pub struct Described {
 
 /// The share groups this broker coordinates.
 pub struct ShareGroups {
+    runtime: Runtime<String, Group, Timers>,
     store: Arc<dyn GroupStore>,
-    identity: String,
     config: GroupConfig,
-    groups: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Live>>>>>,
 }
 
 fn to_record(g: &Group, identity: &str, session_ms: u64) -> ConsumerGroup {
@@ -85,7 +88,7 @@ fn to_record(g: &Group, identity: &str, session_ms: u64) -> ConsumerGroup {
 }
 
 /// The group a stored record holds; `Err` when it is another kind of group with members.
-fn from_record(group_id: &str, r: &ConsumerGroup, catalog: &Catalog) -> Result<Group, Refused> {
+fn from_record(group_id: &str, r: &ConsumerGroup) -> Result<Group, Refused> {
     if !is_share_group(r) {
         if !r.members.is_empty() || r.protocol.as_deref() == Some(diskless_proto::CONSUMER_PROTOCOL_MARK) {
             return Err(Refused {
@@ -106,22 +109,45 @@ fn from_record(group_id: &str, r: &ConsumerGroup, catalog: &Catalog) -> Result<G
             }
         }
     }
-    // The targets are recomputed from the members (the same members give the same targets).
+    Ok(g)
+}
+
+/// A loaded group's targets (a record keeps only the epoch and the members), computed from its
+/// members as the catalog has them now, at its epoch: the same members give the same targets.
+/// Every bump computes them for every member, so a group with members and no targets is one just
+/// loaded. Its first write after a load stores it once, unchanged but for the version.
+fn derive(g: &mut Group, catalog: &Catalog) {
+    if g.members.is_empty() || !g.targets.is_empty() {
+        return;
+    }
+    let epoch = g.epoch;
     g.epoch -= 1;
     g.bump(catalog);
-    g.epoch = r.generation_id;
-    Ok(g)
+    g.epoch = epoch;
+}
+
+impl Kept for Group {
+    fn decode(group_id: &str, record: &ConsumerGroup) -> Result<Group, KafkaError> {
+        from_record(group_id, record).map_err(KafkaError::from)
+    }
+
+    fn encode(&self, identity: &str, session_ms: u64) -> ConsumerGroup {
+        to_record(self, identity, session_ms)
+    }
 }
 
 impl ShareGroups {
     pub fn new(store: Arc<dyn GroupStore>, config: GroupConfig, me: &Incarnation) -> Arc<ShareGroups> {
-        let identity = me.tag();
-        Arc::new(ShareGroups { store, identity, config, groups: Mutex::new(HashMap::new()) })
-    }
-
-    fn slot(&self, group_id: &str) -> Arc<tokio::sync::Mutex<Option<Live>>> {
-        let mut all = self.groups.lock().unwrap_or_else(|e| e.into_inner());
-        all.entry(group_id.to_string()).or_default().clone()
+        let session_ms = config.share_session_timeout_ms;
+        let records = Arc::new(Records::<Group>::new(store.clone(), me.tag(), session_ms));
+        let settings = Settings { fresh_for: None, load_failed: ErrorCode::CoordinatorLoadInProgress, tries: 3 };
+        // A group taken over gives every stored member a fresh session.
+        let on_load = Box::new(move |_: &String, g: Option<&Group>| {
+            let until = Instant::now() + Duration::from_millis(session_ms);
+            let sessions = g.map(|g| g.members.keys().map(|m| (m.clone(), until)).collect()).unwrap_or_default();
+            Timers { sessions }
+        });
+        Arc::new(ShareGroups { runtime: Runtime::new(records, settings, on_load), store, config })
     }
 
     fn session(&self) -> Duration {
@@ -132,98 +158,33 @@ impl ShareGroups {
         self.config.share_heartbeat_interval_ms
     }
 
-    /// Stores `g` over version `version` (the one read); the version it was stored at.
-    async fn put(&self, group_id: &str, g: &Group, version: u64) -> Result<u64, Refused> {
-        let record = to_record(g, &self.identity, self.config.share_session_timeout_ms);
-        self.store.store(group_id, record, version).await.map_err(|e| match e {
-            StoreError::Refused { code: ErrorCode::IllegalGeneration, message } => {
-                tracing::info!(group = group_id, message, "another broker stored this share group since it was read");
-                Refused { code: ErrorCode::NotCoordinator, message: "the group moved to another coordinator".into() }
+    /// A ShareGroupHeartbeat (validated by the caller with `group::validate`): the group's change
+    /// is stored before the answer.
+    pub async fn heartbeat(&self, group_id: &str, hb: &Heartbeat, catalog: Arc<Catalog>) -> Result<Answer, Refused> {
+        let (id, hb, session, max_size) =
+            (group_id.to_string(), hb.clone(), self.session(), self.config.share_max_size);
+        let op = move |state: &mut Option<Group>, timers: &mut Timers| {
+            let group = match state {
+                Some(g) => g,
+                None if hb.member_epoch == 0 => state.insert(Group::default()),
+                None => return Err(KafkaError::new(ErrorCode::GroupIdNotFound, format!("Group {id} not found."))),
+            };
+            derive(group, &catalog);
+            let answer = group.heartbeat(&hb, &catalog, max_size)?;
+            if answer.member_epoch < 0 {
+                timers.sessions.remove(&answer.member_id);
+            } else {
+                timers.sessions.insert(answer.member_id.clone(), Instant::now() + session);
             }
-            e => {
-                tracing::info!(group = group_id, error = %e, "storing a share group failed");
-                Refused { code: ErrorCode::CoordinatorNotAvailable, message: "the group could not be stored".into() }
-            }
-        })
-    }
-
-    async fn ensure(
-        &self,
-        group_id: &str,
-        slot: &mut Option<Live>,
-        create: bool,
-        catalog: &Catalog,
-    ) -> Result<(), Refused> {
-        if slot.is_some() {
-            return Ok(());
-        }
-        let stored = self.store.load(group_id).await.map_err(|e| {
-            tracing::info!(group = group_id, error = %e, "loading a share group failed");
-            Refused { code: ErrorCode::CoordinatorLoadInProgress, message: "the group could not be loaded".into() }
-        })?;
-        let group = match &stored {
-            Some(r) => from_record(group_id, r, catalog)?,
-            None if create => Group::default(),
-            None => {
-                return Err(Refused {
-                    code: ErrorCode::GroupIdNotFound,
-                    message: format!("Group {group_id} not found."),
-                })
-            }
+            Ok(answer)
         };
-        let version = stored.as_ref().map_or(0, |r| r.version);
-        let now = Instant::now();
-        let sessions = group.members.keys().map(|m| (m.clone(), now + self.session())).collect();
-        *slot = Some(Live { group, version, sessions });
-        Ok(())
-    }
-
-    /// A ShareGroupHeartbeat (validated by the caller with `group::validate`).
-    pub async fn heartbeat(&self, group_id: &str, hb: &Heartbeat, catalog: &Catalog) -> Result<Answer, Refused> {
-        let slot = self.slot(group_id);
-        let mut held = slot.lock().await;
-        if let Err(e) = self.ensure(group_id, &mut held, hb.member_epoch == 0, catalog).await {
-            // Nothing held: the slot goes (unknown group ids leave nothing behind).
-            drop(held);
-            self.drop_empty_slot(group_id);
-            return Err(e);
-        }
-        let live = held.as_mut().expect("ensured");
-        let mut next = live.group.clone();
-        let answer = next.heartbeat(hb, catalog, self.config.share_max_size)?;
-        if next != live.group {
-            match self.put(group_id, &next, live.version).await {
-                Ok(version) => (live.group, live.version) = (next, version),
-                Err(e) => {
-                    if e.code == ErrorCode::NotCoordinator {
-                        *held = None;
-                    }
-                    return Err(e);
-                }
-            }
-        }
-        if answer.member_epoch < 0 {
-            live.sessions.remove(&answer.member_id);
-        } else {
-            live.sessions.insert(answer.member_id.clone(), Instant::now() + self.session());
-        }
-        Ok(answer)
-    }
-
-    /// Whether `member_id` is a member of `group_id` as held here (`None`: the group is not held).
-    pub async fn is_member(&self, group_id: &str, member_id: &str) -> Option<bool> {
-        let slot = self.groups.lock().unwrap_or_else(|e| e.into_inner()).get(group_id).cloned()?;
-        let held = slot.lock().await;
-        held.as_ref().map(|l| l.group.members.contains_key(member_id))
+        Ok(self.runtime.write(&group_id.to_string(), op).await?)
     }
 
     /// Whether this broker holds `group_id` with members.
     pub async fn has_members(&self, group_id: &str) -> bool {
-        let slot = self.groups.lock().unwrap_or_else(|e| e.into_inner()).get(group_id).cloned();
-        match slot {
-            Some(s) => s.lock().await.as_ref().is_some_and(|l| !l.group.members.is_empty()),
-            None => false,
-        }
+        let members = |g: Option<&Group>, _: &Timers| g.is_some_and(|g| !g.members.is_empty());
+        self.runtime.peek(&group_id.to_string(), members).await.unwrap_or(false)
     }
 
     /// ShareGroupDescribe: as held here, else as stored (describing takes nothing over).
@@ -233,14 +194,16 @@ impl ShareGroups {
             state: g.state_name(),
             members: g.members.values().cloned().collect(),
         };
-        let slot = self.groups.lock().unwrap_or_else(|e| e.into_inner()).get(group_id).cloned();
-        if let Some(slot) = slot {
-            if let Some(live) = slot.lock().await.as_ref() {
-                return Ok(described(&live.group));
-            }
+        let held = self.runtime.peek(&group_id.to_string(), |g, _| g.map(described)).await.flatten();
+        if let Some(d) = held {
+            return Ok(d);
         }
         match self.store.load(group_id).await {
-            Ok(Some(r)) if is_share_group(&r) => Ok(described(&from_record(group_id, &r, catalog)?)),
+            Ok(Some(r)) if is_share_group(&r) => {
+                let mut g = from_record(group_id, &r)?;
+                derive(&mut g, catalog);
+                Ok(described(&g))
+            }
             Ok(_) => Err(Refused { code: ErrorCode::GroupIdNotFound, message: format!("Group {group_id} not found.") }),
             Err(e) => {
                 tracing::info!(group = group_id, error = %e, "loading a share group failed");
@@ -262,59 +225,52 @@ impl ShareGroups {
         }
     }
 
-    fn drop_empty_slot(&self, group_id: &str) {
-        let mut all = self.groups.lock().unwrap_or_else(|e| e.into_inner());
-        if all.get(group_id).is_some_and(|s| s.try_lock().is_ok_and(|g| g.is_none())) {
-            all.remove(group_id);
-        }
-    }
-
     /// Drops a group from memory (deleted, or another broker coordinates it now).
     pub fn release(&self, group_id: &str) {
-        self.groups.lock().unwrap_or_else(|e| e.into_inner()).remove(group_id);
+        self.runtime.release(&group_id.to_string());
     }
 
     /// The groups held here.
     pub fn held(&self) -> Vec<String> {
-        self.groups.lock().unwrap_or_else(|e| e.into_inner()).keys().cloned().collect()
+        self.runtime.held()
     }
 
     /// One pass of the session timers: silent members are removed (one epoch bump per group),
     /// and returned by group so what they hold can be given back.
-    pub async fn tick(&self, catalog: &Catalog) -> Vec<(String, Vec<Member>)> {
+    pub async fn tick(&self, catalog: Arc<Catalog>) -> Vec<(String, Vec<Member>)> {
         let now = Instant::now();
-        let slots: Vec<(String, Arc<tokio::sync::Mutex<Option<Live>>>)> = {
-            let all = self.groups.lock().unwrap_or_else(|e| e.into_inner());
-            all.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-        };
         let mut removed = vec![];
-        for (group_id, slot) in slots {
-            let mut held = slot.lock().await;
-            let Some(live) = held.as_mut() else { continue };
-            let gone: Vec<String> =
-                live.sessions.iter().filter(|(_, until)| **until <= now).map(|(m, _)| m.clone()).collect();
-            if gone.is_empty() {
-                continue;
-            }
-            let mut next = live.group.clone();
-            let ids: Vec<&str> = gone.iter().map(String::as_str).collect();
-            next.remove_all(&ids, catalog);
-            match self.put(&group_id, &next, live.version).await {
-                Ok(version) => {
-                    for m in &gone {
+        for group_id in self.runtime.held() {
+            let catalog = catalog.clone();
+            let op = move |state: &mut Option<Group>, timers: &mut Timers| {
+                let Some(group) = state.as_mut() else { return Ok(vec![]) };
+                let gone: Vec<String> =
+                    timers.sessions.iter().filter(|(_, until)| **until <= now).map(|(m, _)| m.clone()).collect();
+                if gone.is_empty() {
+                    return Ok(vec![]);
+                }
+                derive(group, &catalog);
+                let members: Vec<Member> = gone.iter().filter_map(|m| group.members.get(m).cloned()).collect();
+                let ids: Vec<&str> = gone.iter().map(String::as_str).collect();
+                group.remove_all(&ids, &catalog);
+                for m in &gone {
+                    timers.sessions.remove(m);
+                }
+                Ok(members)
+            };
+            match self.runtime.write_if_held(&group_id, op).await {
+                Some(Ok(members)) if !members.is_empty() => {
+                    for m in &members {
                         tracing::info!(
                             group = group_id,
-                            member = m,
+                            member = m.member_id,
                             "share group member removed: its session timed out"
                         );
-                        live.sessions.remove(m);
                     }
-                    let members = gone.iter().filter_map(|m| live.group.members.get(m).cloned()).collect();
-                    (live.group, live.version) = (next, version);
-                    removed.push((group_id.clone(), members));
+                    removed.push((group_id, members));
                 }
-                Err(e) if e.code == ErrorCode::NotCoordinator => *held = None,
-                Err(_) => {}
+                Some(Err(e)) => tracing::info!(group = group_id, error = %e, "removing lapsed share members failed"),
+                _ => {}
             }
         }
         removed
