@@ -2,13 +2,14 @@
 //! coordinates on the [`runtime`](crate::runtime): each kind is kept in the coordinator cluster as
 //! a `ConsumerGroup` record (its protocol marked with the kind, each member as JSON in its
 //! `subscription`), and [`Records`] is the runtime's store for such a kind — it encodes and decodes
-//! through the kind's [`Kept`] and maps the cluster's answers onto [`runtime::StoreError`]
+//! through the kind's [`Kind`] and maps the cluster's answers onto [`runtime::StoreError`]
 //! (ILLEGAL_GENERATION: another broker stored since this one read, so the runtime reloads).
 //!
 //! It must not know what a kind's members mean (`consumer::group`, `share::group` do).
 
-use std::marker::PhantomData;
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use diskless_proto::v1::ConsumerGroup;
 use diskless_proto::ErrorCode;
@@ -16,30 +17,47 @@ use futures_util::future::BoxFuture;
 
 use super::store::{GroupStore, StoreError};
 use crate::error::KafkaError;
-use crate::runtime;
+use crate::incarnation::Incarnation;
+use crate::runtime::{self, Runtime, Settings};
 
 /// A kind of group as its record keeps it.
-pub trait Kept: Clone + PartialEq + Send + Sync + Sized + 'static {
-    /// The group `record` holds; `Err` with Kafka's code when it is another kind of group this
-    /// kind may not take over (one with members).
-    fn decode(group_id: &str, record: &ConsumerGroup) -> Result<Self, KafkaError>;
-    /// The record of this group, stored by `identity` (the broker's incarnation), its members'
+pub struct Kind<G> {
+    /// The record of a group, stored by `identity` (the broker's incarnation), its members'
     /// session timeout `session_ms`.
-    fn encode(&self, identity: &str, session_ms: u64) -> ConsumerGroup;
+    pub encode: fn(&G, &str, u64) -> ConsumerGroup,
+    /// The group a record holds; `Err` with Kafka's code when it is another kind of group this
+    /// kind may not take over (one with members).
+    pub decode: fn(&str, &ConsumerGroup) -> Result<G, KafkaError>,
+    /// Its members' ids.
+    pub members: fn(&G) -> Vec<String>,
 }
 
-/// The runtime's store of groups of kind `G`, by group id.
+/// The runtime's store of groups of one kind, by group id.
 pub struct Records<G> {
+    kind: Kind<G>,
     store: Arc<dyn GroupStore>,
     identity: String,
     session_ms: u64,
-    kind: PhantomData<fn() -> G>,
 }
 
-impl<G> Records<G> {
-    pub fn new(store: Arc<dyn GroupStore>, identity: String, session_ms: u64) -> Records<G> {
-        Records { store, identity, session_ms, kind: PhantomData }
-    }
+/// The runtime holding groups of `kind` while this broker (`me`) coordinates them: kept in
+/// `store`, every stored member's session (`session_ms`) started afresh when a group is loaded,
+/// the in-memory part made by `timers` from those sessions.
+pub fn runtime<G: Clone + PartialEq + Send + Sync + 'static, V: Clone + Send + 'static>(
+    kind: Kind<G>,
+    store: Arc<dyn GroupStore>,
+    me: &Incarnation,
+    session_ms: u64,
+    timers: fn(HashMap<String, Instant>) -> V,
+) -> Runtime<String, G, V> {
+    let members = kind.members;
+    let records = Arc::new(Records { kind, store, identity: me.tag(), session_ms });
+    let settings = Settings { fresh_for: None, load_failed: ErrorCode::CoordinatorLoadInProgress, tries: 3 };
+    let on_load = Box::new(move |_: &String, g: Option<&G>| {
+        let until = Instant::now() + Duration::from_millis(session_ms);
+        timers(g.map(|g| members(g).into_iter().map(|m| (m, until)).collect()).unwrap_or_default())
+    });
+    Runtime::new(records, settings, on_load)
 }
 
 fn store_error(e: StoreError) -> runtime::StoreError {
@@ -50,11 +68,11 @@ fn store_error(e: StoreError) -> runtime::StoreError {
     }
 }
 
-impl<G: Kept> runtime::Store<String, G> for Records<G> {
+impl<G: Send + Sync + 'static> runtime::Store<String, G> for Records<G> {
     fn load<'a>(&'a self, group_id: &'a String) -> BoxFuture<'a, Result<Option<(G, u64)>, runtime::StoreError>> {
         Box::pin(async move {
             let Some(record) = self.store.load(group_id).await.map_err(store_error)? else { return Ok(None) };
-            let group = G::decode(group_id, &record)
+            let group = (self.kind.decode)(group_id, &record)
                 .map_err(|e| runtime::StoreError::Refused { code: e.code, message: e.message })?;
             Ok(Some((group, record.version)))
         })
@@ -67,7 +85,7 @@ impl<G: Kept> runtime::Store<String, G> for Records<G> {
         expected: u64,
     ) -> BoxFuture<'a, Result<u64, runtime::StoreError>> {
         Box::pin(async move {
-            let record = group.encode(&self.identity, self.session_ms);
+            let record = (self.kind.encode)(group, &self.identity, self.session_ms);
             self.store.store(group_id, record, expected).await.map_err(store_error)
         })
     }

@@ -26,9 +26,9 @@ use super::group::{state_name, Answer, Catalog, Group, Heartbeat, Member, Refuse
 use super::reconcile::MemberState;
 use crate::error::KafkaError;
 use crate::groups::config::GroupConfig;
-use crate::groups::modern::{Kept, Records};
+use crate::groups::modern::{self, Kind};
 use crate::groups::store::GroupStore;
-use crate::runtime::{Runtime, Settings};
+use crate::runtime::Runtime;
 
 /// The protocol a stored KIP-848 group is marked with (classic groups store their assignment
 /// protocol there, e.g. "range"), its protocol type being Kafka's "consumer".
@@ -171,28 +171,22 @@ fn from_record(group_id: &str, r: &ConsumerGroup) -> Result<Group, Refused> {
     Ok(g)
 }
 
-impl Kept for Group {
-    fn decode(group_id: &str, record: &ConsumerGroup) -> Result<Group, KafkaError> {
-        from_record(group_id, record).map_err(KafkaError::from)
-    }
-
-    fn encode(&self, identity: &str, session_ms: u64) -> ConsumerGroup {
-        to_record(self, identity, session_ms)
+/// How this kind of group is kept.
+fn kind() -> Kind<Group> {
+    Kind {
+        encode: to_record,
+        decode: |id, r| from_record(id, r).map_err(KafkaError::from),
+        members: |g| g.members.keys().cloned().collect(),
     }
 }
 
 impl ConsumerGroups {
     pub fn new(store: Arc<dyn GroupStore>, config: GroupConfig, me: &Incarnation) -> Arc<ConsumerGroups> {
-        let session_ms = config.consumer_session_timeout_ms;
-        let records = Arc::new(Records::<Group>::new(store.clone(), me.tag(), session_ms));
-        let settings = Settings { fresh_for: None, load_failed: ErrorCode::CoordinatorLoadInProgress, tries: 3 };
         // A group taken over gives every stored member a fresh session.
-        let on_load = Box::new(move |_: &String, g: Option<&Group>| {
-            let until = Instant::now() + Duration::from_millis(session_ms);
-            let sessions = g.map(|g| g.members.keys().map(|m| (m.clone(), until)).collect()).unwrap_or_default();
+        let runtime = modern::runtime(kind(), store.clone(), me, config.consumer_session_timeout_ms, |sessions| {
             Timers { sessions, revoking: HashMap::new() }
         });
-        Arc::new(ConsumerGroups { runtime: Runtime::new(records, settings, on_load), store, config })
+        Arc::new(ConsumerGroups { runtime, store, config })
     }
 
     fn session(&self) -> Duration {

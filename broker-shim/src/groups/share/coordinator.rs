@@ -22,9 +22,9 @@ use diskless_proto::ErrorCode;
 use super::group::{Answer, Catalog, Group, Heartbeat, Member, Refused};
 use crate::error::KafkaError;
 use crate::groups::config::GroupConfig;
-use crate::groups::modern::{Kept, Records};
+use crate::groups::modern::{self, Kind};
 use crate::groups::store::GroupStore;
-use crate::runtime::{Runtime, Settings};
+use crate::runtime::Runtime;
 
 pub const MARK: &str = diskless_proto::SHARE_PROTOCOL_MARK;
 pub const PROTOCOL_TYPE: &str = "share";
@@ -126,28 +126,21 @@ fn derive(g: &mut Group, catalog: &Catalog) {
     g.epoch = epoch;
 }
 
-impl Kept for Group {
-    fn decode(group_id: &str, record: &ConsumerGroup) -> Result<Group, KafkaError> {
-        from_record(group_id, record).map_err(KafkaError::from)
-    }
-
-    fn encode(&self, identity: &str, session_ms: u64) -> ConsumerGroup {
-        to_record(self, identity, session_ms)
+/// How this kind of group is kept.
+fn kind() -> Kind<Group> {
+    Kind {
+        encode: to_record,
+        decode: |id, r| from_record(id, r).map_err(KafkaError::from),
+        members: |g| g.members.keys().cloned().collect(),
     }
 }
 
 impl ShareGroups {
     pub fn new(store: Arc<dyn GroupStore>, config: GroupConfig, me: &Incarnation) -> Arc<ShareGroups> {
-        let session_ms = config.share_session_timeout_ms;
-        let records = Arc::new(Records::<Group>::new(store.clone(), me.tag(), session_ms));
-        let settings = Settings { fresh_for: None, load_failed: ErrorCode::CoordinatorLoadInProgress, tries: 3 };
         // A group taken over gives every stored member a fresh session.
-        let on_load = Box::new(move |_: &String, g: Option<&Group>| {
-            let until = Instant::now() + Duration::from_millis(session_ms);
-            let sessions = g.map(|g| g.members.keys().map(|m| (m.clone(), until)).collect()).unwrap_or_default();
-            Timers { sessions }
-        });
-        Arc::new(ShareGroups { runtime: Runtime::new(records, settings, on_load), store, config })
+        let runtime =
+            modern::runtime(kind(), store.clone(), me, config.share_session_timeout_ms, |sessions| Timers { sessions });
+        Arc::new(ShareGroups { runtime, store, config })
     }
 
     fn session(&self) -> Duration {
