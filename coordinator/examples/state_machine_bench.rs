@@ -193,7 +193,8 @@ fn main() {
             num_partitions: n,
             retention_ms: Some(-1),
             retention_bytes: None,
-        }])
+        }
+        .into()])
     };
     b.apply(create(topic, "wide", 1_000));
     b.apply(create(deep_topic, "deep", 1));

@@ -92,7 +92,7 @@ enum TOp {
         name: u8,
         retention_ms: Option<i64>,
         retention_bytes: Option<i64>,
-        /// Proposed as `CreatePartitionsV2` with these settings; `None`: as the older
+        /// Proposed as `CreatePartitions` with these settings; `None`: as the older
         /// `CreatePartitions`.
         settings: Option<TopicSettings>,
     },
@@ -115,7 +115,7 @@ enum TOp {
         topic: u8,
         ms: Option<i64>,
         bytes: Option<i64>,
-        /// Proposed as `AlterTopicConfigsV2` with these changes; `None`: as the older
+        /// Proposed as `AlterTopicConfigs` with these changes; `None`: as the older
         /// `AlterTopicConfigs`.
         changes: Option<Vec<SettingChange>>,
     },
@@ -412,7 +412,7 @@ struct Driver {
     mp: u32,
     num_mps: u32,
     /// The last commits sent (with their transactional flags), for repeats.
-    sent: Vec<CommitFileV2>,
+    sent: Vec<FileToCommit>,
 }
 
 impl Driver {
@@ -445,7 +445,7 @@ impl Driver {
         owners: u8,
         model: &Model,
         pending: &mut BTreeMap<(TopicPartition, i64), (i16, i32)>,
-    ) -> CommitFileV2 {
+    ) -> FileToCommit {
         // A reused key is a known file's (refused) or a fenced one's (a commit that arrives after
         // its key was fenced or its object deleted: refused while the tombstone lives).
         let reusable: Vec<String> = model.known_keys().into_iter().chain(model.fenced_keys()).collect();
@@ -553,10 +553,10 @@ impl Driver {
             _ if !transactional.contains(&true) => transactional.clear(),
             _ => {}
         }
-        CommitFileV2 { file, transactional, txn_numbers }
+        FileToCommit { file, transactional, txn_numbers }
     }
 
-    fn sent(&mut self, c: CommitFileV2) -> CommitFileV2 {
+    fn sent(&mut self, c: FileToCommit) -> FileToCommit {
         self.sent.push(c.clone());
         if self.sent.len() > 16 {
             self.sent.remove(0);
@@ -587,8 +587,8 @@ impl Driver {
                     retention_bytes: *retention_bytes,
                 };
                 match settings {
-                    Some(s) => Op::CreatePartitionsV2(vec![CreateTopicV2 { topic: create, settings: s.clone() }]),
-                    None => Op::CreatePartitions(vec![create]),
+                    Some(s) => Op::CreatePartitions(vec![TopicToCreate { topic: create, settings: s.clone() }]),
+                    None => Op::CreatePartitions(vec![create.into()]),
                 }
             }
             TOp::DeleteTopic { topic, budget } => {
@@ -597,8 +597,8 @@ impl Driver {
             TOp::Alter { topic, ms, bytes, changes } => {
                 let alter = AlterTopic { topic_id: topic_id(*topic), retention_ms: *ms, retention_bytes: *bytes };
                 match changes {
-                    Some(c) => Op::AlterTopicConfigsV2(vec![AlterTopicV2 { topic: alter, settings: c.clone() }]),
-                    None => Op::AlterTopicConfigs(vec![alter]),
+                    Some(c) => Op::AlterTopicConfigs(vec![TopicToAlter { topic: alter, settings: c.clone() }]),
+                    None => Op::AlterTopicConfigs(vec![alter.into()]),
                 }
             }
             TOp::Retention { budget, producer_expiration_ms, fenced_object_retention_ms } => Op::EnforceRetention {
@@ -633,7 +633,7 @@ impl Driver {
                 if c.transactional.is_empty() {
                     Op::CommitFile(c.file)
                 } else {
-                    Op::CommitFilesV2(vec![c])
+                    Op::CommitFiles(vec![c])
                 }
             }
             TOp::DeleteRecords { parts, budget } => Op::DeleteRecords {
@@ -753,24 +753,20 @@ impl Driver {
                 if c.transactional.is_empty() {
                     Op::CommitFile(c.file)
                 } else {
-                    Op::CommitFilesV2(vec![c])
+                    Op::CommitFiles(vec![c])
                 }
             }
             TOp::CommitMany(files) => {
                 // Several files in one entry, as the leader gathers concurrent commits.
                 let mut pending = BTreeMap::new();
-                let files: Vec<CommitFileV2> = files
+                let files: Vec<FileToCommit> = files
                     .iter()
                     .map(|(b, slack, reuse, owners)| {
                         let c = self.commit_file(now, b, slack, reuse, *owners, model, &mut pending);
                         self.sent(c)
                     })
                     .collect();
-                if files.iter().all(|f| f.transactional.is_empty()) {
-                    Op::CommitFiles(files.into_iter().map(|f| f.file).collect())
-                } else {
-                    Op::CommitFilesV2(files)
-                }
+                Op::CommitFiles(files)
             }
             TOp::EndTxn { producer, commit, epoch, extra } => {
                 let pid = 1000 + i64::from(*producer);

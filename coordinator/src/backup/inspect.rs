@@ -11,7 +11,6 @@ use std::path::Path;
 use anyhow::Context;
 use serde_json::json;
 
-use crate::raft::identity;
 use crate::state_machine::keys::{self as sk, Keys};
 use crate::state_machine::records::{
     BatchRecord, FencedRecord, FileRecord, PartitionRecord, ProducerRecord, TopicRecord,
@@ -29,7 +28,7 @@ pub fn inspect(data_dir: &Path, keys: bool, out: &mut dyn Write) -> anyhow::Resu
     );
     let db = Db::open(&rocksdb)
         .with_context(|| format!("open {} (is the node still running? stop it first)", rocksdb.display()))?;
-    let id = identity::read_record(&db)?.context("the data directory has no identity record")?;
+    let id = crate::raft::placement::read_identity(&db)?.context("the data directory has no identity record")?;
     let n = id.num_metadata_partitions;
     let log_dir = crate::raft::home::DataDir::log_path(data_dir);
     let log = crate::raft::seglog::SegLog::open_read_only(&log_dir)
@@ -215,7 +214,7 @@ mod tests {
             operation: 3,
             permission: 3,
         };
-        let line = key_line(0, &keys.acl(&b), &codec::encode(&b).unwrap());
+        let line = key_line(0, &crate::state_machine::acls::acl_key(&keys, &b), &codec::encode(&b).unwrap());
         assert_eq!(line["table"], "acls");
         assert_eq!(line["value"]["principal"], "User:alice");
     }

@@ -172,12 +172,8 @@ fn build(
 ) -> anyhow::Result<Vec<RestoredPartition>> {
     let n = backup.header.num_metadata_partitions;
     let db = Db::open(&dir.join("rocksdb")).with_context(|| format!("create RocksDB in {}", dir.display()))?;
-    identity::create_restored(
-        &db,
-        req.node_id,
-        (0..n).map(|g| new.incarnation(req.node_id, g)).collect(),
-        new.cluster_id(),
-    )?;
+    let incarnations: Vec<u64> = (0..n).map(|g| new.incarnation(req.node_id, g)).collect();
+    crate::raft::placement::create_restored(&db, req.node_id, &incarnations, new.cluster_id())?;
     let mut out = vec![];
     backup.for_each_section(&mut |p, at, r| {
         let g = p.metadata_partition;

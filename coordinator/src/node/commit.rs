@@ -1,6 +1,6 @@
 //! Commits gathered into shared log entries (group commit at the state machine's level): a file's
 //! commit on a metadata partition waits in that partition's queue, and one task per partition
-//! proposes whatever is queued as one `CommitFilesV2` entry, at most `COMMIT_ENTRIES_IN_FLIGHT`
+//! proposes whatever is queued as one `CommitFiles` entry, at most `COMMIT_ENTRIES_IN_FLIGHT`
 //! entries at once, so the per-entry costs (replication, fsync acknowledgements, apply
 //! bookkeeping) are shared under load while a lone commit is proposed at once.
 //!
@@ -12,14 +12,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Node, RouteError};
-use crate::state_machine::{CommitFileV2, CommittedBatch, Failure, Op, Outcome};
+use crate::state_machine::{CommittedBatch, Failure, FileToCommit, Op, Outcome};
 
 /// The result of one file's commit: per batch, and the log index it was applied at.
 pub type CommitResult = Result<(Vec<Result<CommittedBatch, Failure>>, u64), RouteError>;
 
 /// A commit waiting in its metadata partition's queue.
 pub(super) struct PendingCommit {
-    file: CommitFileV2,
+    file: FileToCommit,
     reply: tokio::sync::oneshot::Sender<CommitResult>,
 }
 
@@ -32,7 +32,7 @@ impl Node {
     /// Commits one file on `g` (this node must lead it), gathered with the partition's concurrent
     /// commits (see the module's documentation). Answers once applied, or "timed out" at
     /// `timeout` (after which the commit can no longer apply).
-    pub async fn commit(&self, g: u32, mut file: CommitFileV2, timeout: Duration) -> CommitResult {
+    pub async fn commit(&self, g: u32, mut file: FileToCommit, timeout: Duration) -> CommitResult {
         let mp = self.partition(g)?;
         // Past this the state machine refuses the commit: once the caller has been told "timed
         // out", the commit cannot apply later (the broker's cleaners rely on it).
@@ -76,8 +76,8 @@ pub(super) async fn gather_commits(
         }
         let Some(node) = node.upgrade() else { return };
         tokio::spawn(async move {
-            let files: Vec<CommitFileV2> = batch.iter().map(|p| p.file.clone()).collect();
-            let r = node.propose(g, Op::CommitFilesV2(files), Duration::from_secs(30)).await;
+            let files: Vec<FileToCommit> = batch.iter().map(|p| p.file.clone()).collect();
+            let r = node.propose(g, Op::CommitFiles(files), Duration::from_secs(30)).await;
             drop(permit);
             match r {
                 Ok((Outcome::CommitFiles(outs), index)) if outs.len() == batch.len() => {

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use super::{Node, RouteError, CHANGE_TIMEOUT};
 use crate::raft::NodeId;
 use crate::state_machine::{
-    AclBinding, AclFilter, BrokerRecord, CommitFile, CommitFileV2, Failure, FileState, FileToDelete, GroupRecord,
+    AclBinding, AclFilter, BrokerRecord, Failure, FileState, FileToCommit, FileToDelete, GroupRecord,
     OffsetAndTimestamp, OffsetRecord, Op, Outcome, ProducerDescription, ShareStateRecord, TopicInfo, TopicPartition,
     TxnRecord,
 };
@@ -66,11 +66,9 @@ pub enum Hop {
 pub enum Write {
     /// One log entry of its own ([`Node::propose`]).
     Propose(Op),
-    /// A file's part, gathered with the partition's concurrent commits ([`Node::commit`]); answered
-    /// as [`Outcome::CommitFile`].
-    Commit(CommitFile),
-    /// [`Write::Commit`] with each batch's transactional flag.
-    CommitV2(CommitFileV2),
+    /// A file's part with each batch's transactional flag, gathered with the partition's
+    /// concurrent commits ([`Node::commit`]); answered as [`Outcome::CommitFile`].
+    Commit(FileToCommit),
 }
 
 /// A strict read, served by a metadata partition's leader once it may serve linearizable reads
@@ -346,10 +344,6 @@ impl Node {
                 Ok(Served::Written(outcome, index))
             }
             Routed::Write(Write::Commit(file)) => {
-                let (rs, index) = self.commit(g, file.into(), timeout).await?;
-                Ok(Served::Written(Outcome::CommitFile(rs), index))
-            }
-            Routed::Write(Write::CommitV2(file)) => {
                 let (rs, index) = self.commit(g, file, timeout).await?;
                 Ok(Served::Written(Outcome::CommitFile(rs), index))
             }

@@ -23,11 +23,7 @@ use super::LogSyncer;
 use crate::storage::Db;
 
 /// A directory id (KIP-858's directory UUID), drawn when the directory is first used.
-pub type DirId = [u8; 16];
-
-pub fn dir_id_hex(id: &DirId) -> String {
-    uuid::Uuid::from_bytes(*id).to_string()
-}
+pub use super::placement::{dir_id_hex, DirId};
 
 /// One data directory of this node, opened.
 pub struct DataDir {

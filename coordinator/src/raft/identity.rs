@@ -21,31 +21,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use anyhow::Context;
 use diskless_proto::internal::Addressee;
-use serde::{Deserialize, Serialize};
 
 use super::NodeId;
-use crate::storage::{codec, Db, Family, WriteBatch};
+use crate::storage::{codec, Db};
 
-/// Where the first format's identity record lives (outside every metadata partition's key range);
-/// the restore still writes it, and a node converts it at start (`raft::placement`).
-const IDENTITY_KEY: &[u8] = super::placement::LEGACY_IDENTITY_KEY;
-/// The first format (which a restore still writes; see [`IDENTITY_KEY`]).
-const FORMAT: u32 = 1;
-
-/// A cluster id: 16 bytes, derived from the bootstrap membership.
-pub type ClusterId = [u8; 16];
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Record {
-    format: u32,
-    node_id: NodeId,
-    num_metadata_partitions: u32,
-    /// One per metadata partition.
-    incarnations: Vec<u64>,
-    cluster_id: Option<ClusterId>,
-}
+pub use super::placement::{cluster_id_hex, ClusterId};
 
 /// This node's identity, loaded from its data directories.
 pub struct Identity {
@@ -75,10 +56,6 @@ pub enum Refusal {
     NoAddressee,
     #[error("there is no metadata partition {0}")]
     UnknownPartition(u32),
-}
-
-pub fn cluster_id_hex(id: &ClusterId) -> String {
-    id.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Identity {
@@ -193,70 +170,6 @@ impl Identity {
             tracing::warn!("refusing Raft messages or forwarded requests: {e}");
         }
     }
-}
-
-/// A data directory's identity record as it is stored (for inspection).
-#[derive(Debug, Clone, Serialize)]
-pub struct IdentityRecord {
-    pub format: u32,
-    pub node_id: NodeId,
-    pub num_metadata_partitions: u32,
-    pub incarnations: Vec<u64>,
-    pub cluster_id: Option<String>,
-}
-
-/// Reads the identity record of a data directory, if it has one (offline tools): the incarnations
-/// of the replicas it holds as current (0 for the others).
-pub fn read_record(db: &Db) -> anyhow::Result<Option<IdentityRecord>> {
-    if let Some(r) = super::placement::read_dir_record(db)? {
-        let mut incarnations = vec![];
-        for g in 0..r.num_metadata_partitions {
-            incarnations.push(match super::placement::read_placement(db, g)? {
-                Some(p) if p.role == super::placement::Role::Current => p.incarnation,
-                _ => 0,
-            });
-        }
-        return Ok(Some(IdentityRecord {
-            format: r.format,
-            node_id: r.node_id,
-            num_metadata_partitions: r.num_metadata_partitions,
-            incarnations,
-            cluster_id: r.cluster_id.as_ref().map(cluster_id_hex),
-        }));
-    }
-    let Some(v) = db.get(Family::Raft, IDENTITY_KEY)? else { return Ok(None) };
-    let r: Record = codec::decode(IDENTITY_KEY, &v)?;
-    Ok(Some(IdentityRecord {
-        format: r.format,
-        node_id: r.node_id,
-        num_metadata_partitions: r.num_metadata_partitions,
-        incarnations: r.incarnations,
-        cluster_id: r.cluster_id.as_ref().map(cluster_id_hex),
-    }))
-}
-
-/// Writes the identity of a data directory built offline for a new cluster (a restore from a
-/// backup): the incarnations and cluster id the restore derived, synced. Refuses a directory
-/// that already has an identity. The incarnations must be new (never those of another
-/// directory): see the module docs.
-pub fn create_restored(db: &Db, node_id: NodeId, incarnations: Vec<u64>, cluster_id: ClusterId) -> anyhow::Result<()> {
-    anyhow::ensure!(db.get(Family::Raft, IDENTITY_KEY)?.is_none(), "the data directory has an identity already");
-    anyhow::ensure!(incarnations.iter().all(|i| *i != 0), "a replica incarnation is never 0");
-    let r = Record {
-        format: FORMAT,
-        node_id,
-        num_metadata_partitions: incarnations.len() as u32,
-        incarnations,
-        cluster_id: Some(cluster_id),
-    };
-    write(db, &r)
-}
-
-fn write(db: &Db, r: &Record) -> anyhow::Result<()> {
-    let mut b = WriteBatch::default();
-    db.batch_put(&mut b, Family::Raft, IDENTITY_KEY, &codec::encode(r)?);
-    db.write(b, true).context("write the data directory's identity")?;
-    Ok(())
 }
 
 /// A new replica incarnation: random, never 0.

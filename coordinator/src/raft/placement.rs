@@ -8,8 +8,8 @@
 //! completed move increments, naming the directory it came from. A crash at any point of a move
 //! leaves records from which exactly one current replica follows (`node::dirs` decides).
 //!
-//! It also reads the first format's single-directory record (node id, incarnations, cluster id) and
-//! turns it into this one: every metadata partition current in that directory, same incarnations.
+//! It also writes a restored directory's records (`backup`), and holds the ids both kinds of record
+//! name (directory, cluster). A directory of an earlier format is refused, never converted.
 //!
 //! It must not decide where replicas go (`node::dirs`) nor check Raft messages (`raft::identity`).
 
@@ -18,13 +18,26 @@ use std::collections::BTreeMap;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use super::home::{dir_id_hex, DirId};
-use super::identity::{cluster_id_hex, ClusterId};
 use super::NodeId;
 use crate::storage::{codec, Db, Family, WriteBatch};
 
-/// The first format's record (one directory, every replica in it).
-pub(super) const LEGACY_IDENTITY_KEY: &[u8] = b"\xff\xff\xff\xffidentity";
+/// A data directory's id: 16 random bytes drawn when it is created.
+pub type DirId = [u8; 16];
+
+pub fn dir_id_hex(id: &DirId) -> String {
+    uuid::Uuid::from_bytes(*id).to_string()
+}
+
+/// A cluster id: 16 bytes, derived from the bootstrap membership.
+pub type ClusterId = [u8; 16];
+
+pub fn cluster_id_hex(id: &ClusterId) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Where the identity record of format 1 (an earlier release) was: a directory holding it is
+/// refused.
+const FIRST_FORMAT_KEY: &[u8] = b"\xff\xff\xff\xffidentity";
 /// Set once the directory's Raft log (`seglog`) exists: a log found missing later is damage.
 const LOG_KEY: &[u8] = b"\xff\xff\xff\xffraft-log";
 /// This format's directory record.
@@ -32,10 +45,11 @@ const DIR_KEY: &[u8] = b"\xff\xff\xff\xffdirectory";
 /// Placement records: this prefix, then the metadata partition (4 bytes, big-endian). Outside every
 /// metadata partition's key range, so copying a metadata partition's keys never copies them.
 const PLACEMENT_PREFIX: &[u8] = b"\xff\xff\xff\xfeplace";
-/// 3: the records of this release (a consumer group's version among them). A directory of format
-/// 2 was written by an earlier release, whose records this one does not read (docs/operations.md,
+/// 4: the records and Raft entries of this release (a consumer group's version among them; one
+/// operation per kind of change, the earlier forms gone). A directory of an earlier format was
+/// written by an earlier build, whose entries this one does not read (docs/operations.md,
 /// "Upgrades").
-const FORMAT: u32 = 3;
+const FORMAT: u32 = 4;
 
 /// The directory record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,16 +79,6 @@ pub struct Placement {
     pub generation: u64,
     /// The directory a moved replica came from.
     pub moved_from: Option<DirId>,
-}
-
-/// The record of the first format (kept to read old directories).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct LegacyRecord {
-    format: u32,
-    node_id: NodeId,
-    num_metadata_partitions: u32,
-    incarnations: Vec<u64>,
-    cluster_id: Option<ClusterId>,
 }
 
 fn placement_key(g: u32) -> Vec<u8> {
@@ -113,21 +117,24 @@ pub fn open_dir(
             );
             r
         }
-        None => match db.get(Family::Raft, LEGACY_IDENTITY_KEY)? {
-            Some(v) => convert_legacy(db, path, &v)?,
-            None => {
-                let r = DirRecord {
-                    format: FORMAT,
-                    dir_id: *uuid::Uuid::new_v4().as_bytes(),
-                    node_id,
-                    num_metadata_partitions: num_partitions,
-                    cluster_id: cluster,
-                };
-                write_record(db, &r)?;
-                tracing::info!(dir = %path.display(), id = %dir_id_hex(&r.dir_id), "new data directory");
-                r
-            }
-        },
+        None => {
+            anyhow::ensure!(
+                db.get(Family::Raft, FIRST_FORMAT_KEY)?.is_none(),
+                "data directory {} has format 1, this release reads format {FORMAT} (a directory of an earlier \
+                 release is not read: see \"Upgrades\" in docs/operations.md)",
+                path.display()
+            );
+            let r = DirRecord {
+                format: FORMAT,
+                dir_id: *uuid::Uuid::new_v4().as_bytes(),
+                node_id,
+                num_metadata_partitions: num_partitions,
+                cluster_id: cluster,
+            };
+            write_record(db, &r)?;
+            tracing::info!(dir = %path.display(), id = %dir_id_hex(&r.dir_id), "new data directory");
+            r
+        }
     };
     anyhow::ensure!(
         record.node_id == node_id && record.num_metadata_partitions == num_partitions,
@@ -157,29 +164,57 @@ pub fn open_dir(
     Ok(DirState { record, placements })
 }
 
-/// The first format's directory holds every replica as current: records saying so replace it,
-/// in one synced write.
-fn convert_legacy(db: &Db, path: &std::path::Path, v: &[u8]) -> anyhow::Result<DirRecord> {
-    let old: LegacyRecord = codec::decode(LEGACY_IDENTITY_KEY, v)
-        .with_context(|| format!("read the first-format identity of {}", path.display()))?;
-    anyhow::ensure!(old.format == 1, "data directory {} has an unknown format {}", path.display(), old.format);
+/// Writes the identity of a data directory built offline for a new cluster (a restore from a
+/// backup): its record and every replica as current with the incarnation the restore derived,
+/// in one synced write. Refuses a directory that already has an identity. The incarnations must
+/// be new (never those of another directory): see `raft::identity`.
+pub fn create_restored(db: &Db, node_id: NodeId, incarnations: &[u64], cluster_id: ClusterId) -> anyhow::Result<()> {
+    anyhow::ensure!(db.get(Family::Raft, DIR_KEY)?.is_none(), "the data directory has an identity already");
+    anyhow::ensure!(incarnations.iter().all(|i| *i != 0), "a replica incarnation is never 0");
     let r = DirRecord {
         format: FORMAT,
         dir_id: *uuid::Uuid::new_v4().as_bytes(),
-        node_id: old.node_id,
-        num_metadata_partitions: old.num_metadata_partitions,
-        cluster_id: old.cluster_id,
+        node_id,
+        num_metadata_partitions: incarnations.len() as u32,
+        cluster_id: Some(cluster_id),
     };
     let mut b = WriteBatch::default();
     db.batch_put(&mut b, Family::Raft, DIR_KEY, &codec::encode(&r)?);
-    for (g, inc) in old.incarnations.iter().enumerate() {
+    for (g, inc) in incarnations.iter().enumerate() {
         let p = Placement { role: Role::Current, incarnation: *inc, generation: 1, moved_from: None };
         db.batch_put(&mut b, Family::Raft, &placement_key(g as u32), &codec::encode(&p)?);
     }
-    db.batch_delete(&mut b, Family::Raft, LEGACY_IDENTITY_KEY);
-    db.write(b, true).context("convert the data directory's identity")?;
-    tracing::info!(dir = %path.display(), "data directory converted to the multi-directory format");
-    Ok(r)
+    db.write(b, true).context("write the restored data directory's identity")
+}
+
+/// A data directory's identity as it is stored (for inspection): the incarnations of the
+/// replicas it holds as current (0 for the others).
+#[derive(Debug, Clone, Serialize)]
+pub struct IdentityRecord {
+    pub format: u32,
+    pub node_id: NodeId,
+    pub num_metadata_partitions: u32,
+    pub incarnations: Vec<u64>,
+    pub cluster_id: Option<String>,
+}
+
+/// Reads the identity of a data directory, if it has one (offline tools).
+pub fn read_identity(db: &Db) -> anyhow::Result<Option<IdentityRecord>> {
+    let Some(r) = read_dir_record(db)? else { return Ok(None) };
+    let mut incarnations = vec![];
+    for g in 0..r.num_metadata_partitions {
+        incarnations.push(match read_placement(db, g)? {
+            Some(p) if p.role == Role::Current => p.incarnation,
+            _ => 0,
+        });
+    }
+    Ok(Some(IdentityRecord {
+        format: r.format,
+        node_id: r.node_id,
+        num_metadata_partitions: r.num_metadata_partitions,
+        incarnations,
+        cluster_id: r.cluster_id.as_ref().map(cluster_id_hex),
+    }))
 }
 
 fn write_record(db: &Db, r: &DirRecord) -> anyhow::Result<()> {
@@ -293,23 +328,23 @@ mod tests {
     }
 
     #[test]
-    fn a_first_format_directory_keeps_its_replicas_and_incarnations() {
+    fn a_first_format_directory_is_refused_and_a_restored_one_holds_its_replicas_as_current() {
         let dir = tempfile::tempdir().unwrap();
         let db = Db::open(&dir.path().join("rocksdb")).unwrap();
-        let old = LegacyRecord {
-            format: 1,
-            node_id: 3,
-            num_metadata_partitions: 2,
-            incarnations: vec![11, 12],
-            cluster_id: Some([5; 16]),
-        };
         let mut b = WriteBatch::default();
-        db.batch_put(&mut b, Family::Raft, LEGACY_IDENTITY_KEY, &codec::encode(&old).unwrap());
+        db.batch_put(&mut b, Family::Raft, FIRST_FORMAT_KEY, b"an earlier release's record");
         db.write(b, true).unwrap();
-        let s = open_dir(&db, dir.path(), 3, 2, None).unwrap();
-        assert_eq!(s.record.cluster_id, Some([5; 16]));
+        let e = open_dir(&db, dir.path(), 3, 2, None).unwrap_err();
+        assert!(e.to_string().contains("has format 1"), "{e}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("rocksdb")).unwrap();
+        create_restored(&db, 3, &[11, 12], [5; 16]).unwrap();
+        assert!(create_restored(&db, 3, &[13, 14], [5; 16]).is_err(), "an identity is never overwritten");
+        let s = open_dir(&db, dir.path(), 3, 2, Some([5; 16])).unwrap();
         assert_eq!(s.placements[&1].incarnation, 12);
         assert!(s.placements.values().all(|p| p.role == Role::Current));
-        assert!(db.get(Family::Raft, LEGACY_IDENTITY_KEY).unwrap().is_none());
+        let id = read_identity(&db).unwrap().unwrap();
+        assert_eq!((id.node_id, id.incarnations, id.format), (3, vec![11, 12], FORMAT));
     }
 }

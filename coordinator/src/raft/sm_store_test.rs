@@ -26,7 +26,7 @@ fn create(index: u64) -> Entry {
         retention_ms: None,
         retention_bytes: None,
     };
-    entry(index, Op::CreatePartitions(vec![topic]))
+    entry(index, Op::CreatePartitions(vec![topic.into()]))
 }
 
 /// A file of one batch of 10 records on partition `t`-0.

@@ -30,7 +30,7 @@ use uuid::Uuid;
 use super::coordinator::CoordinatorApi;
 use crate::node::{Node, DELETE_BUDGET};
 use crate::state_machine::topic_settings::parse_timestamp_type;
-use crate::state_machine::{AlterTopic, AlterTopicV2, CreateTopic, CreateTopicV2, Op, TopicInfo, TopicSettings};
+use crate::state_machine::{AlterTopic, CreateTopic, Op, TopicInfo, TopicSettings, TopicToAlter, TopicToCreate};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -88,13 +88,13 @@ async fn reconcile(node: &Arc<Node>, api: &CoordinatorApi, g: u32) -> anyhow::Re
                     || Some(have.retention_bytes) != retention_bytes
                     || have.settings != settings
                 {
-                    alter.push(AlterTopicV2 {
+                    alter.push(TopicToAlter {
                         topic: AlterTopic { topic_id: id, retention_ms, retention_bytes },
                         settings: settings.as_changes(),
                     });
                 }
             }
-            _ => create.push(CreateTopicV2 {
+            _ => create.push(TopicToCreate {
                 topic: CreateTopic {
                     topic_id: id,
                     name: t.name,
@@ -113,8 +113,8 @@ async fn reconcile(node: &Arc<Node>, api: &CoordinatorApi, g: u32) -> anyhow::Re
             "deleted",
             (!delete.is_empty()).then(|| Op::DeleteTopics { topic_ids: delete.clone(), budget: DELETE_BUDGET }),
         ),
-        ("created", (!create.is_empty()).then(|| Op::CreatePartitionsV2(create.clone()))),
-        ("altered", (!alter.is_empty()).then(|| Op::AlterTopicConfigsV2(alter.clone()))),
+        ("created", (!create.is_empty()).then(|| Op::CreatePartitions(create.clone()))),
+        ("altered", (!alter.is_empty()).then(|| Op::AlterTopicConfigs(alter.clone()))),
     ] {
         let Some(op) = op else { continue };
         let (outcome, _) = node.propose(g, op, TIMEOUT).await?;

@@ -14,7 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::command::{ErrorCode, Failure};
+use super::failure::{ErrorCode, Failure};
 use super::keys::{self, Keys};
 use super::{tables, StateMachine};
 use crate::storage::{KvRead, StorageError, Txn};
@@ -226,7 +226,7 @@ pub fn create(
     for b in bindings {
         let r = validate_binding(b);
         if r.is_ok() {
-            tables::put(txn, sm.keys.acl(b), b)?;
+            tables::put(txn, acl_key(&sm.keys, b), b)?;
         }
         out.push(r);
     }
@@ -257,7 +257,7 @@ pub fn delete(
         return Ok(vec![Err(f); filters.len()]);
     }
     for b in &removed {
-        txn.delete(sm.keys.acl(b));
+        txn.delete(acl_key(&sm.keys, b));
     }
     Ok(out)
 }
@@ -284,4 +284,13 @@ fn list(view: &dyn KvRead, keys: &Keys) -> Result<Vec<AclBinding>, StorageError>
     })?;
     out.sort_unstable();
     Ok(out)
+}
+
+/// Where binding `b` is kept.
+pub fn acl_key(keys: &Keys, b: &AclBinding) -> Vec<u8> {
+    keys.acl(
+        [b.resource_type as u8, b.pattern_type as u8],
+        [&b.resource_name, &b.principal, &b.host],
+        [b.operation as u8, b.permission as u8],
+    )
 }

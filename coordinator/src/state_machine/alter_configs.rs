@@ -3,7 +3,7 @@
 
 use uuid::Uuid;
 
-use super::command::{AlterTopicV2, ErrorCode, Failure};
+use super::command::{ErrorCode, Failure, TopicToAlter};
 use super::create_partitions::validate_retention;
 use super::{tables, topic_settings, StateMachine};
 use crate::storage::{StorageError, Txn};
@@ -11,10 +11,10 @@ use crate::storage::{StorageError, Txn};
 pub fn apply(
     sm: &StateMachine,
     txn: &mut Txn<'_>,
-    topics: &[AlterTopicV2],
+    topics: &[TopicToAlter],
 ) -> Result<Vec<(Uuid, Result<(), Failure>)>, StorageError> {
     let mut out = Vec::with_capacity(topics.len());
-    for AlterTopicV2 { topic: a, settings: changes } in topics {
+    for TopicToAlter { topic: a, settings: changes } in topics {
         let Some(mut t) = tables::topic(txn, &sm.keys, &a.topic_id)? else {
             out.push((
                 a.topic_id,

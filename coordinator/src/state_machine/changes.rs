@@ -80,11 +80,6 @@ pub fn changes(cmd: &Command, outcome: &Outcome) -> Changes {
         (Op::CommitFile(file), Outcome::CommitFile(results)) => committed(&mut by_tp, &mut batches, file, &[], results),
         (Op::CommitFiles(files), Outcome::CommitFiles(per_file)) => {
             for (file, results) in files.iter().zip(per_file) {
-                committed(&mut by_tp, &mut batches, file, &[], results);
-            }
-        }
-        (Op::CommitFilesV2(files), Outcome::CommitFiles(per_file)) => {
-            for (file, results) in files.iter().zip(per_file) {
                 committed(&mut by_tp, &mut batches, &file.file, &file.transactional, results);
             }
         }
@@ -248,12 +243,12 @@ mod tests {
             c.batches.iter().map(|b| (b.tp.partition, b.base_offset, b.last_offset, &*b.object_key)).collect();
         assert_eq!(coords, vec![(0, 10, 12, "k"), (1, 0, 4, "k"), (0, 13, 14, "k")]);
         assert!(c.batches.iter().all(|b| b.log_append_time == 1 && b.byte_size == 100 && !b.transactional));
-        // The same as CommitFilesV2 with the second batch transactional: announced as such.
+        // The same as CommitFiles with the second batch transactional: announced as such.
         let Op::CommitFile(file) = cmd.op else { unreachable!() };
         let flags = vec![false, true, false, false, false];
         let v2 = Command {
             now_ms: 1,
-            op: Op::CommitFilesV2(vec![crate::state_machine::CommitFileV2 {
+            op: Op::CommitFiles(vec![crate::state_machine::FileToCommit {
                 file,
                 transactional: flags,
                 txn_numbers: vec![],

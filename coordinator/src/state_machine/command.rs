@@ -14,10 +14,10 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::acls::{AclBinding, AclFilter};
+pub use super::failure::{ErrorCode, Failure};
 use super::keys::TopicPartition;
 use super::records::{GroupRecord, ShareStateRecord, TxnRecord};
 use super::topic_settings::{SettingChange, TopicSettings};
-pub use diskless_proto::ErrorCode;
 
 /// A command, stamped by the proposer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,16 +30,12 @@ pub struct Command {
 /// The operations, in KIP-1164's words.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Op {
-    /// DisklessCreatePartitions (each metadata partition creates the partitions it owns).
-    CreatePartitions(Vec<CreateTopic>),
     /// DisklessDeleteTopics.
     DeleteTopics { topic_ids: Vec<Uuid>, budget: u32 },
     /// DisklessCommitFile: the part of one file's batches this metadata partition owns.
     CommitFile(CommitFile),
     /// DisklessDeleteRecords.
     DeleteRecords { partitions: Vec<DeleteRecordsPartition>, budget: u32 },
-    /// Alter retention settings of topics.
-    AlterTopicConfigs(Vec<AlterTopic>),
     /// The broker deleted these objects; forget them (each file record becomes a tombstone, so a
     /// late repeat of its commit is refused).
     ConfirmFilesDeleted { object_keys: Vec<String> },
@@ -51,9 +47,6 @@ pub enum Op {
     EnforceRetention { budget: u32, producer_expiration_ms: i64, fenced_object_retention_ms: i64 },
     /// Does nothing; lets a new leader commit an entry of its term, and tests probe the log.
     Noop,
-    /// Several DisklessCommitFile requests in one log entry, applied one after the other exactly
-    /// as separate entries would be (the leader gathers concurrent commits: group commit).
-    CommitFiles(Vec<CommitFile>),
     /// Hand a broker the next `count` producer ids (Kafka's AllocateProducerIds, KIP-730): ids are
     /// unique across brokers and restarts because one counter, in metadata partition 0, gives them.
     AllocateProducerIds { broker_id: i32, count: u32 },
@@ -83,20 +76,20 @@ pub enum Op {
     BrokerHeartbeat { broker_id: i32, incarnation: u64, lease_ms: i64 },
     /// A broker shutting down cleanly gives its id back.
     UnregisterBroker { broker_id: i32, incarnation: u64 },
-    /// DisklessCreatePartitions with the settings the brokers enforce (`topic_settings`), which a
-    /// new topic takes (an existing one keeps its own). Proposed instead of `CreatePartitions`,
-    /// which older log entries hold.
-    CreatePartitionsV2(Vec<CreateTopicV2>),
-    /// AlterTopicConfigs of retention and of the settings the brokers enforce. Proposed instead of
-    /// `AlterTopicConfigs`, which older log entries hold.
-    AlterTopicConfigsV2(Vec<AlterTopicV2>),
+    /// DisklessCreatePartitions (each metadata partition creates the partitions it owns), with
+    /// the settings the brokers enforce (`topic_settings`), which a new topic takes (an existing
+    /// one keeps its own).
+    CreatePartitions(Vec<TopicToCreate>),
+    /// AlterTopicConfigs of retention and of the settings the brokers enforce.
+    AlterTopicConfigs(Vec<TopicToAlter>),
     /// CreateAcls (metadata partition 0 only).
     CreateAcls(Vec<AclBinding>),
     /// DeleteAcls (metadata partition 0 only).
     DeleteAcls(Vec<AclFilter>),
-    /// `CommitFiles` whose batches may be transactional; answered as `Outcome::CommitFiles`.
-    /// Proposed instead of `CommitFiles`, which older log entries hold.
-    CommitFilesV2(Vec<CommitFileV2>),
+    /// Several DisklessCommitFile requests in one log entry, applied one after the other exactly
+    /// as separate entries would be (the leader gathers concurrent commits: group commit); their
+    /// batches may be transactional.
+    CommitFiles(Vec<FileToCommit>),
     /// DisklessEndTransaction: a COMMIT or ABORT marker for a producer's transaction on each
     /// partition named (see `partition_txns`).
     EndTransaction(Vec<TxnMarker>),
@@ -118,7 +111,7 @@ pub enum Op {
 
 /// A file's commit whose batches may be transactional.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CommitFileV2 {
+pub struct FileToCommit {
     pub file: CommitFile,
     /// Per batch, in order: whether it is transactional. Empty: none is.
     pub transactional: Vec<bool>,
@@ -127,9 +120,9 @@ pub struct CommitFileV2 {
     pub txn_numbers: Vec<u64>,
 }
 
-impl From<CommitFile> for CommitFileV2 {
+impl From<CommitFile> for FileToCommit {
     fn from(file: CommitFile) -> Self {
-        CommitFileV2 { file, transactional: vec![], txn_numbers: vec![] }
+        FileToCommit { file, transactional: vec![], txn_numbers: vec![] }
     }
 }
 
@@ -159,14 +152,6 @@ pub struct RegisterBroker {
     pub lease_ms: i64,
     /// Every Kafka listener by name (empty: one listener, `host` and `port`).
     pub listeners: Vec<NamedListener>,
-}
-
-/// A broker's named Kafka listener and the address it advertises.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NamedListener {
-    pub name: String,
-    pub host: String,
-    pub port: i32,
 }
 
 /// An OffsetCommit for one group.
@@ -211,16 +196,30 @@ pub struct AlterTopic {
 
 /// A topic to create (or grow) with the settings a new topic takes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CreateTopicV2 {
+pub struct TopicToCreate {
     pub topic: CreateTopic,
     pub settings: TopicSettings,
 }
 
 /// A topic's retention (the fields given change) and settings (the changes given, in order).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AlterTopicV2 {
+pub struct TopicToAlter {
     pub topic: AlterTopic,
     pub settings: Vec<SettingChange>,
+}
+
+impl From<CreateTopic> for TopicToCreate {
+    /// A topic with the default settings.
+    fn from(topic: CreateTopic) -> Self {
+        TopicToCreate { topic, settings: TopicSettings::default() }
+    }
+}
+
+impl From<AlterTopic> for TopicToAlter {
+    /// A change of retention only.
+    fn from(topic: AlterTopic) -> Self {
+        TopicToAlter { topic, settings: vec![] }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -265,31 +264,7 @@ pub struct CommitBatch {
     pub last_sequence: i32,
 }
 
-/// Record batch format v2, the only one diskless topics store.
-pub const MAGIC_V2: i8 = 2;
-
-/// Timestamp types of a record batch.
-pub const TIMESTAMP_CREATE_TIME: i8 = 0;
-pub const TIMESTAMP_LOG_APPEND_TIME: i8 = 1;
-
-/// A Kafka error with its message, for one item of a request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Failure {
-    pub code: ErrorCode,
-    pub message: String,
-}
-
-impl Failure {
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> Failure {
-        Failure { code, message: message.into() }
-    }
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.code, self.message)
-    }
-}
+pub use super::records::{NamedListener, MAGIC_V2, TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME};
 
 /// What applying a command answered.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -394,15 +369,13 @@ impl std::fmt::Display for Command {
             Op::DeleteRecords { partitions, .. } => {
                 return write!(f, "DeleteRecords({} partitions) at {}", partitions.len(), self.now_ms)
             }
-            Op::AlterTopicConfigs(_) | Op::AlterTopicConfigsV2(_) => "AlterTopicConfigs",
-            Op::CreatePartitionsV2(t) => return write!(f, "CreatePartitions({} topics) at {}", t.len(), self.now_ms),
+            Op::AlterTopicConfigs(_) => "AlterTopicConfigs",
             Op::CreateAcls(b) => return write!(f, "CreateAcls({}) at {}", b.len(), self.now_ms),
             Op::DeleteAcls(d) => return write!(f, "DeleteAcls({} filters) at {}", d.len(), self.now_ms),
             Op::ConfirmFilesDeleted { .. } => "ConfirmFilesDeleted",
             Op::EnforceRetention { .. } => "EnforceRetention",
             Op::Noop => "Noop",
             Op::CommitFiles(files) => return write!(f, "CommitFiles({} files) at {}", files.len(), self.now_ms),
-            Op::CommitFilesV2(files) => return write!(f, "CommitFiles({} files) at {}", files.len(), self.now_ms),
             Op::EndTransaction(m) => return write!(f, "EndTransaction({} markers) at {}", m.len(), self.now_ms),
             Op::AllocateProducerIds { .. } => "AllocateProducerIds",
             Op::FenceObjects { object_keys } => {

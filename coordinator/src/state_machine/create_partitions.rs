@@ -7,7 +7,7 @@
 
 use uuid::Uuid;
 
-use super::command::{CreateTopic, CreateTopicV2, ErrorCode, Failure, DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_MS};
+use super::command::{CreateTopic, ErrorCode, Failure, TopicToCreate, DEFAULT_RETENTION_BYTES, DEFAULT_RETENTION_MS};
 use super::keys::TopicPartition;
 use super::records::{PartitionRecord, TopicRecord};
 use super::{tables, topic_settings, StateMachine};
@@ -19,7 +19,7 @@ pub const MAX_PARTITIONS: i32 = 100_000;
 pub fn apply(
     sm: &StateMachine,
     txn: &mut Txn<'_>,
-    topics: &[CreateTopicV2],
+    topics: &[TopicToCreate],
 ) -> Result<Vec<(Uuid, Result<(), Failure>)>, StorageError> {
     let mut out = Vec::with_capacity(topics.len());
     for t in topics {
@@ -28,7 +28,7 @@ pub fn apply(
     Ok(out)
 }
 
-fn create(sm: &StateMachine, txn: &mut Txn<'_>, v2: &CreateTopicV2) -> Result<Result<(), Failure>, StorageError> {
+fn create(sm: &StateMachine, txn: &mut Txn<'_>, v2: &TopicToCreate) -> Result<Result<(), Failure>, StorageError> {
     let t = &v2.topic;
     if let Err(f) = validate(t).and_then(|()| v2.settings.validate()) {
         return Ok(Err(f));

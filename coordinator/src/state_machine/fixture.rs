@@ -100,7 +100,8 @@ impl Fixture {
             num_partitions: partitions,
             retention_ms,
             retention_bytes,
-        }]);
+        }
+        .into()]);
         let Outcome::Topics(mut r) = self.apply(op) else { panic!("wrong outcome") };
         r.remove(0).1
     }
@@ -140,7 +141,7 @@ impl Fixture {
         self.commit(vec![b]).1.remove(0)
     }
 
-    /// Commits `batches` (each with its transactional flag) in a new file, as `CommitFilesV2`.
+    /// Commits `batches` (each with its transactional flag) in a new file, as `CommitFiles`.
     pub fn commit_txn(&mut self, batches: Vec<(CommitBatch, bool)>) -> Vec<Result<CommittedBatch, Failure>> {
         self.commit_numbered(batches.into_iter().map(|(b, t)| (b, t, 0)).collect())
     }
@@ -165,7 +166,7 @@ impl Fixture {
             batches: bs,
         };
         let Outcome::CommitFiles(mut r) =
-            self.apply(Op::CommitFilesV2(vec![CommitFileV2 { file, transactional: flags, txn_numbers }]))
+            self.apply(Op::CommitFiles(vec![FileToCommit { file, transactional: flags, txn_numbers }]))
         else {
             panic!("wrong outcome")
         };

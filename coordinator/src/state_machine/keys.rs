@@ -149,17 +149,17 @@ impl Keys {
         k
     }
 
-    /// An ACL binding (its fields were checked to fit: `acls::MAX_ACL_FIELD`).
-    pub fn acl(&self, b: &super::acls::AclBinding) -> Vec<u8> {
-        let strings = [&b.resource_name, &b.principal, &b.host];
+    /// An ACL binding: resource and pattern type, then resource name, principal and host, then
+    /// operation and permission (the strings were checked to fit: `acls::MAX_ACL_FIELD`).
+    pub fn acl(&self, types: [u8; 2], strings: [&str; 3], access: [u8; 2]) -> Vec<u8> {
         let mut k = self.start(ACL, 4 + strings.iter().map(|s| 2 + s.len()).sum::<usize>());
-        k.extend_from_slice(&[b.resource_type as u8, b.pattern_type as u8]);
+        k.extend_from_slice(&types);
         for s in strings {
             let len = u16::try_from(s.len()).unwrap_or(u16::MAX);
             k.extend_from_slice(&len.to_be_bytes());
             k.extend_from_slice(&s.as_bytes()[..usize::from(len)]);
         }
-        k.extend_from_slice(&[b.operation as u8, b.permission as u8]);
+        k.extend_from_slice(&access);
         k
     }
 

@@ -13,6 +13,7 @@
 
 pub mod changes;
 pub mod command;
+mod failure;
 pub mod keys;
 pub mod queries;
 pub mod records;
@@ -71,9 +72,9 @@ mod transactional_ids_test;
 
 pub use acls::{AclBinding, AclFilter, ACL_AUTHORITY, MAX_ACLS_PER_OP};
 pub use command::{
-    AlterTopic, AlterTopicV2, Command, CommitBatch, CommitFile, CommitFileV2, CommitOffsets, CommittedBatch,
-    CreateTopic, CreateTopicV2, DeleteRecordsPartition, ErrorCode, Failure, FenceAnswer, NamedListener, OffsetCommit,
-    Op, Outcome, ProducerIdBlock, RegisterBroker, RetentionReport, TxnMarker,
+    AlterTopic, Command, CommitBatch, CommitFile, CommitOffsets, CommittedBatch, CreateTopic, DeleteRecordsPartition,
+    ErrorCode, Failure, FenceAnswer, FileToCommit, NamedListener, OffsetCommit, Op, Outcome, ProducerIdBlock,
+    RegisterBroker, RetentionReport, TopicToAlter, TopicToCreate, TxnMarker,
 };
 pub use create_partitions::{validate_topic_name, MAX_PARTITIONS};
 pub use files::{FileState, FileToDelete, MAX_FILES_TO_DELETE};
@@ -158,26 +159,12 @@ impl StateMachine {
     pub fn apply(&self, txn: &mut Txn<'_>, cmd: &Command) -> Result<Outcome, StorageError> {
         let now = cmd.now_ms;
         Ok(match &cmd.op {
-            Op::CreatePartitions(topics) => {
-                let v2: Vec<CreateTopicV2> = topics
-                    .iter()
-                    .map(|t| CreateTopicV2 { topic: t.clone(), settings: TopicSettings::default() })
-                    .collect();
-                Outcome::Topics(create_partitions::apply(self, txn, &v2)?)
-            }
-            Op::CreatePartitionsV2(topics) => Outcome::Topics(create_partitions::apply(self, txn, topics)?),
+            Op::CreatePartitions(topics) => Outcome::Topics(create_partitions::apply(self, txn, topics)?),
             Op::DeleteTopics { topic_ids, budget } => {
                 Outcome::Topics(delete_topics::apply(self, txn, now, topic_ids, *budget)?)
             }
             Op::CommitFile(c) => Outcome::CommitFile(commit_file::apply(self, txn, now, c, &[], &[])?),
             Op::CommitFiles(files) => {
-                let mut out = Vec::with_capacity(files.len());
-                for c in files {
-                    out.push(commit_file::apply(self, txn, now, c, &[], &[])?);
-                }
-                Outcome::CommitFiles(out)
-            }
-            Op::CommitFilesV2(files) => {
                 let mut out = Vec::with_capacity(files.len());
                 for c in files {
                     out.push(commit_file::apply(self, txn, now, &c.file, &c.transactional, &c.txn_numbers)?);
@@ -200,12 +187,7 @@ impl StateMachine {
             Op::DeleteRecords { partitions, budget } => {
                 Outcome::DeleteRecords(delete_records::apply(self, txn, now, partitions, *budget)?)
             }
-            Op::AlterTopicConfigs(topics) => {
-                let v2: Vec<AlterTopicV2> =
-                    topics.iter().map(|t| AlterTopicV2 { topic: t.clone(), settings: vec![] }).collect();
-                Outcome::Topics(alter_configs::apply(self, txn, &v2)?)
-            }
-            Op::AlterTopicConfigsV2(topics) => Outcome::Topics(alter_configs::apply(self, txn, topics)?),
+            Op::AlterTopicConfigs(topics) => Outcome::Topics(alter_configs::apply(self, txn, topics)?),
             Op::CreateAcls(bindings) => Outcome::AclsCreated(acls::create(self, txn, bindings)?),
             Op::DeleteAcls(filters) => Outcome::AclsDeleted(acls::delete(self, txn, filters)?),
             Op::ConfirmFilesDeleted { object_keys } => {

@@ -186,7 +186,7 @@ fn a_repeat_of_a_transactional_commit_is_answered_as_the_first_and_other_flags_a
     f.create(1, 1).unwrap();
     let t = tp(1, 0);
     let key = f.fresh_key();
-    let file = |flags: Vec<bool>| super::CommitFileV2 {
+    let file = |flags: Vec<bool>| super::FileToCommit {
         file: super::CommitFile {
             deadline_ms: None,
             object_key: key.clone(),
@@ -199,11 +199,11 @@ fn a_repeat_of_a_transactional_commit_is_answered_as_the_first_and_other_flags_a
         transactional: flags,
         txn_numbers: vec![],
     };
-    let first = f.apply(super::Op::CommitFilesV2(vec![file(vec![true])]));
-    assert_eq!(f.apply(super::Op::CommitFilesV2(vec![file(vec![true])])), first);
-    let super::Outcome::CommitFiles(r) = f.apply(super::Op::CommitFilesV2(vec![file(vec![false])])) else { panic!() };
+    let first = f.apply(super::Op::CommitFiles(vec![file(vec![true])]));
+    assert_eq!(f.apply(super::Op::CommitFiles(vec![file(vec![true])])), first);
+    let super::Outcome::CommitFiles(r) = f.apply(super::Op::CommitFiles(vec![file(vec![false])])) else { panic!() };
     assert_eq!(code(&r[0][0]), ErrorCode::InvalidRequest, "the same key with other content");
-    let super::Outcome::CommitFiles(r) = f.apply(super::Op::CommitFilesV2(vec![file(vec![true, true])])) else {
+    let super::Outcome::CommitFiles(r) = f.apply(super::Op::CommitFiles(vec![file(vec![true, true])])) else {
         panic!()
     };
     assert_eq!(code(&r[0][0]), ErrorCode::InvalidRequest, "a flag per batch");

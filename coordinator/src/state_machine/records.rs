@@ -5,9 +5,48 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::command::{ErrorCode, TIMESTAMP_LOG_APPEND_TIME};
+use super::failure::ErrorCode;
 use super::keys::TopicPartition;
-use super::time_index::{OpenChunk, LEVELS};
+
+/// Record batch format v2, the only one diskless topics store.
+pub const MAGIC_V2: i8 = 2;
+
+/// Timestamp types of a record batch.
+pub const TIMESTAMP_CREATE_TIME: i8 = 0;
+pub const TIMESTAMP_LOG_APPEND_TIME: i8 = 1;
+
+/// A broker's named Kafka listener and the address it advertises.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamedListener {
+    pub name: String,
+    pub host: String,
+    pub port: i32,
+}
+
+/// The time index's chunks as a partition's record keeps them (`time_index` maintains them).
+/// Chunk levels above the batches.
+pub const LEVELS: usize = 3;
+
+/// The chunk being filled at one level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenChunk {
+    pub count: u32,
+    pub chunk: Chunk,
+}
+
+impl OpenChunk {
+    pub const EMPTY: OpenChunk =
+        OpenChunk { count: 0, chunk: Chunk { first_last_offset: -1, max_timestamp: i64::MIN, max_base_offset: -1 } };
+}
+
+/// A run of consecutive batches: the last offset of its first batch, and its largest timestamp
+/// with the base offset of the first batch that has it. (Its own last offset is in its key.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Chunk {
+    pub first_last_offset: i64,
+    pub max_timestamp: i64,
+    pub max_base_offset: i64,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicRecord {
@@ -396,7 +435,7 @@ pub struct BrokerRecord {
     /// The lease: the command's "now" of the last registration or heartbeat plus its lease.
     pub lease_until_ms: i64,
     /// Every Kafka listener by name, as registered (empty: one listener, `host` and `port`).
-    pub listeners: Vec<super::command::NamedListener>,
+    pub listeners: Vec<NamedListener>,
 }
 
 #[cfg(test)]

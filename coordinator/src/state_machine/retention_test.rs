@@ -93,9 +93,9 @@ fn altering_retention_takes_effect_on_the_next_pass() {
     f.now = 1_000_000;
     assert_eq!(f.retention(100).batches_deleted, 0);
     let op = Op::AlterTopicConfigs(vec![
-        AlterTopic { topic_id: topic_id(1), retention_ms: Some(10), retention_bytes: None },
-        AlterTopic { topic_id: topic_id(2), retention_ms: Some(10), retention_bytes: None },
-        AlterTopic { topic_id: topic_id(1), retention_ms: Some(-3), retention_bytes: None },
+        AlterTopic { topic_id: topic_id(1), retention_ms: Some(10), retention_bytes: None }.into(),
+        AlterTopic { topic_id: topic_id(2), retention_ms: Some(10), retention_bytes: None }.into(),
+        AlterTopic { topic_id: topic_id(1), retention_ms: Some(-3), retention_bytes: None }.into(),
     ]);
     let Outcome::Topics(r) = f.apply(op) else { panic!() };
     let codes: Vec<_> = r.iter().map(|(_, r)| code(r)).collect();

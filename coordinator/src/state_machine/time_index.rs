@@ -14,38 +14,13 @@
 //! deleted batches, so at most one descent per level is wasted. Chunks wholly below the log start
 //! are removed by the purge.
 
-use serde::{Deserialize, Serialize};
-
 use super::keys::{Keys, TopicPartition};
 use super::records::{BatchRecord, BatchRecordRef, PartitionRecord};
+pub use super::records::{Chunk, OpenChunk, LEVELS};
 use crate::storage::{codec, KvRead, StorageError, Txn};
 
 /// Items per chunk.
 pub const FANOUT: u32 = 64;
-/// Chunk levels above the batches.
-pub const LEVELS: usize = 3;
-
-/// The chunk being filled at one level.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OpenChunk {
-    pub count: u32,
-    pub chunk: Chunk,
-}
-
-impl OpenChunk {
-    pub const EMPTY: OpenChunk =
-        OpenChunk { count: 0, chunk: Chunk { first_last_offset: -1, max_timestamp: i64::MIN, max_base_offset: -1 } };
-}
-
-/// A run of consecutive batches: the last offset of its first batch, and its largest timestamp
-/// with the base offset of the first batch that has it. (Its own last offset is in its key.)
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Chunk {
-    pub first_last_offset: i64,
-    pub max_timestamp: i64,
-    pub max_base_offset: i64,
-}
-
 /// Records a batch just appended to `tp`, closing and writing chunks that become full.
 pub fn on_append(
     txn: &mut Txn<'_>,

@@ -14,7 +14,7 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::command::{ErrorCode, Failure};
+use super::failure::{ErrorCode, Failure};
 use super::keys::Keys;
 use super::tables;
 use crate::storage::{KvRead, StorageError, Txn};

@@ -160,9 +160,6 @@ impl Model {
         let now = cmd.now_ms;
         match &cmd.op {
             Op::CreatePartitions(ts) => {
-                Outcome::Topics(ts.iter().map(|t| (t.topic_id, self.create(t, &TopicSettings::default()))).collect())
-            }
-            Op::CreatePartitionsV2(ts) => {
                 Outcome::Topics(ts.iter().map(|t| (t.topic.topic_id, self.create(&t.topic, &t.settings))).collect())
             }
             Op::DeleteTopics { topic_ids, budget } => {
@@ -171,8 +168,7 @@ impl Model {
                 Outcome::Topics(r)
             }
             Op::CommitFile(c) => Outcome::CommitFile(self.commit(now, c, &[])),
-            Op::CommitFiles(files) => Outcome::CommitFiles(files.iter().map(|c| self.commit(now, c, &[])).collect()),
-            Op::CommitFilesV2(files) => Outcome::CommitFiles(
+            Op::CommitFiles(files) => Outcome::CommitFiles(
                 files.iter().map(|c| self.commit_numbered(now, &c.file, &c.transactional, &c.txn_numbers)).collect(),
             ),
             Op::EndTransaction(markers) => {
@@ -207,8 +203,7 @@ impl Model {
                 self.purge(now, &mut budget.clone());
                 Outcome::DeleteRecords(r)
             }
-            Op::AlterTopicConfigs(ts) => Outcome::Topics(ts.iter().map(|a| (a.topic_id, self.alter(a, &[]))).collect()),
-            Op::AlterTopicConfigsV2(ts) => {
+            Op::AlterTopicConfigs(ts) => {
                 Outcome::Topics(ts.iter().map(|a| (a.topic.topic_id, self.alter(&a.topic, &a.settings))).collect())
             }
             Op::ConfirmFilesDeleted { object_keys } => {

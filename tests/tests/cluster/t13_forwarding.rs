@@ -147,7 +147,7 @@ fn routed_commit(object_key: &str, topic: &[u8], p: i32) -> Vec<u8> {
         owner_ids: vec![0],
         batches: vec![batch],
     };
-    codec::encode(&Routed::Write(Write::Commit(file))).unwrap()
+    codec::encode(&Routed::Write(Write::Commit(file.into()))).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,7 +18,7 @@ use super::request::{hop_of, timeout_of};
 use super::CoordinatorApi;
 use crate::node::{RouteError, Write};
 use crate::server::convert::{self, failure_fields, part_failure};
-use crate::state_machine::{CommitBatch, CommitFile, CommitFileV2, CommittedBatch, Failure, Outcome};
+use crate::state_machine::{CommitBatch, CommitFile, CommittedBatch, Failure, FileToCommit, Outcome};
 
 fn commit_error(f: &Failure) -> commit_file_response::CommitBatchResult {
     let (error_code, error_message) = failure_fields(f);
@@ -101,7 +101,7 @@ impl CoordinatorApi {
                 owner_ids: owner_ids.clone(),
                 batches: idxs.iter().filter_map(|&i| batches[i].clone().ok()).collect(),
             };
-            self.node.on_leader(g, Write::CommitV2(CommitFileV2 { file, transactional, txn_numbers }), timeout, hop)
+            self.node.on_leader(g, Write::Commit(FileToCommit { file, transactional, txn_numbers }), timeout, hop)
         }))
         .await;
         let mut applied = vec![];

@@ -23,8 +23,8 @@ use crate::node::{Answer, Hop, Read, RouteError, DELETE_BUDGET};
 use crate::server::convert::{self, part_failure, result_fields, route_status};
 use crate::state_machine::topic_settings::{parse_timestamp_type, timestamp_type_name};
 use crate::state_machine::{
-    AlterTopic, AlterTopicV2, CreateTopic, CreateTopicV2, ErrorCode, Failure, Op, Outcome, SettingChange, TopicInfo,
-    TopicSettings,
+    AlterTopic, CreateTopic, ErrorCode, Failure, Op, Outcome, SettingChange, TopicInfo, TopicSettings, TopicToAlter,
+    TopicToCreate,
 };
 
 /// The broker-enforced settings a request's configs set.
@@ -130,12 +130,12 @@ impl CoordinatorApi {
     ) -> Result<Response<CreatePartitionsResponse>, Status> {
         let req = request.into_inner();
         let timeout = timeout_of(req.timeout_ms);
-        let items: Vec<Result<CreateTopicV2, Failure>> = req
+        let items: Vec<Result<TopicToCreate, Failure>> = req
             .topics
             .iter()
             .map(|t| {
                 let configs = t.configs.clone().unwrap_or_default();
-                Ok(CreateTopicV2 {
+                Ok(TopicToCreate {
                     topic: CreateTopic {
                         topic_id: convert::topic_id(&t.topic_id)?,
                         name: t.name.clone(),
@@ -147,7 +147,7 @@ impl CoordinatorApi {
                 })
             })
             .collect();
-        let results = self.topic_op(items, timeout, Op::CreatePartitionsV2).await;
+        let results = self.topic_op(items, timeout, Op::CreatePartitions).await;
         let topics = req
             .topics
             .iter()
@@ -192,12 +192,12 @@ impl CoordinatorApi {
     ) -> Result<Response<AlterTopicConfigsResponse>, Status> {
         let req = request.into_inner();
         let timeout = timeout_of(req.timeout_ms);
-        let items: Vec<Result<AlterTopicV2, Failure>> = req
+        let items: Vec<Result<TopicToAlter, Failure>> = req
             .topics
             .iter()
             .map(|t| {
                 let c = t.configs.clone().unwrap_or_default();
-                Ok(AlterTopicV2 {
+                Ok(TopicToAlter {
                     topic: AlterTopic {
                         topic_id: convert::topic_id(&t.topic_id)?,
                         retention_ms: c.retention_ms,
@@ -207,7 +207,7 @@ impl CoordinatorApi {
                 })
             })
             .collect();
-        let results = self.topic_op(items, timeout, Op::AlterTopicConfigsV2).await;
+        let results = self.topic_op(items, timeout, Op::AlterTopicConfigs).await;
         let topics = req
             .topics
             .iter()
