@@ -12,14 +12,14 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::cleanup::CleanupConfig;
+use crate::coordinators::groups::GroupConfig;
+use crate::coordinators::transactions::TxnConfig;
 use crate::fetch::FetchConfig;
-use crate::groups::GroupConfig;
 use crate::kafka::KafkaConfig;
 use crate::produce::ProduceConfig;
 use crate::registry::RegistryConfig;
 use crate::shim::ShimSettings;
 use crate::storage::StorageConfig;
-use crate::transactions::TxnConfig;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

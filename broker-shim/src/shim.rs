@@ -7,13 +7,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::cleanup::CleanupConfig;
+use crate::coordinators::groups::GroupConfig;
+use crate::coordinators::transactions::TxnConfig;
+use crate::coordinators::{groups, transactions};
 use crate::fetch::FetchConfig;
-use crate::groups::GroupConfig;
 use crate::produce::ProduceConfig;
 use crate::registry::RegistryConfig;
 use crate::storage::StorageConfig;
-use crate::transactions::TxnConfig;
-use crate::{cleanup, cluster, fetch, groups, metrics, produce, producer_ids, registry, storage, transactions};
+use crate::{cleanup, cluster, fetch, metrics, produce, producer_ids, registry, storage};
 
 /// What the broker's parts start from: the sections of the modules below the listeners and the
 /// broker's own keys (`ShimConfig::settings` takes them out of the configuration, checked).

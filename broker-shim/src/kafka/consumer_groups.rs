@@ -16,8 +16,8 @@ use super::group_access::{may, owned};
 use super::response::{encode, text as s, Reply};
 use super::session::Session;
 use crate::authz::{Operation, Resource};
-use crate::groups::consumer::assignor::Assignment;
-use crate::groups::consumer::group::{self, Catalog, Heartbeat, Refused};
+use crate::coordinators::groups::consumer::assignor::Assignment;
+use crate::coordinators::groups::consumer::group::{self, Catalog, Heartbeat, Refused};
 
 /// Every topic of the catalog, by name: what subscriptions are matched against (share groups'
 /// too).

@@ -21,7 +21,7 @@ use super::listener::Listener;
 use super::response::{encode, text as s, Reply};
 use super::session::Session;
 use crate::authz::{Access, Operation, Resource};
-use crate::groups::JoinRequest;
+use crate::coordinators::groups::JoinRequest;
 
 use super::group_access::{cluster_code, may, owned, TIMEOUT_MS};
 
@@ -117,13 +117,17 @@ pub(super) async fn join_group(l: &Session, header: &RequestHeader, req: JoinGro
     };
     let out = match may(&access, Operation::Read, &join.group_id).and_then(|()| owned(l, &join.group_id)) {
         // A KIP-848 group with members takes no classic member (Kafka without online migration).
-        Ok(()) if l.shim.consumer_groups.has_members(&join.group_id).await => crate::groups::JoinOutcome {
-            error: ErrorCode::InconsistentGroupProtocol,
-            member_id: join.member_id,
-            ..Default::default()
-        },
+        Ok(()) if l.shim.consumer_groups.has_members(&join.group_id).await => {
+            crate::coordinators::groups::JoinOutcome {
+                error: ErrorCode::InconsistentGroupProtocol,
+                member_id: join.member_id,
+                ..Default::default()
+            }
+        }
         Ok(()) => l.shim.groups.join(join).await,
-        Err(error) => crate::groups::JoinOutcome { error, member_id: join.member_id, ..Default::default() },
+        Err(error) => {
+            crate::coordinators::groups::JoinOutcome { error, member_id: join.member_id, ..Default::default() }
+        }
     };
     let members = out
         .members
@@ -154,7 +158,7 @@ pub(super) async fn sync_group(l: &Session, header: &RequestHeader, req: SyncGro
     let assignments = req.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.clone())).collect();
     let out = match may(&access, Operation::Read, &req.group_id.0).and_then(|()| owned(l, &req.group_id.0)) {
         Ok(()) => l.shim.groups.sync(&req.group_id.0, req.generation_id, &req.member_id, assignments).await,
-        Err(error) => crate::groups::SyncOutcome { error, ..Default::default() },
+        Err(error) => crate::coordinators::groups::SyncOutcome { error, ..Default::default() },
     };
     let mut body = SyncGroupResponse::default().with_error_code(out.error.code()).with_assignment(out.assignment);
     if v >= 5 {
@@ -234,8 +238,8 @@ pub(super) async fn list_groups(l: &Session, header: &RequestHeader, req: ListGr
     let mut all: BTreeMap<String, (String, &'static str, &'static str)> = BTreeMap::new();
     for e in stored {
         let kind = match &e.group {
-            Some(g) if crate::groups::consumer::is_consumer_protocol(g) => "consumer",
-            Some(g) if crate::groups::share::is_share_group(g) => "share",
+            Some(g) if crate::coordinators::groups::consumer::is_consumer_protocol(g) => "consumer",
+            Some(g) if crate::coordinators::groups::share::is_share_group(g) => "share",
             _ => "classic",
         };
         let (protocol_type, state) = match &e.group {

@@ -256,12 +256,17 @@ async fn added_implicitly(
 
 impl TxnContext {
     /// The number of the batch's transaction, or why it is not part of one.
-    fn verify(&self, producer_id: i64, epoch: i16, p: crate::transactions::TxnPartition) -> Result<u64, KafkaError> {
+    fn verify(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        p: crate::coordinators::transactions::TxnPartition,
+    ) -> Result<u64, KafkaError> {
         let refused = |code: ErrorCode, why: &str| KafkaError::new(code, why.to_string());
         match &self.state {
             Err((code, why)) => Err(refused(*code, why)),
             Ok(None) => Err(refused(ErrorCode::InvalidTxnState, "the transactional id has no transaction")),
-            Ok(Some(t)) => crate::transactions::verify_in(t, producer_id, epoch, &p).map_err(|code| {
+            Ok(Some(t)) => crate::coordinators::transactions::verify_in(t, producer_id, epoch, &p).map_err(|code| {
                 refused(code, "the batch is not part of its producer's ongoing transaction (was the partition added?)")
             }),
         }

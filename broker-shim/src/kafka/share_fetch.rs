@@ -24,10 +24,10 @@ use tokio::time::Instant;
 use super::response::{encode, text as s, Reply};
 use super::session::Session;
 use crate::authz::{Operation, Resource};
+use crate::coordinators::groups::share::partition::{AckBatch, Acquired, Limits};
+use crate::coordinators::groups::share::sessions::{Opened, Tp};
 use crate::error::KafkaError;
 use crate::fetch::FetchPartition;
-use crate::groups::share::partition::{AckBatch, Acquired, Limits};
-use crate::groups::share::sessions::{Opened, Tp};
 
 /// The longest a share fetch waits for records.
 const MAX_WAIT: Duration = Duration::from_secs(30);

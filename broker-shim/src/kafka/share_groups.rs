@@ -19,7 +19,7 @@ use super::group_access::{may, owned};
 use super::response::{encode, text as s, Reply};
 use super::session::Session;
 use crate::authz::{Operation, Resource};
-use crate::groups::share::group::{self, Assignment, Catalog, Heartbeat, Refused};
+use crate::coordinators::groups::share::group::{self, Assignment, Catalog, Heartbeat, Refused};
 
 fn code(code: ErrorCode) -> Refused {
     Refused { code, message: code.name().to_string() }

@@ -23,7 +23,7 @@ use super::group_access::{may, metadata_fits, owned};
 use super::response::{encode, text as s, Reply};
 use super::session::Session;
 use crate::authz::{Access, Operation, Resource};
-use crate::transactions::TxnPartition;
+use crate::coordinators::transactions::TxnPartition;
 
 /// TRANSACTIONAL_ID_AUTHORIZATION_FAILED unless `access` allows `op` on `id`.
 fn authorize(access: &Access, op: Operation, id: &str) -> Result<(), ErrorCode> {

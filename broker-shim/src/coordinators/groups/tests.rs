@@ -286,11 +286,11 @@ mod two_owners {
     //! refused and broker 2 reloads.
 
     use super::*;
-    use crate::groups::consumer::assignor::Assignment;
-    use crate::groups::consumer::coordinator::ConsumerGroups;
-    use crate::groups::consumer::group::{Catalog, Heartbeat};
-    use crate::groups::share::coordinator::ShareGroups;
-    use crate::groups::share::group::Heartbeat as ShareHeartbeat;
+    use crate::coordinators::groups::consumer::assignor::Assignment;
+    use crate::coordinators::groups::consumer::coordinator::ConsumerGroups;
+    use crate::coordinators::groups::consumer::group::{Catalog, Heartbeat};
+    use crate::coordinators::groups::share::coordinator::ShareGroups;
+    use crate::coordinators::groups::share::group::Heartbeat as ShareHeartbeat;
 
     pub(super) fn catalog() -> Catalog {
         [("foo".to_string(), ([3; 16], 4))].into()
@@ -439,7 +439,7 @@ mod kip_848 {
 
     use super::two_owners::{beat, catalog};
     use super::*;
-    use crate::groups::consumer::coordinator::ConsumerGroups;
+    use crate::coordinators::groups::consumer::coordinator::ConsumerGroups;
 
     #[tokio::test]
     async fn silent_members_are_removed_by_the_timer_and_a_released_group_is_not_taken_over_by_it() {

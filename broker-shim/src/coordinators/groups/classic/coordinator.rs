@@ -25,9 +25,9 @@ use diskless_proto::ErrorCode;
 use tokio::sync::oneshot;
 
 use super::api::{Described, JoinOutcome, JoinRequest, SyncOutcome};
-use super::config::GroupConfig;
 use super::rebalance::{Group, Joined, Synced};
-use super::store::{GroupStore, StoreError};
+use crate::coordinators::groups::config::GroupConfig;
+use crate::coordinators::groups::store::{GroupStore, StoreError};
 use crate::incarnation::Incarnation;
 
 /// The groups this broker coordinates.
@@ -96,9 +96,10 @@ impl GroupCoordinator {
                 return Err(ErrorCode::CoordinatorLoadInProgress);
             }
         };
-        if let Some(g) =
-            loaded.as_mut().filter(|g| super::consumer::is_consumer_protocol(g) || super::share::is_share_group(g))
-        {
+        if let Some(g) = loaded.as_mut().filter(|g| {
+            crate::coordinators::groups::consumer::is_consumer_protocol(g)
+                || crate::coordinators::groups::share::is_share_group(g)
+        }) {
             // A KIP-848 or share group: classic members may not join while it has members (Kafka
             // without online migration); an empty one gives way, its generation continued.
             if !g.members.is_empty() {

@@ -24,8 +24,8 @@ use futures_util::future::BoxFuture;
 
 use super::partition::SharePartition;
 use crate::cluster::ClusterClient;
-use crate::groups::store::StoreError;
-use crate::runtime::{self, Runtime, Settings};
+use crate::coordinators::groups::store::StoreError;
+use crate::coordinators::runtime::{self, Runtime, Settings};
 
 /// Where share-partition states are kept: the coordinator cluster, faked in tests.
 pub trait ShareStateStore: Send + Sync + 'static {

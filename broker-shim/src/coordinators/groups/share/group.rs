@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use diskless_proto::ErrorCode;
 use serde::{Deserialize, Serialize};
 
-pub use crate::groups::consumer::group::{Catalog, Refused};
+pub use crate::coordinators::groups::consumer::group::{Catalog, Refused};
 
 /// A topic id.
 pub type TopicId = [u8; 16];
@@ -58,7 +58,7 @@ pub struct Member {
     pub subscribed_names: BTreeSet<String>,
     /// What the member was last told it is assigned (stored as pairs: JSON keys must be strings;
     /// a map keyed by topic id did not serialize, and every stored member was dropped at load).
-    #[serde(with = "crate::groups::consumer::assignor::as_pairs")]
+    #[serde(with = "crate::coordinators::groups::consumer::assignor::as_pairs")]
     pub assigned: Assignment,
 }
 

@@ -1,5 +1,5 @@
 //! What KIP-848 consumer groups and KIP-932 share groups have in common as state this broker
-//! coordinates on the [`runtime`](crate::runtime): each kind is kept in the coordinator cluster as
+//! coordinates on the [`runtime`](crate::coordinators::runtime): each kind is kept in the coordinator cluster as
 //! a `ConsumerGroup` record (its protocol marked with the kind, each member as JSON in its
 //! `subscription`), and [`Records`] is the runtime's store for such a kind — it encodes and decodes
 //! through the kind's [`Kind`] and maps the cluster's answers onto [`runtime::StoreError`]
@@ -16,9 +16,9 @@ use diskless_proto::ErrorCode;
 use futures_util::future::BoxFuture;
 
 use super::store::{GroupStore, StoreError};
+use crate::coordinators::runtime::{self, Runtime, Settings};
 use crate::error::KafkaError;
 use crate::incarnation::Incarnation;
-use crate::runtime::{self, Runtime, Settings};
 
 /// A kind of group as its record keeps it.
 pub struct Kind<G> {

@@ -20,11 +20,11 @@ use diskless_proto::v1::{consumer_group, ConsumerGroup};
 use diskless_proto::ErrorCode;
 
 use super::group::{Answer, Catalog, Group, Heartbeat, Member, Refused};
+use crate::coordinators::groups::config::GroupConfig;
+use crate::coordinators::groups::modern::{self, Kind};
+use crate::coordinators::groups::store::GroupStore;
+use crate::coordinators::runtime::Runtime;
 use crate::error::KafkaError;
-use crate::groups::config::GroupConfig;
-use crate::groups::modern::{self, Kind};
-use crate::groups::store::GroupStore;
-use crate::runtime::Runtime;
 
 pub const MARK: &str = diskless_proto::SHARE_PROTOCOL_MARK;
 pub const PROTOCOL_TYPE: &str = "share";

@@ -24,11 +24,11 @@ use diskless_proto::ErrorCode;
 use super::assignor::Assignment;
 use super::group::{state_name, Answer, Catalog, Group, Heartbeat, Member, Refused};
 use super::reconcile::MemberState;
+use crate::coordinators::groups::config::GroupConfig;
+use crate::coordinators::groups::modern::{self, Kind};
+use crate::coordinators::groups::store::GroupStore;
+use crate::coordinators::runtime::Runtime;
 use crate::error::KafkaError;
-use crate::groups::config::GroupConfig;
-use crate::groups::modern::{self, Kind};
-use crate::groups::store::GroupStore;
-use crate::runtime::Runtime;
 
 /// The protocol a stored KIP-848 group is marked with (classic groups store their assignment
 /// protocol there, e.g. "range"), its protocol type being Kafka's "consumer".
