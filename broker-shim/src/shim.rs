@@ -57,6 +57,8 @@ pub struct Shim {
     /// KIP-932 share groups: the groups this broker coordinates, the share-partition states it
     /// serves, its share sessions.
     pub share_groups: Arc<groups::share::ShareGroups>,
+    /// The three kinds' coordinators together: which kind a group id is held as.
+    pub held: groups::HeldGroups,
     pub share_states: Arc<groups::share::ShareStates>,
     pub share_sessions: groups::share::ShareSessions,
     /// `[groups]`, as configured.
@@ -135,6 +137,11 @@ impl Shim {
             tokio::spawn(transactions.clone().run(Arc::new(move |id: &str| r.owns_group(id)), stop_rx));
         }
         tracing::info!(storage = %storage.describe, coordinators = ?config.coordinators, "broker shim started");
+        let held = groups::HeldGroups {
+            classic: groups.clone(),
+            consumer: consumer_groups.clone(),
+            share: share_groups.clone(),
+        };
         Ok(Arc::new(Shim {
             broker_id: config.broker_id,
             advertised: config.advertised,
@@ -147,6 +154,7 @@ impl Shim {
             store_faults,
             groups,
             consumer_groups,
+            held,
             share_groups,
             share_states,
             share_sessions,

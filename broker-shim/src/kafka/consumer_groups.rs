@@ -18,6 +18,7 @@ use super::session::Session;
 use crate::authz::{Operation, Resource};
 use crate::coordinators::groups::consumer::assignor::Assignment;
 use crate::coordinators::groups::consumer::group::{self, Catalog, Heartbeat, Refused};
+use crate::coordinators::groups::GroupKind;
 
 /// Every topic of the catalog, by name: what subscriptions are matched against (share groups'
 /// too).
@@ -105,13 +106,7 @@ async fn answer(l: &Session, group_id: &str, hb: &Heartbeat) -> Result<group::An
         return Err(Refused { code: ErrorCode::InvalidRequest, message: "GroupId can't be empty.".into() });
     }
     owned(l, group_id).map_err(code)?;
-    if l.shim.groups.has_members(group_id) {
-        // A classic group with members (Kafka without online migration).
-        return Err(Refused {
-            code: ErrorCode::GroupIdNotFound,
-            message: format!("Group {group_id} is not a consumer group."),
-        });
-    }
+    l.shim.held.admit(group_id, GroupKind::Consumer).await?;
     let catalog = catalog(l).await?;
     l.shim.consumer_groups.heartbeat(group_id, hb, Arc::new(catalog)).await
 }

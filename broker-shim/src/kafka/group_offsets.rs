@@ -19,6 +19,7 @@ use super::listener::Listener;
 use super::response::{encode, text as s, topic_name, Reply};
 use super::session::Session;
 use crate::authz::{Access, Operation, Resource};
+use crate::coordinators::groups::GroupKind;
 
 /// OffsetCommit's and TxnOffsetCommit's check when `group_id` is a KIP-848 group (None: it is
 /// not).
@@ -28,7 +29,7 @@ pub(super) async fn consumer_protocol_commit(
     member_id: &str,
     member_epoch: i32,
 ) -> Option<Result<(), ErrorCode>> {
-    if l.shim.groups.has_members(group_id) {
+    if l.shim.held.with_members(group_id).await == Some(GroupKind::Classic) {
         return None;
     }
     l.shim.consumer_groups.check_commit(group_id, member_id, member_epoch).await

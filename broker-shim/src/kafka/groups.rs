@@ -21,7 +21,8 @@ use super::listener::Listener;
 use super::response::{encode, text as s, Reply};
 use super::session::Session;
 use crate::authz::{Access, Operation, Resource};
-use crate::coordinators::groups::JoinRequest;
+use crate::coordinators::groups::kinds;
+use crate::coordinators::groups::{GroupKind, JoinRequest};
 
 use super::group_access::{cluster_code, may, owned, TIMEOUT_MS};
 
@@ -115,15 +116,12 @@ pub(super) async fn join_group(l: &Session, header: &RequestHeader, req: JoinGro
         protocols: req.protocols.iter().map(|p| (p.name.to_string(), p.metadata.clone())).collect(),
         require_known_member_id: v >= 4,
     };
-    let out = match may(&access, Operation::Read, &join.group_id).and_then(|()| owned(l, &join.group_id)) {
-        // A KIP-848 group with members takes no classic member (Kafka without online migration).
-        Ok(()) if l.shim.consumer_groups.has_members(&join.group_id).await => {
-            crate::coordinators::groups::JoinOutcome {
-                error: ErrorCode::InconsistentGroupProtocol,
-                member_id: join.member_id,
-                ..Default::default()
-            }
-        }
+    let checked = match may(&access, Operation::Read, &join.group_id).and_then(|()| owned(l, &join.group_id)) {
+        // A group of another kind with members takes no classic member.
+        Ok(()) => l.shim.held.admit(&join.group_id, GroupKind::Classic).await.map_err(|e| e.code),
+        Err(error) => Err(error),
+    };
+    let out = match checked {
         Ok(()) => l.shim.groups.join(join).await,
         Err(error) => {
             crate::coordinators::groups::JoinOutcome { error, member_id: join.member_id, ..Default::default() }
@@ -237,11 +235,7 @@ pub(super) async fn list_groups(l: &Session, header: &RequestHeader, req: ListGr
     // Per group: protocol type, state, and type (v5: "classic", "consumer" for KIP-848's, "share").
     let mut all: BTreeMap<String, (String, &'static str, &'static str)> = BTreeMap::new();
     for e in stored {
-        let kind = match &e.group {
-            Some(g) if crate::coordinators::groups::consumer::is_consumer_protocol(g) => "consumer",
-            Some(g) if crate::coordinators::groups::share::is_share_group(g) => "share",
-            _ => "classic",
-        };
+        let kind = e.group.as_ref().map_or("classic", |g| kinds::kind_of(g).name());
         let (protocol_type, state) = match &e.group {
             Some(g) if g.members.is_empty() => (g.protocol_type.clone(), "Empty"),
             Some(g) => (g.protocol_type.clone(), "Stable"),
@@ -331,7 +325,7 @@ pub(super) async fn delete_groups(l: &Session, header: &RequestHeader, req: Dele
         let id = id.0.to_string();
         if let Err(code) = may(&access, Operation::Delete, &id).and_then(|()| owned(l, &id)) {
             results.insert(id, code);
-        } else if l.shim.groups.has_members(&id) || l.shim.share_groups.has_members(&id).await {
+        } else if l.shim.held.with_members(&id).await.is_some() {
             results.insert(id, ErrorCode::NonEmptyGroup);
         } else {
             ask.push(id);

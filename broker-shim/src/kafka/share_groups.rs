@@ -20,6 +20,7 @@ use super::response::{encode, text as s, Reply};
 use super::session::Session;
 use crate::authz::{Operation, Resource};
 use crate::coordinators::groups::share::group::{self, Assignment, Catalog, Heartbeat, Refused};
+use crate::coordinators::groups::GroupKind;
 
 fn code(code: ErrorCode) -> Refused {
     Refused { code, message: code.name().to_string() }
@@ -85,12 +86,7 @@ async fn heartbeat(l: &Session, group_id: &str, hb: &Heartbeat) -> Result<group:
     }
     group::validate(group_id, hb)?;
     owned(l, group_id).map_err(code)?;
-    if l.shim.groups.has_members(group_id) || l.shim.consumer_groups.has_members(group_id).await {
-        return Err(Refused {
-            code: ErrorCode::GroupIdNotFound,
-            message: format!("Group {group_id} is not a share group."),
-        });
-    }
+    l.shim.held.admit(group_id, GroupKind::Share).await?;
     let catalog = catalog(l).await?;
     let answer = l.shim.share_groups.heartbeat(group_id, hb, Arc::new(catalog)).await?;
     if answer.member_epoch < 0 {

@@ -5,6 +5,8 @@
 //! - `consumer`: KIP-848 consumer groups (`group.protocol=consumer`), whose assignments the
 //!   coordinator computes; `share`: KIP-932 share groups and their partitions' states; `modern`:
 //!   how both are kept, as the coordinator runtime's store.
+//! - `kinds`: which kind a group is and what a request for another kind answers, decided once;
+//!   `held`: the three kinds' coordinators together ([`HeldGroups`]).
 //! - `store`: where a group is kept when this broker is gone ([`GroupStore`]: the coordinator
 //!   cluster, faked in the tests); `config`: `[groups]`.
 //!
@@ -15,12 +17,16 @@
 pub mod classic;
 pub mod config;
 pub mod consumer;
+pub mod held;
+pub mod kinds;
 pub mod modern;
 pub mod share;
 pub mod store;
 
 pub use classic::{Described, GroupCoordinator, JoinOutcome, JoinRequest, State, SyncOutcome};
 pub use config::GroupConfig;
+pub use held::HeldGroups;
+pub use kinds::GroupKind;
 pub use store::GroupStore;
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ use tokio::sync::oneshot;
 use super::api::{Described, JoinOutcome, JoinRequest, SyncOutcome};
 use super::rebalance::{Group, Joined, Synced};
 use crate::coordinators::groups::config::GroupConfig;
+use crate::coordinators::groups::kinds::{self, GroupKind};
 use crate::coordinators::groups::store::{GroupStore, StoreError};
 use crate::incarnation::Incarnation;
 
@@ -96,15 +97,10 @@ impl GroupCoordinator {
                 return Err(ErrorCode::CoordinatorLoadInProgress);
             }
         };
-        if let Some(g) = loaded.as_mut().filter(|g| {
-            crate::coordinators::groups::consumer::is_consumer_protocol(g)
-                || crate::coordinators::groups::share::is_share_group(g)
-        }) {
-            // A KIP-848 or share group: classic members may not join while it has members (Kafka
-            // without online migration); an empty one gives way, its generation continued.
-            if !g.members.is_empty() {
-                return Err(ErrorCode::InconsistentGroupProtocol);
-            }
+        // A KIP-848 or share group with members takes no classic member; an empty one gives
+        // way, its generation continued.
+        kinds::admit_stored(group_id, loaded.as_ref(), GroupKind::Classic).map_err(|e| e.code)?;
+        if let Some(g) = loaded.as_mut().filter(|g| kinds::kind_of(g) != GroupKind::Classic) {
             g.protocol = None;
         }
         let now = Instant::now();

@@ -25,6 +25,7 @@ use super::assignor::Assignment;
 use super::group::{state_name, Answer, Catalog, Group, Heartbeat, Member, Refused};
 use super::reconcile::MemberState;
 use crate::coordinators::groups::config::GroupConfig;
+use crate::coordinators::groups::kinds::{self, GroupKind};
 use crate::coordinators::groups::modern::{self, Kind};
 use crate::coordinators::groups::store::GroupStore;
 use crate::coordinators::runtime::Runtime;
@@ -33,12 +34,8 @@ use crate::error::KafkaError;
 /// The protocol a stored KIP-848 group is marked with (classic groups store their assignment
 /// protocol there, e.g. "range"), its protocol type being Kafka's "consumer".
 pub const MARK: &str = diskless_proto::CONSUMER_PROTOCOL_MARK;
+const KIND: GroupKind = GroupKind::Consumer;
 pub const PROTOCOL_TYPE: &str = "consumer";
-
-/// Whether a stored group is a KIP-848 consumer group.
-pub fn is_consumer_protocol(g: &ConsumerGroup) -> bool {
-    g.protocol.as_deref() == Some(MARK)
-}
 
 /// What is held in memory only for a group: its members' timers.
 #[derive(Debug, Clone, Default)]
@@ -149,14 +146,10 @@ fn to_record(g: &Group, identity: &str, session_ms: u64) -> ConsumerGroup {
 /// The group a stored record holds; `Err` when the record is a classic group with members
 /// (Kafka's "not a consumer group").
 fn from_record(group_id: &str, r: &ConsumerGroup) -> Result<Group, Refused> {
-    if !is_consumer_protocol(r) {
-        if !r.members.is_empty() {
-            return Err(Refused {
-                code: ErrorCode::GroupIdNotFound,
-                message: format!("Group {group_id} is not a consumer group."),
-            });
-        }
-        // An empty classic group gives way (its committed offsets stay), from the next epoch.
+    kinds::admit_stored(group_id, Some(r), KIND)?;
+    if kinds::kind_of(r) != KIND {
+        // An empty group of another kind gives way (its committed offsets stay), from the next
+        // epoch.
         return Ok(Group { epoch: r.generation_id.max(0), ..Group::default() });
     }
     let mut g = Group { epoch: r.generation_id, ..Group::default() };
@@ -239,7 +232,7 @@ impl ConsumerGroups {
         // Not held: only a group stored as a KIP-848 one is taken over (were the classic path to
         // read it next, it could find a KIP-848 group and answer INCONSISTENT_GROUP_PROTOCOL).
         match self.store.load(group_id).await {
-            Ok(Some(r)) if is_consumer_protocol(&r) => {}
+            Ok(Some(r)) if kinds::kind_of(&r) == KIND => {}
             Ok(_) => return None,
             Err(e) => {
                 tracing::info!(group = group_id, error = %e, "loading a consumer group failed");
@@ -275,7 +268,7 @@ impl ConsumerGroups {
         let not_found =
             || Refused { code: ErrorCode::GroupIdNotFound, message: format!("Group {group_id} not found.") };
         match self.store.load(group_id).await {
-            Ok(Some(r)) if is_consumer_protocol(&r) => Ok(described(&from_record(group_id, &r)?)),
+            Ok(Some(r)) if kinds::kind_of(&r) == KIND => Ok(described(&from_record(group_id, &r)?)),
             Ok(_) => Err(not_found()),
             Err(e) => {
                 tracing::info!(group = group_id, error = %e, "loading a consumer group failed");

@@ -16,7 +16,7 @@ pub mod coordinator;
 pub mod group;
 pub mod reconcile;
 
-pub use coordinator::{is_consumer_protocol, ConsumerGroups};
+pub use coordinator::ConsumerGroups;
 
 #[cfg(test)]
 mod tests;

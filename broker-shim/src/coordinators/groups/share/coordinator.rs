@@ -21,18 +21,15 @@ use diskless_proto::ErrorCode;
 
 use super::group::{Answer, Catalog, Group, Heartbeat, Member, Refused};
 use crate::coordinators::groups::config::GroupConfig;
+use crate::coordinators::groups::kinds::{self, GroupKind};
 use crate::coordinators::groups::modern::{self, Kind};
 use crate::coordinators::groups::store::GroupStore;
 use crate::coordinators::runtime::Runtime;
 use crate::error::KafkaError;
 
 pub const MARK: &str = diskless_proto::SHARE_PROTOCOL_MARK;
+const KIND: GroupKind = GroupKind::Share;
 pub const PROTOCOL_TYPE: &str = "share";
-
-/// Whether a stored group is a share group.
-pub fn is_share_group(g: &ConsumerGroup) -> bool {
-    g.protocol.as_deref() == Some(MARK)
-}
 
 /// What is held in memory only for a group.
 #[derive(Debug, Clone, Default)]
@@ -89,13 +86,9 @@ fn to_record(g: &Group, identity: &str, session_ms: u64) -> ConsumerGroup {
 
 /// The group a stored record holds; `Err` when it is another kind of group with members.
 fn from_record(group_id: &str, r: &ConsumerGroup) -> Result<Group, Refused> {
-    if !is_share_group(r) {
-        if !r.members.is_empty() || r.protocol.as_deref() == Some(diskless_proto::CONSUMER_PROTOCOL_MARK) {
-            return Err(Refused {
-                code: ErrorCode::GroupIdNotFound,
-                message: format!("Group {group_id} is not a share group."),
-            });
-        }
+    kinds::admit_stored(group_id, Some(r), KIND)?;
+    if kinds::kind_of(r) != KIND {
+        // An empty classic group gives way, from the next epoch.
         return Ok(Group { epoch: r.generation_id.max(0), ..Group::default() });
     }
     let mut g = Group { epoch: r.generation_id, ..Group::default() };
@@ -192,7 +185,7 @@ impl ShareGroups {
             return Ok(d);
         }
         match self.store.load(group_id).await {
-            Ok(Some(r)) if is_share_group(&r) => {
+            Ok(Some(r)) if kinds::kind_of(&r) == KIND => {
                 let mut g = from_record(group_id, &r)?;
                 derive(&mut g, catalog);
                 Ok(described(&g))

@@ -20,6 +20,6 @@ pub mod partition;
 pub mod sessions;
 pub mod states;
 
-pub use coordinator::{is_share_group, ShareGroups};
+pub use coordinator::ShareGroups;
 pub use sessions::ShareSessions;
 pub use states::ShareStates;
