@@ -32,7 +32,7 @@ pub struct Coord {
 pub enum Conn {
     /// Commits and strict reads go through the broker's client (each metadata partition's part
     /// straight to its leader, as a broker does); FindBatches to this connection's node.
-    Ours { reader: Reader, broker: Arc<diskless_broker_shim::cluster::ClusterClient>, last_applied: Vec<GroupIndex> },
+    Ours { reader: Reader, broker: Arc<diskless_broker_shim::cluster::ClusterClient>, last_applied: Vec<AppliedIndex> },
     /// One connection with its statements prepared once, as a broker's connection pool would.
     Pg { client: Arc<tokio_postgres::Client>, commit: tokio_postgres::Statement, reader: Reader },
 }
@@ -318,7 +318,7 @@ impl Reader {
         partition: i32,
         offset: i64,
         max: i32,
-        min_applied: Vec<GroupIndex>,
+        min_applied: Vec<AppliedIndex>,
     ) -> anyhow::Result<usize> {
         match self {
             Reader::Ours(client, _) => {

@@ -79,7 +79,7 @@ pub async fn all_batches(
     client: &mut Client,
     topic: &[u8],
     partition: i32,
-    min: Vec<GroupIndex>,
+    min: Vec<AppliedIndex>,
 ) -> Result<Vec<find_batches_response::BatchInfo>, String> {
     let mut out = vec![];
     let mut offset = 0;

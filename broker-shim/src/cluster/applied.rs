@@ -7,14 +7,14 @@
 use std::sync::Arc;
 
 use diskless_proto::metadata_partition_for;
-use diskless_proto::v1::{CommitFileRequest, CommitFileResponse, GroupIndex};
+use diskless_proto::v1::{AppliedIndex, CommitFileRequest, CommitFileResponse};
 
 use super::coordinates::Coordinate;
 use super::ClusterClient;
 
 impl ClusterClient {
     /// Remembers the indexes a commit was applied at.
-    pub fn record_applied(&self, applied: &[GroupIndex]) {
+    pub fn record_applied(&self, applied: &[AppliedIndex]) {
         let mut map = self.applied.lock().unwrap_or_else(|e| e.into_inner());
         for at in applied {
             let e = map.entry(at.metadata_partition).or_insert(0);
@@ -66,8 +66,8 @@ impl ClusterClient {
     }
 
     /// The indexes a replica must have applied to show this broker's own commits.
-    pub fn min_applied(&self) -> Vec<GroupIndex> {
+    pub fn min_applied(&self) -> Vec<AppliedIndex> {
         let map = self.applied.lock().unwrap_or_else(|e| e.into_inner());
-        map.iter().map(|(&metadata_partition, &index)| GroupIndex { metadata_partition, index }).collect()
+        map.iter().map(|(&metadata_partition, &index)| AppliedIndex { metadata_partition, index }).collect()
     }
 }

@@ -24,7 +24,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use diskless_proto::metadata_partition_for;
-use diskless_proto::v1::GroupIndex;
+use diskless_proto::v1::AppliedIndex;
 use futures_util::future::{select_all, BoxFuture, FutureExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -93,7 +93,7 @@ pub struct Marks {
 pub enum Woken {
     /// A partition moved (or its topic went, or changes may have been missed): read again, from a
     /// replica that has applied at least these indexes.
-    Moved(Vec<GroupIndex>),
+    Moved(Vec<AppliedIndex>),
     /// The deadline passed with nothing new.
     Deadline,
 }
@@ -336,7 +336,7 @@ impl Waiter {
         Woken::Moved(
             at.into_iter()
                 .filter(|(_, i)| *i > 0)
-                .map(|(metadata_partition, index)| GroupIndex { metadata_partition, index })
+                .map(|(metadata_partition, index)| AppliedIndex { metadata_partition, index })
                 .collect(),
         )
     }
@@ -366,7 +366,7 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(!t.is_finished());
         m2.observe(T, 0, Some(6), None, 12);
-        assert_eq!(t.await.unwrap(), Woken::Moved(vec![GroupIndex { metadata_partition: 0, index: 12 }]));
+        assert_eq!(t.await.unwrap(), Woken::Moved(vec![AppliedIndex { metadata_partition: 0, index: 12 }]));
     }
 
     #[tokio::test(start_paused = true)]

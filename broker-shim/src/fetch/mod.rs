@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use diskless_proto::v1::find_batches_response::{BatchInfo, FindBatchesPartitionResponse, FindBatchesTopicResponse};
-use diskless_proto::v1::{find_batches_request, FindBatchesRequest, GroupIndex};
+use diskless_proto::v1::{find_batches_request, AppliedIndex, FindBatchesRequest};
 use diskless_proto::ErrorCode;
 
 use crate::cluster::coordinates::Coordinate;
@@ -131,7 +131,7 @@ impl Fetcher {
         &self,
         parts: &[FetchPartition],
         max_total_bytes: i32,
-        seen: &[GroupIndex],
+        seen: &[AppliedIndex],
     ) -> Result<Vec<Fetched>, KafkaError> {
         let m = crate::metrics::get();
         let marks = self.cluster.marks();
@@ -181,7 +181,7 @@ impl Fetcher {
                     _ => {
                         // What the broker knows of the partition, the replica asked must show.
                         let g = diskless_proto::metadata_partition_for(&p.topic_id, p.partition.max(0), n);
-                        seen.push(GroupIndex { metadata_partition: g, index: mark.index });
+                        seen.push(AppliedIndex { metadata_partition: g, index: mark.index });
                     }
                 }
             }
@@ -232,7 +232,7 @@ impl Fetcher {
         &self,
         parts: &[FetchPartition],
         max_total_bytes: i32,
-        seen: &[GroupIndex],
+        seen: &[AppliedIndex],
     ) -> Result<Vec<Option<FindBatchesPartitionResponse>>, KafkaError> {
         let mut min_applied = self.cluster.min_applied();
         for s in seen {

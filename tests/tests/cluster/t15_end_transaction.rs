@@ -41,7 +41,7 @@ async fn commit(client: &mut Client, key: &str, batches: Vec<commit_file_request
 }
 
 /// EndTransaction on every partition: each marker's (error code, offset), and the indexes applied.
-async fn end(client: &mut Client, topic: &[u8], epoch: i32, commit: bool) -> (Vec<(i32, i64)>, Vec<GroupIndex>) {
+async fn end(client: &mut Client, topic: &[u8], epoch: i32, commit: bool) -> (Vec<(i32, i64)>, Vec<AppliedIndex>) {
     let markers = (0..PARTITIONS)
         .map(|p| end_transaction_request::Marker {
             topic_id: topic.to_vec(),
@@ -63,7 +63,7 @@ async fn committed(
     client: &mut Client,
     topic: &[u8],
     partition: i32,
-    min: &[GroupIndex],
+    min: &[AppliedIndex],
 ) -> find_batches_response::FindBatchesPartitionResponse {
     let r = client
         .find_batches(FindBatchesRequest {

@@ -80,7 +80,7 @@ async fn a_minimum_index_of_a_group_the_request_does_not_read_does_not_delay_it(
     let mut min_applied: Vec<_> = committed.applied.into_iter().filter(|g| g.metadata_partition == read).collect();
     assert_eq!(min_applied.len(), 1);
     // An index that metadata partition `other` will not reach for a long time.
-    min_applied.push(diskless_proto::v1::GroupIndex { metadata_partition: other, index: 1 << 40 });
+    min_applied.push(diskless_proto::v1::AppliedIndex { metadata_partition: other, index: 1 << 40 });
     let started = std::time::Instant::now();
     let r = client
         .find_batches(diskless_proto::v1::FindBatchesRequest {

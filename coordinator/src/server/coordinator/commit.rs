@@ -108,7 +108,7 @@ impl CoordinatorApi {
         for ((&g, idxs), out) in parts.iter().zip(outs) {
             let answer = out.and_then(|(outcome, index)| match outcome {
                 Outcome::CommitFile(rs) => {
-                    applied.push(GroupIndex { metadata_partition: g, index });
+                    applied.push(AppliedIndex { metadata_partition: g, index });
                     Ok(rs.iter().map(commit_result).collect())
                 }
                 other => Err(RouteError::unexpected(g, &other)),

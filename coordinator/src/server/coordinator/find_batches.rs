@@ -180,7 +180,7 @@ impl CoordinatorApi {
         }
         let applied = involved
             .into_iter()
-            .map(|g| GroupIndex { metadata_partition: g, index: applied_before.get(&g).copied().unwrap_or(0) })
+            .map(|g| AppliedIndex { metadata_partition: g, index: applied_before.get(&g).copied().unwrap_or(0) })
             .collect();
         Ok(Response::new(FindBatchesResponse { throttle_time_ms: 0, topics, applied }))
     }

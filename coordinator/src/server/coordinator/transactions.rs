@@ -48,7 +48,7 @@ impl CoordinatorApi {
                         match self.write(g, Op::EndTransaction(markers), timeout, hop).await? {
                             (Outcome::EndTransaction(rs), index) => {
                                 if let Ok(mut a) = applied.lock() {
-                                    a.push(GroupIndex { metadata_partition: g, index });
+                                    a.push(AppliedIndex { metadata_partition: g, index });
                                 }
                                 Ok(rs)
                             }
