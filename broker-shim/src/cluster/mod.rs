@@ -10,6 +10,7 @@
 //! - `catalog`: the topic catalog cache (names to ids, read again on a miss).
 //! - `applied`: the Raft indexes this broker's own commits were applied at, which its FindBatches
 //!   pass on so the broker reads its own writes from any replica.
+//! - `group_offsets`: a group's committed offsets written (OffsetCommit, a transaction's end).
 //! - `offsets`: a partition's ListOffsets (a strict read of its leader) and DeleteRecords.
 //! - `fencing`: FenceObjects, what the cluster knows of an object before it is deleted.
 //! - `acls`: the ACL bindings the cluster keeps (create, describe, delete).
@@ -30,6 +31,7 @@ mod commit;
 pub mod coordinates;
 mod failover;
 mod fencing;
+pub mod group_offsets;
 mod leaders;
 pub mod marks;
 mod offsets;

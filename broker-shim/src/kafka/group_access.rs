@@ -18,16 +18,9 @@ pub(super) fn metadata_fits(metadata: Option<&str>) -> bool {
     metadata.is_none_or(|m| m.len() <= MAX_OFFSET_METADATA_BYTES)
 }
 
-/// A coordinator-cluster answer as a group coordinator's Kafka error: routing and availability
-/// problems become COORDINATOR_NOT_AVAILABLE, which clients retry after finding the coordinator.
-pub(super) fn cluster_code(code: i32) -> ErrorCode {
-    match ErrorCode::from_wire(code) {
-        ErrorCode::NotLeaderOrFollower | ErrorCode::RequestTimedOut | ErrorCode::ReplicaNotAvailable => {
-            ErrorCode::CoordinatorNotAvailable
-        }
-        c => c,
-    }
-}
+/// A coordinator-cluster answer as a group coordinator's Kafka error (routing and availability
+/// problems: COORDINATOR_NOT_AVAILABLE).
+pub(super) use crate::cluster::group_offsets::group_code as cluster_code;
 
 /// GROUP_AUTHORIZATION_FAILED unless `access` allows `op` on the group.
 pub(super) fn may(access: &Access, op: Operation, group_id: &str) -> Result<(), ErrorCode> {

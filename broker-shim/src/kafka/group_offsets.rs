@@ -19,21 +19,7 @@ use super::listener::Listener;
 use super::response::{encode, text as s, topic_name, Reply};
 use super::session::Session;
 use crate::authz::{Access, Operation, Resource};
-use crate::coordinators::groups::GroupKind;
-
-/// OffsetCommit's and TxnOffsetCommit's check when `group_id` is a KIP-848 group (None: it is
-/// not).
-pub(super) async fn consumer_protocol_commit(
-    l: &Session,
-    group_id: &str,
-    member_id: &str,
-    member_epoch: i32,
-) -> Option<Result<(), ErrorCode>> {
-    if l.shim.held.with_members(group_id).await == Some(GroupKind::Classic) {
-        return None;
-    }
-    l.shim.consumer_groups.check_commit(group_id, member_id, member_epoch).await
-}
+use crate::coordinators::groups::offsets::Committer;
 
 pub(super) async fn offset_commit(l: &Session, header: &RequestHeader, req: OffsetCommitRequest) -> Reply {
     let v = header.request_api_version;
@@ -48,12 +34,10 @@ pub(super) async fn offset_commit(l: &Session, header: &RequestHeader, req: Offs
     let mut sent: Vec<(usize, usize)> = vec![];
     let mut offsets = vec![];
     let check = match may(&access, Operation::Read, &group_id).and_then(|()| owned(l, &group_id)) {
-        Ok(()) => match consumer_protocol_commit(l, &group_id, &member_id, req.generation_id_or_member_epoch).await {
-            // A KIP-848 member (v9+, as Kafka requires), fenced in the cluster by its epoch.
-            Some(Ok(())) if v < 9 && !member_id.is_empty() => Err(ErrorCode::UnsupportedVersion),
-            Some(r) => r,
-            None => l.shim.groups.check_commit(&group_id, generation, &member_id).await,
-        },
+        Ok(()) => {
+            let by = Committer::Member { version: v };
+            l.shim.held.check_commit(&group_id, &member_id, req.generation_id_or_member_epoch, by).await
+        }
         Err(code) => Err(code),
     };
     for (ti, t) in req.topics.iter().enumerate() {
@@ -87,32 +71,7 @@ pub(super) async fn offset_commit(l: &Session, header: &RequestHeader, req: Offs
         answers.push((name, parts));
     }
     if !offsets.is_empty() {
-        let n = offsets.len();
-        let request = coord::CommitOffsetsRequest {
-            group_id: group_id.clone(),
-            generation_id: generation,
-            member_id: member_id.clone(),
-            offsets,
-            timeout_ms: TIMEOUT_MS,
-        };
-        let started = std::time::Instant::now();
-        let r = l
-            .shim
-            .cluster
-            .call(|mut c| {
-                let request = request.clone();
-                async move { c.commit_offsets(request).await }
-            })
-            .await;
-        crate::metrics::get().offset_commit_seconds.observe(started.elapsed().as_secs_f64());
-        let codes: Vec<ErrorCode> = match r {
-            Ok(resp) if resp.offsets.len() == n => resp.offsets.iter().map(|o| cluster_code(o.error_code)).collect(),
-            Ok(_) => vec![ErrorCode::CoordinatorNotAvailable; n],
-            Err(status) => {
-                tracing::info!(group = group_id, %status, "OffsetCommit: coordinator cluster unavailable");
-                vec![ErrorCode::CoordinatorNotAvailable; n]
-            }
-        };
+        let codes = l.shim.cluster.commit_group_offsets(&group_id, generation, &member_id, offsets).await;
         for ((ti, pi), code) in sent.into_iter().zip(codes) {
             answers[ti].1[pi].1 = code;
         }

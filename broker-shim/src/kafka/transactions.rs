@@ -23,6 +23,7 @@ use super::group_access::{may, metadata_fits, owned};
 use super::response::{encode, text as s, Reply};
 use super::session::Session;
 use crate::authz::{Access, Operation, Resource};
+use crate::coordinators::groups::offsets::Committer;
 use crate::coordinators::transactions::TxnPartition;
 
 /// TRANSACTIONAL_ID_AUTHORIZATION_FAILED unless `access` allows `op` on `id`.
@@ -284,15 +285,9 @@ pub(super) async fn txn_offset_commit(l: &Session, header: &RequestHeader, req: 
         .and_then(|()| owned(l, &group_id));
     // Kafka's `validateOffsetCommit` for a transactional commit: a member and generation are
     // checked when named; without them the commit is taken whatever the group's state.
-    if check.is_ok() && (req.generation_id >= 0 || !member_id.is_empty()) {
-        check = match super::group_offsets::consumer_protocol_commit(l, &group_id, &member_id, req.generation_id).await
-        {
-            // A KIP-848 member: its epoch (Kafka's TxnOffsetCommit reads a stale one as
-            // ILLEGAL_GENERATION).
-            Some(Err(ErrorCode::StaleMemberEpoch)) => Err(ErrorCode::IllegalGeneration),
-            Some(r) => r,
-            None => l.shim.groups.check_commit(&group_id, req.generation_id, &member_id).await,
-        };
+    if check.is_ok() {
+        let by = Committer::Transactional;
+        check = l.shim.held.check_commit(&group_id, &member_id, req.generation_id, by).await;
     }
     // Per topic: the name, and per partition its index and the error so far.
     let mut answers: Vec<(TopicName, Vec<(i32, ErrorCode)>)> = vec![];

@@ -6,7 +6,8 @@
 //!   coordinator computes; `share`: KIP-932 share groups and their partitions' states; `modern`:
 //!   how both are kept, as the coordinator runtime's store.
 //! - `kinds`: which kind a group is and what a request for another kind answers, decided once;
-//!   `held`: the three kinds' coordinators together ([`HeldGroups`]).
+//!   `held`: the three kinds' coordinators together ([`HeldGroups`]); `offsets`: the committing
+//!   member's check, for OffsetCommit and TxnOffsetCommit alike.
 //! - `store`: where a group is kept when this broker is gone ([`GroupStore`]: the coordinator
 //!   cluster, faked in the tests); `config`: `[groups]`.
 //!
@@ -20,6 +21,7 @@ pub mod consumer;
 pub mod held;
 pub mod kinds;
 pub mod modern;
+pub mod offsets;
 pub mod share;
 pub mod store;
 

@@ -491,3 +491,49 @@ mod kip_848 {
         assert!(groups.held().is_empty());
     }
 }
+
+mod offsets {
+    //! The committing member's check by its group's kind (`offsets.rs`), for OffsetCommit and
+    //! TxnOffsetCommit.
+
+    use super::two_owners::{beat, catalog};
+    use super::*;
+    use crate::coordinators::groups::consumer::coordinator::ConsumerGroups;
+    use crate::coordinators::groups::offsets::Committer;
+    use crate::coordinators::groups::share::coordinator::ShareGroups;
+    use crate::coordinators::groups::HeldGroups;
+
+    fn held(store: &Arc<FakeStore>) -> HeldGroups {
+        let me = Incarnation::new(1);
+        HeldGroups {
+            classic: GroupCoordinator::new(store.clone(), config(), &me),
+            consumer: ConsumerGroups::new(store.clone(), config(), &me),
+            share: ShareGroups::new(store.clone(), config(), &me),
+        }
+    }
+
+    #[tokio::test]
+    async fn each_kinds_member_is_checked_by_its_kinds_rules_for_both_commits() {
+        let store = Arc::new(FakeStore::default());
+        let h = held(&store);
+        let _stop = ticker(&h.classic);
+        let (v8, v9, txn) =
+            (Committer::Member { version: 8 }, Committer::Member { version: 9 }, Committer::Transactional);
+        // A classic group: its generation.
+        let m = h.classic.join(JoinRequest { group_id: "c".into(), ..join("", None, 10_000) }).await;
+        let _ = h.classic.sync("c", 1, &m.member_id, vec![]).await;
+        assert_eq!(h.check_commit("c", &m.member_id, 1, v8).await, Ok(()));
+        assert_eq!(h.check_commit("c", &m.member_id, 0, v8).await, Err(ErrorCode::IllegalGeneration));
+        assert_eq!(h.check_commit("c", "stranger", 1, txn).await, Err(ErrorCode::UnknownMemberId));
+        // A KIP-848 group: its member's epoch, OffsetCommit v9+ only, a stale epoch of a
+        // transactional commit read as ILLEGAL_GENERATION.
+        let a = h.consumer.heartbeat("k", &beat("m1", 0, None), Arc::new(catalog())).await.unwrap();
+        assert_eq!(h.check_commit("k", "m1", a.member_epoch, v9).await, Ok(()));
+        assert_eq!(h.check_commit("k", "m1", a.member_epoch, v8).await, Err(ErrorCode::UnsupportedVersion));
+        assert_eq!(h.check_commit("k", "m1", a.member_epoch - 1, v9).await, Err(ErrorCode::StaleMemberEpoch));
+        assert_eq!(h.check_commit("k", "m1", a.member_epoch - 1, txn).await, Err(ErrorCode::IllegalGeneration));
+        // A transactional commit naming no member is taken whatever the group's state.
+        assert_eq!(h.check_commit("k", "", -1, txn).await, Ok(()));
+        assert_eq!(h.check_commit("k", "", -1, v9).await, Err(ErrorCode::UnknownMemberId));
+    }
+}

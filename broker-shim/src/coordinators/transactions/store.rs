@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use diskless_proto::v1::{
-    end_transaction_request, CommitOffsetsRequest, DescribeTransactionsRequest, EndTransactionRequest, GroupOffset,
-    ListTransactionsRequest, PendingOffset, StoreTransactionRequest, Transaction,
+    end_transaction_request, DescribeTransactionsRequest, EndTransactionRequest, GroupOffset, ListTransactionsRequest,
+    PendingOffset, StoreTransactionRequest, Transaction,
 };
 use diskless_proto::ErrorCode;
 use futures_util::future::BoxFuture;
@@ -213,36 +213,18 @@ impl TxnStore for ClusterTxnStore {
         offsets: Vec<PendingOffset>,
     ) -> BoxFuture<'a, Result<Vec<ErrorCode>, StoreError>> {
         Box::pin(async move {
-            let n = offsets.len();
-            let req = CommitOffsetsRequest {
-                group_id: group_id.to_string(),
-                generation_id: TXN_OFFSETS_GENERATION,
-                member_id: String::new(),
-                offsets: offsets
-                    .into_iter()
-                    .map(|o| GroupOffset {
-                        topic_id: o.topic_id,
-                        partition: o.partition_index,
-                        offset: o.offset,
-                        leader_epoch: o.leader_epoch,
-                        metadata: o.metadata,
-                        ..Default::default()
-                    })
-                    .collect(),
-                timeout_ms: TIMEOUT_MS,
-            };
-            let r = self
-                .cluster
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.commit_offsets(req).await }
+            let offsets = offsets
+                .into_iter()
+                .map(|o| GroupOffset {
+                    topic_id: o.topic_id,
+                    partition: o.partition_index,
+                    offset: o.offset,
+                    leader_epoch: o.leader_epoch,
+                    metadata: o.metadata,
+                    ..Default::default()
                 })
-                .await
-                .map_err(unavailable)?;
-            // An answer short of offsets leaves the rest unknown (committed again at the retry).
-            let mut codes: Vec<ErrorCode> = r.offsets.iter().map(|o| ErrorCode::from_wire(o.error_code)).collect();
-            codes.resize(n, ErrorCode::RequestTimedOut);
-            Ok(codes)
+                .collect();
+            Ok(self.cluster.commit_group_offsets(group_id, TXN_OFFSETS_GENERATION, "", offsets).await)
         })
     }
 }
