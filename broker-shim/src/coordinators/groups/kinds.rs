@@ -32,6 +32,15 @@ impl GroupKind {
         }
     }
 
+    /// The protocol type its stored record names (a classic group's is its members').
+    pub fn protocol_type(self) -> &'static str {
+        match self {
+            GroupKind::Classic => "",
+            GroupKind::Consumer => "consumer",
+            GroupKind::Share => "share",
+        }
+    }
+
     /// The protocol a stored group of this kind is marked with (`None`: classic, whose record
     /// holds its assignment protocol there).
     pub fn mark(self) -> Option<&'static str> {

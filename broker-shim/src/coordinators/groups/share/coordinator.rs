@@ -12,17 +12,16 @@
 //! share-partition states (`states`).
 
 use crate::incarnation::Incarnation;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use diskless_proto::v1::{consumer_group, ConsumerGroup};
 use diskless_proto::ErrorCode;
 
 use super::group::{Answer, Catalog, Group, Heartbeat, Member, Refused};
 use crate::coordinators::groups::config::GroupConfig;
 use crate::coordinators::groups::kinds::{self, GroupKind};
-use crate::coordinators::groups::modern::{self, Kind};
+use crate::coordinators::groups::modern::{self, KeptMember, ModernGroup};
 use crate::coordinators::groups::store::GroupStore;
 use crate::coordinators::runtime::Runtime;
 use crate::error::KafkaError;
@@ -53,56 +52,30 @@ pub struct ShareGroups {
     config: GroupConfig,
 }
 
-fn to_record(g: &Group, identity: &str, session_ms: u64) -> ConsumerGroup {
-    ConsumerGroup {
-        generation_id: g.epoch,
-        protocol_type: PROTOCOL_TYPE.to_string(),
-        protocol: Some(MARK.to_string()),
-        leader: None,
-        members: g
-            .members
-            .values()
-            .map(|m| consumer_group::Member {
-                member_id: m.member_id.clone(),
-                group_instance_id: None,
-                client_id: m.client_id.clone(),
-                client_host: m.client_host.clone(),
-                session_timeout_ms: i32::try_from(session_ms).unwrap_or(i32::MAX),
-                rebalance_timeout_ms: 0,
-                subscription: serde_json::to_vec(m).unwrap_or_else(|e| {
-                    // Cannot happen for these types; were it to, the member would be dropped at load.
-                    tracing::error!(member = m.member_id, error = %e, "a share group member does not encode");
-                    vec![]
-                }),
-                assignment: vec![],
-                member_epoch: m.epoch,
-            })
-            .collect(),
-        updated_ms: 0,
-        coordinator: identity.to_string(),
-        version: 0,
+impl ModernGroup for Group {
+    type Member = Member;
+    const KIND: GroupKind = KIND;
+    fn epoch(&self) -> i32 {
+        self.epoch
+    }
+    fn members(&self) -> &BTreeMap<String, Member> {
+        &self.members
+    }
+    fn loaded(epoch: i32, members: BTreeMap<String, Member>) -> Group {
+        Group { epoch, members, ..Group::default() }
     }
 }
 
-/// The group a stored record holds; `Err` when it is another kind of group with members.
-fn from_record(group_id: &str, r: &ConsumerGroup) -> Result<Group, Refused> {
-    kinds::admit_stored(group_id, Some(r), KIND)?;
-    if kinds::kind_of(r) != KIND {
-        // An empty classic group gives way, from the next epoch.
-        return Ok(Group { epoch: r.generation_id.max(0), ..Group::default() });
+impl KeptMember for Member {
+    fn member_id(&self) -> &str {
+        &self.member_id
     }
-    let mut g = Group { epoch: r.generation_id, ..Group::default() };
-    for m in &r.members {
-        match serde_json::from_slice::<Member>(&m.subscription) {
-            Ok(member) if member.member_id == m.member_id => {
-                g.members.insert(member.member_id.clone(), member);
-            }
-            _ => {
-                tracing::warn!(group = group_id, member = m.member_id, "a stored share member does not decode; dropped")
-            }
-        }
+    fn epoch(&self) -> i32 {
+        self.epoch
     }
-    Ok(g)
+    fn client(&self) -> (&str, &str) {
+        (&self.client_id, &self.client_host)
+    }
 }
 
 /// A loaded group's targets (a record keeps only the epoch and the members), computed from its
@@ -119,20 +92,11 @@ fn derive(g: &mut Group, catalog: &Catalog) {
     g.epoch = epoch;
 }
 
-/// How this kind of group is kept.
-fn kind() -> Kind<Group> {
-    Kind {
-        encode: to_record,
-        decode: |id, r| from_record(id, r).map_err(KafkaError::from),
-        members: |g| g.members.keys().cloned().collect(),
-    }
-}
-
 impl ShareGroups {
     pub fn new(store: Arc<dyn GroupStore>, config: GroupConfig, me: &Incarnation) -> Arc<ShareGroups> {
         // A group taken over gives every stored member a fresh session.
         let runtime =
-            modern::runtime(kind(), store.clone(), me, config.share_session_timeout_ms, |sessions| Timers { sessions });
+            modern::runtime(store.clone(), me, config.share_session_timeout_ms, |sessions| Timers { sessions });
         Arc::new(ShareGroups { runtime, store, config })
     }
 
@@ -186,7 +150,7 @@ impl ShareGroups {
         }
         match self.store.load(group_id).await {
             Ok(Some(r)) if kinds::kind_of(&r) == KIND => {
-                let mut g = from_record(group_id, &r)?;
+                let mut g: Group = modern::decode_group(group_id, &r)?;
                 derive(&mut g, catalog);
                 Ok(described(&g))
             }
