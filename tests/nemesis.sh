@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Long fault runs (issue 9): builds the suite, then runs the seeded nemesis against a local
+# Long fault runs: builds the suite, then runs the seeded nemesis against a local
 # cluster for as long as asked and checks the history. A failing run keeps its history, every
 # process's log and data, and the summary; `--seed N` replays a run.
 #

@@ -36,11 +36,11 @@ pub enum ErrorCode {
     KafkaStorageError = 56,
     UnknownProducerId = 59,
     UnknownTopicId = 100,
-    // Produce validation (Kafka's LogValidator, issue 23).
+    // Produce validation (Kafka's LogValidator).
     TransactionalIdAuthorizationFailed = 53,
     UnsupportedCompressionType = 76,
     InvalidRecord = 87,
-    // Consumer groups (issue 15).
+    // Consumer groups.
     IllegalGeneration = 22,
     InvalidGroupId = 24,
     UnknownMemberId = 25,
@@ -48,7 +48,7 @@ pub enum ErrorCode {
     GroupIdNotFound = 69,
     GroupSubscribedToTopic = 86,
     OffsetMetadataTooLarge = 12,
-    // The broker's group coordinator (issue 24: its codes were a private table).
+    // The broker's group coordinator (its codes were a private table).
     CoordinatorLoadInProgress = 14,
     CoordinatorNotAvailable = 15,
     NotCoordinator = 16,
@@ -57,22 +57,22 @@ pub enum ErrorCode {
     RebalanceInProgress = 27,
     MemberIdRequired = 79,
     FencedInstanceId = 82,
-    // SASL on the broker's Kafka listeners (issue 24).
+    // SASL on the broker's Kafka listeners.
     UnsupportedSaslMechanism = 33,
     IllegalSaslState = 34,
     SaslAuthenticationFailed = 58,
-    // Authorization on the broker's Kafka listeners (issue 25).
+    // Authorization on the broker's Kafka listeners.
     TopicAuthorizationFailed = 29,
     GroupAuthorizationFailed = 30,
     ClusterAuthorizationFailed = 31,
     SecurityDisabled = 54,
-    // Leader epochs (KIP-320, issue 25).
+    // Leader epochs (KIP-320).
     FencedLeaderEpoch = 74,
     UnknownLeaderEpoch = 75,
-    // The broker registry (issue 15).
+    // The broker registry.
     StaleBrokerEpoch = 77,
     DuplicateBrokerRegistration = 101,
-    // Transactions (issue 27).
+    // Transactions.
     InvalidTxnState = 48,
     InvalidProducerIdMapping = 49,
     InvalidTransactionTimeout = 50,
@@ -83,13 +83,13 @@ pub enum ErrorCode {
     OperationNotAttempted = 55,
     TransactionalIdNotFound = 105,
     UnstableOffsetCommit = 88,
-    // KIP-848 consumer groups (issue 28).
+    // KIP-848 consumer groups.
     FencedMemberEpoch = 110,
     UnreleasedInstanceId = 111,
     UnsupportedAssignor = 112,
     StaleMemberEpoch = 113,
     InvalidRegularExpression = 128,
-    // KIP-932 share groups (issue 28).
+    // KIP-932 share groups.
     InvalidRecordState = 121,
     ShareSessionNotFound = 122,
     InvalidShareSessionEpoch = 123,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Figures for issue 28 (not a test: it asserts only that the work finished):
+"""Figures for the group protocols (not a test: it asserts only that the work finished):
 
 - rebalance time, classic against KIP-848 (`group.protocol=consumer`), with 3 and 30 members on a
   60-partition topic: (a) all members start at once, until every partition is assigned to exactly

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Transactions as consumers read them (issue 27), with two client implementations (confluent-kafka
+"""Transactions as consumers read them, with two client implementations (confluent-kafka
 / librdkafka and kafka-python) against a diskless broker whose topic holds, in offset order:
 p-0, an aborted transaction (t-0, t-1) and its ABORT marker, p-1, a committed transaction (c-0,
 c-1) and its COMMIT marker, p-2 (written by t67_transaction_reads.rs).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Transactional producers against diskless brokers (issue 27), with real clients: confluent-kafka
+"""Transactional producers against diskless brokers, with real clients: confluent-kafka
 (librdkafka), aiokafka and kafka-python. BROKERS is a bootstrap list of two brokers: a transactional id is
 coordinated by one of them, and the partitions are served by both.
 

@@ -1,4 +1,4 @@
-//! The data path's transactions step (issue 27): what a transaction costs a producer, against the
+//! The data path's transactions step: what a transaction costs a producer, against the
 //! plain idempotent producer users run without them, from the same run. For each count of
 //! producers (1 and 4), each producer writes `count` requests of one batch per partition of a
 //! 4-partition topic (64 records of 1 KiB a batch, acks=all):

@@ -1,4 +1,4 @@
-//! Transactions on the partition side, through the coordinator's API (issue 27): transactional
+//! Transactions on the partition side, through the coordinator's API: transactional
 //! batches committed across metadata partitions hold each partition's last stable offset;
 //! EndTransaction writes a marker on every partition of the transaction, in each owning metadata
 //! partition's log, sent to any node; `read_committed` FindBatches and ListOffsets stop at the

@@ -1,4 +1,4 @@
-//! No object is deleted while a commit of it can still apply (issue 10, paths 1 and 2).
+//! No object is deleted while a commit of it can still apply (a commit racing the fencing and deletion of its object).
 //!
 //! A commit part that is held back — queued on a slow broker, in flight to a slow leader, appended
 //! by a leader that lost its quorum — reaches the log after the cleaner decided to delete the
@@ -131,7 +131,7 @@ async fn a_commit_that_arrives_after_its_object_was_fenced_and_deleted_is_refuse
     let first = commit_of("wal/split", &topic, bytes.len(), owners.clone(), &[(pa, placed[0])]);
     let r = commit_settled(&mut coordinator, first.clone()).await;
     assert_eq!(r[0].0, 0, "{r:?}");
-    // Its reply was lost? A repeat gets the same answer (issue 10, path 9).
+    // Its reply was lost? A repeat gets the same answer.
     let again = commit_settled(&mut coordinator, first.clone()).await;
     assert_eq!((again[0].0, again[0].2), (0, r[0].2), "a repeat is answered with the original result");
     let d = client

@@ -1,4 +1,4 @@
-//! Parked fetches (issue 26): a long-poll Fetch on broker B that cannot be answered yet costs the
+//! Parked fetches: a long-poll Fetch on broker B that cannot be answered yet costs the
 //! coordinator cluster nothing while it waits, and is answered as soon as a commit through broker
 //! A fills it — long before its `max_wait_ms` — because B hears of A's commit on its watch stream.
 //! The watch survives the loss of the node it streams from (kill), that node's isolation from the

@@ -1,4 +1,4 @@
-//! The batch-coordinate cache (issue 26, item 2): a tail consumer on broker B of what broker A
+//! The batch-coordinate cache (item 2): a tail consumer on broker B of what broker A
 //! produces reads every record without B asking FindBatches — B learns the coordinates of A's
 //! batches from its watch — and the bytes it serves are the records produced, in order, to
 //! `read_uncommitted` and `read_committed` fetches alike while no transaction is open. The cache

@@ -1,4 +1,4 @@
-//! Reading transactions through the broker (issue 27, the partition side): a transactional batch
+//! Reading transactions through the broker (the partition side): a transactional batch
 //! committed between plain records holds the partition's last stable offset — a `read_committed`
 //! fetch gets only what precedes it, a `read_uncommitted` one everything — and once its
 //! transaction is aborted, a `read_committed` fetch gets the partition's records, the ABORT control

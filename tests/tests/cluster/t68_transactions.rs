@@ -1,4 +1,4 @@
-//! Transactions end to end (issue 27) with real clients through two brokers: confluent-kafka
+//! Transactions end to end with real clients through two brokers: confluent-kafka
 //! (librdkafka), aiokafka, kafka-python and KafkaJS transactional producers commit and abort, a second producer of one
 //! transactional id fences the first, and `read_committed` consumers see exactly the committed
 //! records, and a consume-transform-produce loop with `send_offsets_to_transaction` writes every

@@ -1,4 +1,4 @@
-//! Exactly-once through crashes (issue 27): a consume-transform-produce worker (librdkafka, a
+//! Exactly-once through crashes: a consume-transform-produce worker (librdkafka, a
 //! transactional producer committing its consumer group's offsets with each transaction,
 //! `tests/python/eos_worker.py`) copies 6,000 records from one topic to another through two brokers
 //! while it is killed with `kill -9` several times, and so is the broker coordinating its

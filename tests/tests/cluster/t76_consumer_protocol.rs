@@ -1,4 +1,4 @@
-//! KIP-848 consumer groups (`group.protocol=consumer`, issue 28) with librdkafka through two
+//! KIP-848 consumer groups (`group.protocol=consumer`) with librdkafka through two
 //! brokers: the coordinator assigns, a partition is never given to two consumers at once,
 //! consumers join, leave and are killed with `kill -9`, every record is seen and the committed
 //! offsets end at the partitions' ends (`tests/python/consumer_protocol.py`). Then the broker

@@ -1,4 +1,4 @@
-//! KIP-932 share groups (issue 28) with librdkafka's ShareConsumer through two brokers
+//! KIP-932 share groups with librdkafka's ShareConsumer through two brokers
 //! (`tests/python/share_groups.py`): consumers share one partition's records, accepted records are
 //! not delivered again, a consumer killed with `kill -9` gives its records back when their locks
 //! expire, a record released at every delivery is archived at the delivery count limit. Then the
@@ -101,7 +101,7 @@ async fn t77_share_groups_share_acknowledge_redeliver_and_survive_their_coordina
     println!("{out}");
 }
 
-/// Issue 28's figures (not run by the test command: `cargo test -p diskless-cluster-tests --test
+/// The group protocols' figures (not run by the test command: `cargo test -p diskless-cluster-tests --test
 /// cluster t77_group_figures -- --ignored --nocapture`, with nothing else running): rebalance time
 /// with 3 and 30 members, classic against KIP-848, and share-fetch throughput with 1 and 8 share
 /// consumers on one partition (`tests/python/group_figures.py`), on a local 3-node cluster and one

@@ -3,7 +3,7 @@
 //! (`max_wait_ms` [`WAIT_MS`], `min_bytes` 1), so a fetch with nothing to answer parks in the
 //! broker until a commit (its own, or another broker's through the coordinators' watch) moves a
 //! high watermark, and what it answers may come from the broker's batch-coordinate cache rather
-//! than FindBatches: the two things issue 26 added, under every fault.
+//! than FindBatches: the two things parked fetches and the coordinate cache added, under every fault.
 //!
 //! Each partition's answer with records or an error is recorded as a `Read` with `wait_ms` (empty
 //! answers, most of them, are not), so the checker can require that every acknowledged record

@@ -1,4 +1,4 @@
-//! Transactional producers and `read_committed` consumers (issue 27), over the transactional
+//! Transactional producers and `read_committed` consumers, over the transactional
 //! topic only (the long-lived topics' checks know nothing of markers and aborted records).
 //!
 //! A transactional producer speaks Kafka's transaction protocol v1 as librdkafka does, or v2 as
