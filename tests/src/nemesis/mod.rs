@@ -10,7 +10,7 @@
 //!  heal all ─▶ settle (availability, final reads, digests, objects) ─▶ checker ─▶ report
 //! ```
 //!
-//! Used by the short seeded run in `cargo test` (`tests/tests/cluster/t90_nemesis.rs`) and by the
+//! Used by the short seeded run in `cargo test` (`tests/tests/cluster/faults/t90_nemesis.rs`) and by the
 //! `nemesis` binary for long runs (`tests/nemesis.sh`). This module owns the run's sequence; each
 //! concept lives in its own file: `rng`, `history`, `system` (processes), `proxy`, `faults`,
 //! `workload`, `kafka_client`, `settle`, `checker`, `report`.

@@ -1,0 +1,3 @@
+//! Cluster tests of the fault suite.
+
+mod t90_nemesis;

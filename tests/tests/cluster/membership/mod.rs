@@ -1,0 +1,3 @@
+//! Cluster tests of membership changes.
+
+mod t50_membership;
