@@ -270,8 +270,7 @@ pub struct GroupRecord {
     /// When it was stored (the command's "now"): the group is empty since then if it has no members.
     pub updated_ms: i64,
     /// Which coordinator (a broker's id and process incarnation) stored it: named in a refusal,
-    /// and, for a store without a version, another coordinator may not store the same generation
-    /// number again.
+    /// and a resend of its own store (the same group) is answered what is stored.
     pub coordinator: String,
     /// Its version (`versioned`): every store gives it the next one, so a coordinator storing by
     /// compare-and-set names the version it read.

@@ -91,6 +91,35 @@ fn refused(code: i32, message: Option<String>) -> Result<(), StoreError> {
     }
 }
 
+impl ClusterTxnStore {
+    /// StoreTransaction: `t` stored over version `expected`, or (`None`) the id expired at it;
+    /// the record as stored.
+    async fn store_transaction(
+        &self,
+        id: &str,
+        t: Option<Transaction>,
+        expected: u64,
+    ) -> Result<Option<Transaction>, StoreError> {
+        let req = StoreTransactionRequest {
+            transactional_id: id.to_string(),
+            expire: t.is_none(),
+            transaction: t,
+            expected_version: expected,
+            timeout_ms: TIMEOUT_MS,
+        };
+        let r = self
+            .cluster
+            .call(|mut c| {
+                let req = req.clone();
+                async move { c.store_transaction(req).await }
+            })
+            .await
+            .map_err(unavailable)?;
+        refused(r.error_code, r.error_message)?;
+        Ok(r.transaction)
+    }
+}
+
 impl TxnStore for ClusterTxnStore {
     fn load<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Transaction>, StoreError>> {
         Box::pin(async move {
@@ -118,45 +147,13 @@ impl TxnStore for ClusterTxnStore {
         expected: u64,
     ) -> BoxFuture<'a, Result<Transaction, StoreError>> {
         Box::pin(async move {
-            let req = StoreTransactionRequest {
-                transactional_id: id.to_string(),
-                transaction: Some(t),
-                expected_version: expected,
-                timeout_ms: TIMEOUT_MS,
-                expire: false,
-            };
-            let r = self
-                .cluster
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.store_transaction(req).await }
-                })
-                .await
-                .map_err(unavailable)?;
-            refused(r.error_code, r.error_message)?;
-            r.transaction.ok_or_else(|| StoreError::Unavailable("StoreTransaction answered no record".into()))
+            let stored = self.store_transaction(id, Some(t), expected).await?;
+            stored.ok_or_else(|| StoreError::Unavailable("StoreTransaction answered no record".into()))
         })
     }
 
     fn expire<'a>(&'a self, id: &'a str, expected: u64) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            let req = StoreTransactionRequest {
-                transactional_id: id.to_string(),
-                transaction: None,
-                expected_version: expected,
-                timeout_ms: TIMEOUT_MS,
-                expire: true,
-            };
-            let r = self
-                .cluster
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.store_transaction(req).await }
-                })
-                .await
-                .map_err(unavailable)?;
-            refused(r.error_code, r.error_message)
-        })
+        Box::pin(async move { self.store_transaction(id, None, expected).await.map(|_| ()) })
     }
 
     fn list(&self) -> BoxFuture<'_, Result<Listed, StoreError>> {

@@ -34,8 +34,8 @@ use crate::incarnation::Incarnation;
 /// The groups this broker coordinates.
 pub struct GroupCoordinator {
     store: Arc<dyn GroupStore>,
-    /// This broker's id and process incarnation, stamped on what it stores: the cluster refuses
-    /// another coordinator's store of a generation already stored.
+    /// This broker's id and process incarnation, stamped on what it stores (the cluster tells a
+    /// resend of this process's store from another broker's by it).
     identity: String,
     config: GroupConfig,
     groups: Mutex<HashMap<String, Group>>,
