@@ -6,13 +6,16 @@
   one member; (b) one more member joins a settled group, until the assignment is whole again with
   the newcomer holding partitions. librdkafka defaults otherwise (classic: `range` assignor, eager;
   the broker's `group.initial.rebalance.delay.ms` 3 s as Kafka's default).
-- share-fetch throughput with 1 and 8 ShareConsumers on one partition: records per second
-  draining RECORDS records produced beforehand (implicit acknowledgement), beside one plain
-  consumer reading the same records (the baseline: Fetch, nothing acquired or acknowledged).
+- share-fetch throughput with 1 and 8 ShareConsumers on one partition, and 8 on 8 partitions:
+  records per second draining RECORDS records produced beforehand (implicit acknowledgement),
+  beside one plain consumer reading the same records of one partition (the baseline: Fetch,
+  nothing acquired or acknowledged).
 
 Usage: group_figures.py BROKER[,BROKER...] [--quick]
+(environment GROUP_FIGURES=share: the share figures only)
 Prints FIGURE lines; ends with ALL GROUP FIGURES MEASURED.
 """
+import os
 import sys
 import threading
 import time
@@ -90,12 +93,12 @@ def rebalance(protocol, n):
     return cold, join
 
 
-def share_throughput(consumers):
-    topic = f"share-{consumers}-{uuid.uuid4().hex[:6]}"
-    create(topic, 1)
+def share_throughput(consumers, partitions):
+    topic = f"share-{consumers}-{partitions}-{uuid.uuid4().hex[:6]}"
+    create(topic, partitions)
     p = Producer({"bootstrap.servers": BROKERS, "linger.ms": 20, "batch.num.messages": 500, "acks": "all"})
     for i in range(RECORDS):
-        p.produce(topic, value=b"x" * 100, partition=0)
+        p.produce(topic, value=b"x" * 100, partition=i % partitions)
         if i % 10_000 == 9_999:
             p.poll(0)
     assert p.flush(120) == 0
@@ -130,7 +133,7 @@ def share_throughput(consumers):
     for t in threads:
         t.join(30)
     total = sum(counts)
-    if consumers == 1:
+    if consumers == 1 and partitions == 1:
         # The baseline: one plain consumer reading the same records (Fetch, no acquisition).
         c = Consumer({"bootstrap.servers": BROKERS, "group.id": f"plain-{topic}", "enable.auto.commit": False})
         c.assign([TopicPartition(topic, 0, 0)])
@@ -140,17 +143,18 @@ def share_throughput(consumers):
         plain = time.time() - t0
         c.close()
         print(f"FIGURE plain fetch consumers=1 (baseline): {got} records in {plain:.2f} s = {got / plain:,.0f} records/s", flush=True)
-    print(f"FIGURE share-fetch consumers={consumers}: {total} records in {took:.2f} s = {total / took:,.0f} records/s "
+    print(f"FIGURE share-fetch consumers={consumers} partitions={partitions}: {total} records in {took:.2f} s = {total / took:,.0f} records/s "
           f"({total / flowing:,.0f} records/s from the first record, {took - flowing:.2f} s before it; "
           f"per consumer {counts})", flush=True)
 
 
 def main():
-    for n in (3, 30):
-        for protocol in ("classic", "consumer"):
-            rebalance(protocol, n)
-    for consumers in (1, 8):
-        share_throughput(consumers)
+    if os.environ.get("GROUP_FIGURES") != "share":
+        for n in (3, 30):
+            for protocol in ("classic", "consumer"):
+                rebalance(protocol, n)
+    for consumers, partitions in ((1, 1), (8, 1), (8, 8)):
+        share_throughput(consumers, partitions)
     print("ALL GROUP FIGURES MEASURED", flush=True)
 
 

@@ -9,7 +9,9 @@
 //! (AcknowledgeErrorCode), as are partitions with records, errors or newly added. A fetch that
 //! acquires nothing parks until a partition's high watermark moves (`cluster::marks`), a lock
 //! expires or `max_wait_ms` passes. Records are whole batches; only the offsets in AcquiredRecords
-//! are the member's (the client skips the others). Any broker serves any partition: the
+//! are the member's (the client skips the others). The partitions of one fetch are acquired
+//! concurrently, each with an equal share of `max_records` (Kafka acquires them in turn, in
+//! memory; here each acquisition is a store). Any broker serves any partition: the
 //! compare-and-set on the share-partition state keeps two brokers from handing out one record. It
 //! must not read object storage or the coordinator cluster itself.
 
@@ -18,6 +20,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use diskless_proto::ErrorCode;
+use futures_util::future::join_all;
 use kafka_protocol::messages::*;
 use tokio::time::Instant;
 
@@ -28,6 +31,10 @@ use crate::coordinators::groups::share::partition::{AckBatch, Acquired, Limits};
 use crate::coordinators::groups::share::sessions::{Opened, Tp};
 use crate::error::KafkaError;
 use crate::fetch::FetchPartition;
+
+/// How many times, at most, the partitions of a share fetch that filled their share of its
+/// records are acquired again for what the others left.
+const FILL_ROUNDS: usize = 3;
 
 /// The longest a share fetch waits for records.
 const MAX_WAIT: Duration = Duration::from_secs(30);
@@ -386,46 +393,69 @@ pub(super) async fn share_fetch(l: &Session, header: &RequestHeader, req: ShareF
         let mut got = 0i64;
         loop {
             let waiter = marks.waiter(fetchable.iter().copied());
-            let mut answered = vec![];
-            for &tp in &fetchable {
-                let mut acks = Acks { pending: deferred.remove(&tp), outcome: None };
-                if got >= max_records {
-                    if let Some(batches) = acks.pending {
-                        let code = acknowledge_one(l, &group_id, &member, tp, &batches).await;
+            let mut answered = vec![-1i64; fetchable.len()];
+            // The partitions are acquired at once (each is its own store), each with an equal
+            // share of the records still wanted; those that filled their share take more of what
+            // the others left, in a further round.
+            let mut round: Vec<usize> = (0..fetchable.len()).collect();
+            for _ in 0..FILL_ROUNDS {
+                let left = (max_records - got).max(0);
+                let share = (left + round.len() as i64 - 1) / round.len().max(1) as i64;
+                let tries = round.iter().map(|&i| {
+                    let tp = fetchable[i];
+                    let pending = deferred.remove(&tp);
+                    let (group_id, member) = (&group_id, &member);
+                    async move {
+                        let mut acks = Acks { pending, outcome: None };
+                        // With nothing left to acquire, only the acknowledgements are applied.
+                        let r = if share > 0 {
+                            Some(acquire_one(l, group_id, member, tp, (share, per_partition), &mut acks).await)
+                        } else {
+                            None
+                        };
+                        if let Some(batches) = acks.pending.take() {
+                            acks.outcome = Some(acknowledge_one(l, group_id, member, tp, &batches).await);
+                        }
+                        (i, acks.outcome, r)
+                    }
+                });
+                let mut filled = vec![];
+                for (i, ack, r) in join_all(tries).await {
+                    let tp = fetchable[i];
+                    if let Some(code) = ack {
                         parts.entry(tp).or_default().ack = Some(code);
                     }
-                    answered.push(-1);
-                    continue;
-                }
-                let r = acquire_one(l, &group_id, &member, tp, (max_records - got, per_partition), &mut acks).await;
-                if let Some(batches) = acks.pending.take() {
-                    acks.outcome = Some(acknowledge_one(l, &group_id, &member, tp, &batches).await);
-                }
-                if let Some(code) = acks.outcome {
-                    parts.entry(tp).or_default().ack = Some(code);
-                }
-                match r {
-                    Ok((records, acquired, hwm)) => {
-                        got += acquired.iter().map(|a| a.last - a.first + 1).sum::<i64>();
-                        answered.push(hwm);
-                        if !acquired.is_empty() {
-                            let p = parts.entry(tp).or_default();
-                            if p.records.is_empty() {
-                                p.records = records;
-                            } else {
-                                let mut all = BytesMut::from(&p.records[..]);
-                                all.extend_from_slice(&records);
-                                p.records = all.freeze();
+                    match r {
+                        None => {}
+                        Some(Ok((records, acquired, hwm))) => {
+                            let n = acquired.iter().map(|a| a.last - a.first + 1).sum::<i64>();
+                            got += n;
+                            answered[i] = hwm;
+                            if n >= share {
+                                filled.push(i);
                             }
-                            p.acquired.extend(acquired);
+                            if !acquired.is_empty() {
+                                let p = parts.entry(tp).or_default();
+                                if p.records.is_empty() {
+                                    p.records = records;
+                                } else {
+                                    let mut all = BytesMut::from(&p.records[..]);
+                                    all.extend_from_slice(&records);
+                                    p.records = all.freeze();
+                                }
+                                p.acquired.extend(acquired);
+                            }
+                        }
+                        Some(Err(e)) => {
+                            tracing::info!(group = group_id, partition = tp.1, error = %e.message, code = %e.code, "share fetch: acquiring failed");
+                            parts.entry(tp).or_default().error = Some(e);
                         }
                     }
-                    Err(e) => {
-                        tracing::info!(group = group_id, partition = tp.1, error = %e.message, code = %e.code, "share fetch: acquiring failed");
-                        answered.push(-1);
-                        parts.entry(tp).or_default().error = Some(e);
-                    }
                 }
+                if got >= max_records || filled.is_empty() {
+                    break;
+                }
+                round = filled;
             }
             let min_bytes = req.min_bytes.max(1) as usize;
             let bytes: usize = parts.values().map(|p| p.records.len()).sum();

@@ -219,3 +219,80 @@ async fn t77_an_acknowledged_share_fetch_is_one_store() {
     let third = k.call(&fetch(2, Some((25, 29))), 1).await.unwrap();
     assert_eq!(acquired(&third), (0, 121 /* INVALID_RECORD_STATE */, vec![(20, 29)]), "{third:?}");
 }
+
+/// The partitions of one ShareFetch are acquired together, each with an equal share of
+/// `max_records` (whole batches, so a share may be passed by part of a batch); a partition that
+/// filled its share takes what the others left. One partition with many records does not starve
+/// another in the same fetch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn t77_a_share_fetch_shares_its_records_over_its_partitions_and_fills_from_the_busy_one() {
+    const SPREAD: &str = "spread-polls";
+    let c = Cluster::start(3, Options::default()).await;
+    let options = BrokerOptions {
+        kafka: true,
+        commit_interval_ms: 20,
+        kafka_toml: "\n[groups]\nshare_auto_offset_reset = \"earliest\"\n".to_string(),
+        ..BrokerOptions::default()
+    };
+    let storage = TestStorage::Local(c.path("objects"));
+    let a = BrokerProc::start(&c, "a", &storage, &options).await;
+    let mut broker = a.client().await;
+    create_topic_via(&mut broker, SPREAD, 2).await;
+    // Partition 0: six batches of 10 records; partition 1: one.
+    for (partition, batches) in [(0, 6), (1, 1)] {
+        for i in 0..batches {
+            let values: Vec<String> = (0..10).map(|j| format!("p{partition}-{i}-{j}")).collect();
+            produce_retrying(&mut broker, SPREAD, partition, batch_of(&values)).await;
+        }
+    }
+    let mut k = KafkaClient::connect(a.kafka_addr.as_deref().unwrap()).await.unwrap();
+    let md = k
+        .call(
+            &MetadataRequest::default().with_topics(Some(vec![metadata_request::MetadataRequestTopic::default()
+                .with_name(Some(TopicName(StrBytes::from_static_str(SPREAD))))])),
+            12,
+        )
+        .await
+        .unwrap();
+    let topic_id = md.topics[0].topic_id;
+    let fetch = |member: &'static str| {
+        ShareFetchRequest::default()
+            .with_group_id(Some(GroupId(StrBytes::from_static_str("spread-group"))))
+            .with_member_id(Some(StrBytes::from_static_str(member)))
+            .with_share_session_epoch(0)
+            .with_max_wait_ms(2_000)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_max_records(30)
+            .with_batch_size(10)
+            .with_topics(vec![share_fetch_request::FetchTopic::default().with_topic_id(topic_id).with_partitions(
+                (0..2).map(|p| share_fetch_request::FetchPartition::default().with_partition_index(p)).collect(),
+            )])
+    };
+    // Per partition: (first, last, count) of what was acquired.
+    let acquired = |r: &ShareFetchResponse| -> Vec<(i32, i64, i64, i64)> {
+        assert_eq!(r.error_code, 0, "{r:?}");
+        r.responses
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .filter(|p| !p.acquired_records.is_empty())
+            .map(|p| {
+                assert_eq!(p.error_code, 0, "{p:?}");
+                let a = &p.acquired_records;
+                let count = a.iter().map(|r| r.last_offset - r.first_offset + 1).sum();
+                (
+                    p.partition_index,
+                    a.iter().map(|r| r.first_offset).min().unwrap(),
+                    a.iter().map(|r| r.last_offset).max().unwrap(),
+                    count,
+                )
+            })
+            .collect()
+    };
+    // 15 records each: partition 0 gives two batches, partition 1 its one.
+    let first = k.call(&fetch("member-1"), 1).await.unwrap();
+    assert_eq!(acquired(&first), vec![(0, 0, 19, 20), (1, 0, 9, 10)], "{first:?}");
+    // Partition 1 has nothing left: partition 0 fills the fetch in a second round.
+    let second = k.call(&fetch("member-2"), 1).await.unwrap();
+    assert_eq!(acquired(&second), vec![(0, 20, 49, 30)], "{second:?}");
+}
