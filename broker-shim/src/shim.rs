@@ -167,8 +167,8 @@ impl Shim {
     }
 
     /// Registers this broker (advertised at the Kafka listener's address) and keeps its lease alive
-    /// until the shim stops; groups this broker no longer coordinates are dropped from memory as
-    /// the live brokers change. The task ends with an error when another live broker holds this
+    /// until the shim stops; as the live brokers change, groups this broker no longer coordinates
+    /// are dropped from memory and those it coordinates now are loaded (`HeldGroups::take_over`). The task ends with an error when another live broker holds this
     /// broker's id: the process should stop. Without a Kafka listener there is nothing to
     /// advertise, and the broker does not register.
     pub fn start_registry(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<anyhow::Result<()>>> {
@@ -178,6 +178,9 @@ impl Shim {
         let groups = self.groups.clone();
         let consumer_groups = self.consumer_groups.clone();
         let share_groups = self.share_groups.clone();
+        let (held, cluster, registry) = (self.held.clone(), self.cluster.clone(), self.registry.clone());
+        // One takeover at a time; each lists the groups again.
+        let taking_over = Arc::new(tokio::sync::Mutex::new(()));
         let moved = move |r: &registry::Registry| {
             for id in share_groups.held() {
                 if !r.owns_group(&id) {
@@ -199,6 +202,18 @@ impl Shim {
                     groups.release(&id);
                 }
             }
+            let (held, cluster, registry, taking_over) =
+                (held.clone(), cluster.clone(), registry.clone(), taking_over.clone());
+            tokio::spawn(async move {
+                let _one_at_a_time = taking_over.lock().await;
+                let owns = |id: &str| registry.owns_group(id);
+                match held.take_over(cluster.as_ref(), &owns).await {
+                    Ok(n) => tracing::debug!(groups = n, "groups this broker coordinates are loaded"),
+                    Err(e) => {
+                        tracing::info!(error = %e, "listing groups to take over failed; each loads at its next use")
+                    }
+                }
+            });
         };
         Some(tokio::spawn(self.registry.clone().run(self.stop.subscribe(), moved)))
     }

@@ -140,7 +140,8 @@ pub fn runtime<G: ModernGroup, V: Clone + Send + 'static>(
     timers: fn(HashMap<String, Instant>) -> V,
 ) -> Runtime<String, G, V> {
     let records = Arc::new(Records::<G> { store, identity: me.tag(), session_ms, kind: PhantomData });
-    let settings = Settings { fresh_for: None, load_failed: ErrorCode::CoordinatorLoadInProgress, tries: 3 };
+    let settings =
+        Settings { fresh_for: None, load_failed: ErrorCode::CoordinatorLoadInProgress, ..Settings::default() };
     let on_load = Box::new(move |_: &String, g: Option<&G>| {
         let until = Instant::now() + Duration::from_millis(session_ms);
         timers(g.map(|g| g.members().keys().map(|m| (m.clone(), until)).collect()).unwrap_or_default())

@@ -1,33 +1,13 @@
 //! Where a broker's groups are kept when it is gone: the coordinator cluster (StoreGroup and
-//! FetchOffsets of the metadata partition the group id maps to), behind a trait so the protocol's
-//! tests run without a cluster.
+//! FetchOffsets of the metadata partition the group id maps to, ListGroups over all of them),
+//! behind a trait so the protocol's tests run without a cluster.
 
-use diskless_proto::v1::{ConsumerGroup, FetchOffsetsRequest, StoreGroupRequest};
+use diskless_proto::v1::{ConsumerGroup, FetchOffsetsRequest, ListGroupsRequest, StoreGroupRequest};
 use diskless_proto::ErrorCode;
 use futures_util::future::BoxFuture;
 
 use crate::cluster::ClusterClient;
-
-/// Why storing or loading a group failed.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// The cluster refused it with this Kafka error code (e.g. ILLEGAL_GENERATION: another
-    /// coordinator stored the group since this broker read it).
-    #[error("refused with error {code}: {message}")]
-    Refused { code: ErrorCode, message: String },
-    #[error("coordinator cluster unavailable: {0}")]
-    Unavailable(String),
-}
-
-impl StoreError {
-    /// The Kafka code to answer members with, if the cluster gave one that makes sense to them.
-    pub fn code(&self) -> Option<ErrorCode> {
-        match self {
-            StoreError::Refused { code: ErrorCode::IllegalGeneration, .. } => Some(ErrorCode::IllegalGeneration),
-            _ => None,
-        }
-    }
-}
+pub use crate::coordinators::cluster_error::StoreError;
 
 pub trait GroupStore: Send + Sync + 'static {
     /// Stores `group` by compare-and-set: only if the stored group is at `expected_version` (0:
@@ -40,6 +20,9 @@ pub trait GroupStore: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<u64, StoreError>>;
     /// The stored group (with its version), if any.
     fn load<'a>(&'a self, group_id: &'a str) -> BoxFuture<'a, Result<Option<ConsumerGroup>, StoreError>>;
+    /// Every stored group with members, by id. The groups of a metadata partition that did not
+    /// answer are missing (the error only when none answered).
+    fn list_with_members(&self) -> BoxFuture<'_, Result<Vec<(String, ConsumerGroup)>, StoreError>>;
 }
 
 const TIMEOUT_MS: i32 = 10_000;
@@ -64,7 +47,7 @@ impl GroupStore for ClusterClient {
                     async move { c.store_group(req).await }
                 })
                 .await
-                .map_err(|s| StoreError::Unavailable(s.message().to_string()))?;
+                .map_err(|s| StoreError::unavailable(&s))?;
             match r.error_code {
                 0 => r.group.map(|g| g.version).ok_or_else(|| {
                     StoreError::Unavailable("the cluster's answer to StoreGroup names no stored group".into())
@@ -89,7 +72,7 @@ impl GroupStore for ClusterClient {
                     async move { c.fetch_offsets(req).await }
                 })
                 .await
-                .map_err(|s| StoreError::Unavailable(s.message().to_string()))?;
+                .map_err(|s| StoreError::unavailable(&s))?;
             match r.error_code {
                 0 => Ok(r.group),
                 code => Err(StoreError::Refused {
@@ -97,6 +80,24 @@ impl GroupStore for ClusterClient {
                     message: r.error_message.unwrap_or_default(),
                 }),
             }
+        })
+    }
+
+    fn list_with_members(&self) -> BoxFuture<'_, Result<Vec<(String, ConsumerGroup)>, StoreError>> {
+        Box::pin(async move {
+            let r = self
+                .call(|mut c| async move { c.list_groups(ListGroupsRequest { timeout_ms: TIMEOUT_MS }).await })
+                .await
+                .map_err(|s| StoreError::unavailable(&s))?;
+            let groups: Vec<(String, ConsumerGroup)> = r
+                .groups
+                .into_iter()
+                .filter_map(|e| Some((e.group_id, e.group.filter(|g| !g.members.is_empty())?)))
+                .collect();
+            if r.error_code != 0 && groups.is_empty() {
+                return Err(StoreError::Unavailable(r.error_message.unwrap_or_else(|| "no group listed".into())));
+            }
+            Ok(groups)
         })
     }
 }

@@ -67,6 +67,12 @@ impl GroupStore for FakeStore {
         self.loads.fetch_add(1, Ordering::SeqCst);
         Box::pin(async move { Ok(self.stored.lock().unwrap().get(group_id).cloned()) })
     }
+
+    fn list_with_members(&self) -> BoxFuture<'_, Result<Vec<(String, ConsumerGroup)>, StoreError>> {
+        let stored = self.stored.lock().unwrap();
+        let all = stored.iter().filter(|(_, g)| !g.members.is_empty()).map(|(id, g)| (id.clone(), g.clone())).collect();
+        Box::pin(async move { Ok(all) })
+    }
 }
 
 fn config() -> GroupConfig {
@@ -390,7 +396,7 @@ mod two_owners {
         assert_eq!(two.heartbeat("g", 2, &back.member_id).await, ErrorCode::None);
     }
 
-    fn share_beat(id: &str, epoch: i32) -> ShareHeartbeat {
+    pub(super) fn share_beat(id: &str, epoch: i32) -> ShareHeartbeat {
         ShareHeartbeat {
             member_id: id.into(),
             member_epoch: epoch,
@@ -535,5 +541,57 @@ mod offsets {
         // A transactional commit naming no member is taken whatever the group's state.
         assert_eq!(h.check_commit("k", "", -1, txn).await, Ok(()));
         assert_eq!(h.check_commit("k", "", -1, v9).await, Err(ErrorCode::UnknownMemberId));
+    }
+}
+
+mod takeover {
+    //! A broker that becomes a groups' coordinator loads them (`HeldGroups::take_over`), each by
+    //! its kind, so their dead members' sessions run though nobody uses the groups.
+
+    use super::two_owners::{beat, catalog, share_beat};
+    use super::*;
+    use crate::coordinators::groups::consumer::coordinator::ConsumerGroups;
+    use crate::coordinators::groups::share::coordinator::ShareGroups;
+    use crate::coordinators::groups::HeldGroups;
+
+    fn held(store: &Arc<FakeStore>, config: &GroupConfig, broker: i32) -> HeldGroups {
+        let me = Incarnation::new(broker);
+        HeldGroups {
+            classic: GroupCoordinator::new(store.clone(), config.clone(), &me),
+            consumer: ConsumerGroups::new(store.clone(), config.clone(), &me),
+            share: ShareGroups::new(store.clone(), config.clone(), &me),
+        }
+    }
+
+    #[tokio::test]
+    async fn owned_groups_with_members_are_loaded_by_kind_and_their_silent_members_expire() {
+        let store = Arc::new(FakeStore::default());
+        let config = GroupConfig { consumer_session_timeout_ms: 50, share_session_timeout_ms: 50, ..config() };
+        let c = Arc::new(catalog());
+        // The broker that coordinated them, then died with its members.
+        let before = held(&store, &config, 1);
+        let _stop = ticker(&before.classic);
+        for id in ["c", "other"] {
+            let m = before.classic.join(JoinRequest { group_id: id.into(), ..join("", None, 10_000) }).await;
+            assert_eq!(before.classic.sync(id, 1, &m.member_id, vec![]).await.error, ErrorCode::None);
+        }
+        before.consumer.heartbeat("k", &beat("m1", 0, None), c.clone()).await.unwrap();
+        before.share.heartbeat("s", &share_beat("s1", 0), c.clone()).await.unwrap();
+        drop(before);
+
+        let after = held(&store, &config, 2);
+        let n = after.take_over(store.as_ref(), &|id: &str| id != "other").await.unwrap();
+        assert_eq!(n, 3);
+        assert_eq!(after.classic.states().into_keys().collect::<Vec<_>>(), vec!["c".to_string()]);
+        assert_eq!(after.consumer.held(), vec!["k".to_string()]);
+        assert_eq!(after.share.held(), vec!["s".to_string()]);
+        // Nobody heartbeats: the timers remove the members once their sessions lapse.
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        after.consumer.tick(c.clone()).await;
+        after.share.tick(c.clone()).await;
+        let stored = store.stored.lock().unwrap();
+        assert!(stored["k"].members.is_empty(), "{:?}", stored["k"]);
+        assert!(stored["s"].members.is_empty(), "{:?}", stored["s"]);
+        assert_eq!(stored["other"].members.len(), 1, "a group another broker coordinates is left alone");
     }
 }

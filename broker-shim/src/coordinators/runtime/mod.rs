@@ -61,11 +61,19 @@ pub struct Settings {
     pub load_failed: ErrorCode,
     /// How many times a write is run when its store is fenced.
     pub tries: usize,
+    /// What a write answers when its store was fenced at every try (CONCURRENT_TRANSACTIONS for a
+    /// transactional id, for instance: the client retries).
+    pub fenced: ErrorCode,
 }
 
 impl Default for Settings {
     fn default() -> Settings {
-        Settings { fresh_for: None, load_failed: ErrorCode::CoordinatorLoadInProgress, tries: 3 }
+        Settings {
+            fresh_for: None,
+            load_failed: ErrorCode::CoordinatorLoadInProgress,
+            tries: 3,
+            fenced: ErrorCode::CoordinatorNotAvailable,
+        }
     }
 }
 
@@ -347,7 +355,7 @@ where
                 }
             }
         }
-        Ok(all(KafkaError::new(ErrorCode::CoordinatorNotAvailable, "the state kept changing elsewhere")))
+        Ok(all(KafkaError::new(self.settings.fenced, "the state kept changing elsewhere")))
     }
 
     /// How many writes of `key` wait for its store (tests).

@@ -6,9 +6,12 @@
 //! transactional id lives only in this broker's memory: a broker that takes an id over continues
 //! it, finishing an end another broker left half done (PrepareCommit or PrepareAbort stored, some
 //! markers written: the markers are written again, which ends nothing twice, then the Complete
-//! state is stored). Calls for one id are serialized here (striped locks); two brokers that both
-//! believe they coordinate an id are serialized by the version: the later store is refused and its
-//! client told CONCURRENT_TRANSACTIONS, and retries.
+//! state is stored). Every transition is a write of the coordinator runtime (`runtime`), which
+//! reads the id again before it (`fresh_for` zero) and stores by compare-and-set on the version it
+//! read; a transition stores only if the id is still as the call read it. Calls for one id are
+//! serialized here (striped locks); two brokers that both believe they coordinate an id are
+//! serialized by the version: the later store is refused and its client told
+//! CONCURRENT_TRANSACTIONS, and retries.
 //!
 //! Transactions v1 (KIP-98 with KIP-360 and KIP-890 part 1), as librdkafka, aiokafka,
 //! kafka-python and KafkaJS speak it: one producer epoch across transactions, bumped by
@@ -19,7 +22,6 @@
 //! `partition_txns`). It must not speak the Kafka protocol nor decide ownership (the Kafka handlers
 //! check `Registry::owns_group` over the id).
 
-use crate::incarnation::Incarnation;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,7 +30,10 @@ use diskless_proto::v1::{transaction, PendingOffset, Transaction};
 use diskless_proto::ErrorCode;
 
 use super::config::TxnConfig;
-use super::store::{Listed, Marker, StoreError, TxnStore};
+use super::store::{Listed, Marker, Records, TxnStore};
+use crate::coordinators::runtime::{Runtime, Settings};
+use crate::error::KafkaError;
+use crate::incarnation::Incarnation;
 
 /// A partition of a transaction: topic id and index.
 pub type TxnPartition = ([u8; 16], i32);
@@ -51,10 +56,18 @@ const ADD_RETRIES: usize = 5;
 /// The transactional ids this broker coordinates.
 pub struct TransactionCoordinator {
     store: Arc<dyn TxnStore>,
-    /// This broker's id and process incarnation, stamped on what it stores.
-    identity: String,
+    /// The ids' states, read before every write and stored under this broker's incarnation.
+    runtime: Runtime<String, Transaction, ()>,
     config: TxnConfig,
     locks: Vec<tokio::sync::Mutex<()>>,
+}
+
+/// Whether `now` is the state `read` was, but for what the cluster stamps on a store (version,
+/// owner, times): nothing else was stored since `read`.
+fn same(now: &Transaction, read: &Transaction) -> bool {
+    let bare =
+        |t: &Transaction| Transaction { version: 0, owner: String::new(), updated_ms: 0, started_ms: 0, ..t.clone() };
+    bare(now) == bare(read)
 }
 
 pub(super) fn is_prepare(state: &str) -> bool {
@@ -98,9 +111,16 @@ fn has(t: &Transaction, p: &TxnPartition) -> bool {
 impl TransactionCoordinator {
     /// The coordinator of this broker process (`me`).
     pub fn new(store: Arc<dyn TxnStore>, config: TxnConfig, me: &Incarnation) -> Arc<TransactionCoordinator> {
-        let identity = me.tag();
+        let records = Arc::new(Records { store: store.clone(), identity: me.tag() });
+        let settings = Settings {
+            fresh_for: Some(Duration::ZERO),
+            load_failed: ErrorCode::CoordinatorNotAvailable,
+            fenced: ErrorCode::ConcurrentTransactions,
+            ..Settings::default()
+        };
+        let runtime = Runtime::new(records, settings, Box::new(|_, _| ()));
         let locks = (0..LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect();
-        Arc::new(TransactionCoordinator { store, identity, config, locks })
+        Arc::new(TransactionCoordinator { store, runtime, config, locks })
     }
 
     pub(super) fn lock(&self, id: &str) -> &tokio::sync::Mutex<()> {
@@ -115,25 +135,46 @@ impl TransactionCoordinator {
         })
     }
 
-    /// Stores `t` over version `expected`; a refusal for a newer version stored is
-    /// CONCURRENT_TRANSACTIONS (the client retries, this broker reads it again).
-    pub(super) async fn put(&self, id: &str, mut t: Transaction, expected: u64) -> Result<Transaction, ErrorCode> {
-        t.owner = self.identity.clone();
-        match self.store.store(id, t, expected).await {
-            Ok(stored) => Ok(stored),
-            Err(StoreError::Refused { code: ErrorCode::TransactionCoordinatorFenced, message }) => {
-                tracing::info!(transactional_id = id, message, "another broker moved this transactional id");
-                Err(ErrorCode::ConcurrentTransactions)
+    /// Runs `op` on the state of `id` as stored now (`None`: nothing is), and stores what it
+    /// changed before answering: a write of the runtime, run again on what is stored when another
+    /// broker stored meanwhile.
+    async fn change<R: Send + 'static>(
+        &self,
+        id: &str,
+        mut op: impl FnMut(&mut Option<Transaction>) -> Result<R, ErrorCode> + Send + 'static,
+    ) -> Result<R, ErrorCode> {
+        let r = self.runtime.write(&id.to_string(), move |s, _| op(s).map_err(|c| KafkaError::new(c, c.name()))).await;
+        r.map_err(|e| {
+            if e.message != e.code.name() {
+                tracing::info!(transactional_id = id, code = %e.code, message = e.message, "storing a transactional id failed");
             }
-            Err(StoreError::Refused { code, message }) => {
-                tracing::warn!(transactional_id = id, %code, message, "storing a transactional id was refused");
-                Err(code)
+            e.code
+        })
+    }
+
+    /// Stores `next` in place of `read`, the state this call read of `id`, if nothing else was
+    /// stored since (else CONCURRENT_TRANSACTIONS: the client retries, this broker reads the id
+    /// again); `None`: only if nothing is stored. Returns `next`.
+    pub(super) async fn put(
+        &self,
+        id: &str,
+        next: Transaction,
+        read: Option<&Transaction>,
+    ) -> Result<Transaction, ErrorCode> {
+        let read = read.cloned();
+        self.change(id, move |now| {
+            let unchanged = match (now.as_ref(), read.as_ref()) {
+                (Some(now), Some(read)) => same(now, read),
+                (None, None) => true,
+                _ => false,
+            };
+            if !unchanged {
+                return Err(ErrorCode::ConcurrentTransactions);
             }
-            Err(e) => {
-                tracing::info!(transactional_id = id, error = %e, "storing a transactional id failed");
-                Err(ErrorCode::CoordinatorNotAvailable)
-            }
-        }
+            *now = Some(next.clone());
+            Ok(next.clone())
+        })
+        .await
     }
 
     /// Writes the markers of a prepared end, again until every partition answered (a partition
@@ -199,11 +240,11 @@ impl TransactionCoordinator {
             // markers must not commit offsets after the producer's later transactions did (the
             // store below would be refused, but the offsets would be written).
             match self.load(id).await? {
-                Some(now) if now.version == t.version => self.commit_offsets(id, &t).await?,
+                Some(now) if same(&now, &t) => self.commit_offsets(id, &t).await?,
                 _ => return Err(ErrorCode::ConcurrentTransactions),
             }
         }
-        let version = t.version;
+        let read = t.clone();
         let mut done = Transaction {
             state: if commit { COMPLETE_COMMIT } else { COMPLETE_ABORT }.to_string(),
             partitions: vec![],
@@ -221,7 +262,7 @@ impl TransactionCoordinator {
             done.producer_id = fresh;
             done.producer_epoch = 0;
         }
-        self.put(id, done, version).await
+        self.put(id, done, Some(&read)).await
     }
 
     /// A committing transaction's offsets, into their groups (again, if a broker that finished
@@ -252,7 +293,7 @@ impl TransactionCoordinator {
     /// Aborts the ongoing transaction of `t` with the producer's epoch bumped, so its producer is
     /// fenced (a transaction that timed out, or a new producer's InitProducerId).
     async fn fence_abort(&self, id: &str, t: Transaction) -> Result<Transaction, ErrorCode> {
-        let version = t.version;
+        let read = t.clone();
         // At the last epoch the completion moves the id to a new producer id.
         let bumped = (t.producer_epoch + 1).min(i32::from(i16::MAX));
         let prepared = Transaction {
@@ -262,7 +303,7 @@ impl TransactionCoordinator {
             producer_epoch: bumped,
             ..t
         };
-        let prepared = self.put(id, prepared, version).await?;
+        let prepared = self.put(id, prepared, Some(&read)).await?;
         self.complete(id, prepared).await
     }
 
@@ -307,7 +348,7 @@ impl TransactionCoordinator {
                 started_ms: -1,
                 ..Transaction::default()
             };
-            let stored = self.put(id, fresh, 0).await?;
+            let stored = self.put(id, fresh, None).await?;
             return Ok((stored.producer_id, 0));
         };
         if let Some((pid, epoch)) = expected {
@@ -329,7 +370,7 @@ impl TransactionCoordinator {
         } else {
             (t.producer_id, t.producer_epoch + 1)
         };
-        let version = t.version;
+        let read = t.clone();
         let next = Transaction {
             last_producer_id: t.producer_id,
             last_producer_epoch: t.producer_epoch,
@@ -342,7 +383,7 @@ impl TransactionCoordinator {
             pending_offsets: vec![],
             ..t
         };
-        let stored = self.put(id, next, version).await?;
+        let stored = self.put(id, next, Some(&read)).await?;
         Ok((stored.producer_id, stored.producer_epoch as i16))
     }
 
@@ -383,7 +424,7 @@ impl TransactionCoordinator {
             if ongoing && group_in && partitions.iter().all(|p| has(&t, p)) {
                 return Ok(t);
             }
-            let version = t.version;
+            let read = t.clone();
             let mut next = if ongoing {
                 t
             } else {
@@ -403,7 +444,7 @@ impl TransactionCoordinator {
             if let Some(g) = group.filter(|_| !group_in) {
                 next.groups.push(g.to_string());
             }
-            match self.put(id, next, version).await {
+            match self.put(id, next, Some(&read)).await {
                 Err(ErrorCode::ConcurrentTransactions) if tries < ADD_RETRIES => {
                     tries += 1;
                     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -452,6 +493,7 @@ impl TransactionCoordinator {
         let mut tries = 0;
         loop {
             let Some(mut t) = self.load(id).await? else { return Err(ErrorCode::InvalidProducerIdMapping) };
+            let read = t.clone();
             check_producer(&t, producer_id, epoch)?;
             if t.state != ONGOING || !t.groups.iter().any(|g| g == group_id) {
                 return Err(ErrorCode::InvalidTxnState);
@@ -465,8 +507,7 @@ impl TransactionCoordinator {
                     None => t.pending_offsets.push(o),
                 }
             }
-            let version = t.version;
-            match self.put(id, t, version).await {
+            match self.put(id, t, Some(&read)).await {
                 Err(ErrorCode::ConcurrentTransactions) if tries < 3 => tries += 1,
                 r => return r.map(|_| ()),
             }
@@ -482,8 +523,8 @@ impl TransactionCoordinator {
         let wanted = if commit { PREPARE_COMMIT } else { PREPARE_ABORT };
         let t = match t.state.as_str() {
             ONGOING => {
-                let version = t.version;
-                self.put(id, Transaction { state: wanted.to_string(), ..t }, version).await?
+                let read = t.clone();
+                self.put(id, Transaction { state: wanted.to_string(), ..t }, Some(&read)).await?
             }
             s if s == wanted => t,
             COMPLETE_COMMIT if commit => return Ok(()),
@@ -551,6 +592,8 @@ impl TransactionCoordinator {
     pub async fn check(&self, owns: &(dyn Fn(&str) -> bool + Send + Sync)) {
         // What could be listed is checked: a metadata partition out of reach does not stall the
         // others' expired transactions.
+        // States are read again before every write: nothing needs keeping between calls.
+        self.runtime.prune(Duration::ZERO);
         let all = match self.store.list().await {
             Ok(Listed { transactions, missing }) => {
                 if let Some(why) = missing {

@@ -1,6 +1,7 @@
 //! Where a transactional id's state is kept and its markers are written: the coordinator cluster
 //! (StoreTransaction by compare-and-set, DescribeTransactions, ListTransactions, EndTransaction),
-//! behind a trait so the coordinator's tests run without a cluster.
+//! behind a trait so the coordinator's tests run without a cluster; and [`Records`], the
+//! coordinator runtime's view of it (the state by id, stored by compare-and-set).
 
 use std::sync::Arc;
 
@@ -12,18 +13,9 @@ use diskless_proto::ErrorCode;
 use futures_util::future::BoxFuture;
 
 use crate::cluster::ClusterClient;
+pub use crate::coordinators::cluster_error::StoreError;
+use crate::coordinators::runtime;
 use crate::producer_ids::ProducerIds;
-
-/// Why a call to the cluster failed.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum StoreError {
-    /// The cluster refused it with this Kafka error code (TRANSACTION_COORDINATOR_FENCED: another
-    /// version is stored, this broker's view is stale).
-    #[error("refused with error {code}: {message}")]
-    Refused { code: ErrorCode, message: String },
-    #[error("coordinator cluster unavailable: {0}")]
-    Unavailable(String),
-}
 
 /// One marker to write: a partition of the transaction, and how it ends there.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +58,47 @@ pub trait TxnStore: Send + Sync + 'static {
 
 const TIMEOUT_MS: i32 = 10_000;
 
+/// The runtime's store of transactional ids: their state as a [`TxnStore`] keeps it, stored
+/// under this broker's identity (`owner`).
+pub(super) struct Records {
+    pub store: Arc<dyn TxnStore>,
+    pub identity: String,
+}
+
+fn runtime_error(e: StoreError) -> runtime::StoreError {
+    match e {
+        StoreError::Refused { code: ErrorCode::TransactionCoordinatorFenced, message } => {
+            runtime::StoreError::Fenced(message)
+        }
+        StoreError::Refused { code, message } => runtime::StoreError::Refused { code, message },
+        StoreError::Unavailable(message) => runtime::StoreError::Unknown(message),
+    }
+}
+
+impl runtime::Store<String, Transaction> for Records {
+    fn load<'a>(&'a self, id: &'a String) -> BoxFuture<'a, Result<Option<(Transaction, u64)>, runtime::StoreError>> {
+        Box::pin(async move {
+            let t = self.store.load(id).await.map_err(runtime_error)?;
+            Ok(t.map(|t| {
+                let version = t.version;
+                (t, version)
+            }))
+        })
+    }
+
+    fn store<'a>(
+        &'a self,
+        id: &'a String,
+        t: &'a Transaction,
+        expected: u64,
+    ) -> BoxFuture<'a, Result<u64, runtime::StoreError>> {
+        Box::pin(async move {
+            let t = Transaction { owner: self.identity.clone(), ..t.clone() };
+            self.store.store(id, t, expected).await.map(|stored| stored.version).map_err(runtime_error)
+        })
+    }
+}
+
 /// Every transactional id the cluster could list, and why some may be missing (a metadata
 /// partition that did not answer).
 #[derive(Debug, Default)]
@@ -78,17 +111,6 @@ pub struct Listed {
 pub struct ClusterTxnStore {
     pub cluster: Arc<ClusterClient>,
     pub producer_ids: Arc<ProducerIds>,
-}
-
-fn unavailable(s: tonic::Status) -> StoreError {
-    StoreError::Unavailable(s.message().to_string())
-}
-
-fn refused(code: i32, message: Option<String>) -> Result<(), StoreError> {
-    match code {
-        0 => Ok(()),
-        code => Err(StoreError::Refused { code: ErrorCode::from_wire(code), message: message.unwrap_or_default() }),
-    }
 }
 
 impl ClusterTxnStore {
@@ -114,8 +136,8 @@ impl ClusterTxnStore {
                 async move { c.store_transaction(req).await }
             })
             .await
-            .map_err(unavailable)?;
-        refused(r.error_code, r.error_message)?;
+            .map_err(|s| StoreError::unavailable(&s))?;
+        StoreError::check(r.error_code, r.error_message)?;
         Ok(r.transaction)
     }
 }
@@ -131,11 +153,11 @@ impl TxnStore for ClusterTxnStore {
                     async move { c.describe_transactions(req).await }
                 })
                 .await
-                .map_err(unavailable)?;
+                .map_err(|s| StoreError::unavailable(&s))?;
             let Some(one) = r.results.into_iter().next() else {
                 return Err(StoreError::Unavailable("DescribeTransactions answered nothing".into()));
             };
-            refused(one.error_code, one.error_message)?;
+            StoreError::check(one.error_code, one.error_message)?;
             Ok(one.transaction)
         })
     }
@@ -159,8 +181,11 @@ impl TxnStore for ClusterTxnStore {
     fn list(&self) -> BoxFuture<'_, Result<Listed, StoreError>> {
         Box::pin(async move {
             let req = ListTransactionsRequest { timeout_ms: TIMEOUT_MS };
-            let r =
-                self.cluster.call(|mut c| async move { c.list_transactions(req).await }).await.map_err(unavailable)?;
+            let r = self
+                .cluster
+                .call(|mut c| async move { c.list_transactions(req).await })
+                .await
+                .map_err(|s| StoreError::unavailable(&s))?;
             // Metadata partitions that did not answer leave their ids out; the others' stand.
             let missing = (r.error_code != 0).then(|| r.error_message.unwrap_or_default());
             let transactions =
@@ -193,7 +218,7 @@ impl TxnStore for ClusterTxnStore {
                     async move { c.end_transaction(req).await }
                 })
                 .await
-                .map_err(unavailable)?;
+                .map_err(|s| StoreError::unavailable(&s))?;
             let mut codes: Vec<ErrorCode> = r.markers.iter().map(|m| ErrorCode::from_wire(m.error_code)).collect();
             codes.resize(markers.len(), ErrorCode::RequestTimedOut);
             Ok(codes)

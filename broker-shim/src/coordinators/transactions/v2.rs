@@ -82,7 +82,7 @@ impl TransactionCoordinator {
     /// Stores `t` as `prepare` with its epoch bumped (the old one kept as the last), writes the
     /// markers with the new epoch and stores the Complete state, which it returns.
     async fn prepare_bumped(&self, id: &str, t: Transaction, prepare: &str) -> Result<Transaction, ErrorCode> {
-        let version = t.version;
+        let read = t.clone();
         let prepared = Transaction {
             state: prepare.to_string(),
             last_producer_id: t.producer_id,
@@ -91,7 +91,7 @@ impl TransactionCoordinator {
             producer_epoch: (t.producer_epoch + 1).min(i32::from(i16::MAX)),
             ..t
         };
-        let prepared = self.put(id, prepared, version).await?;
+        let prepared = self.put(id, prepared, Some(&read)).await?;
         self.complete(id, prepared).await
     }
 

@@ -377,3 +377,101 @@ async fn a_group_consuming_across_two_brokers_survives_the_kill_of_its_coordinat
     let other = if coordinator == a.broker_id { b.broker_id } else { a.broker_id };
     assert_eq!(coordinator_of(survivor, group).await, other);
 }
+
+/// The members of each group (id → member ids) as the cluster stores them.
+async fn stored_members(c: &Cluster) -> std::collections::BTreeMap<String, Vec<String>> {
+    let r = c
+        .client(1)
+        .await
+        .list_groups(diskless_proto::v1::ListGroupsRequest { timeout_ms: 10_000 })
+        .await
+        .expect("list groups")
+        .into_inner();
+    r.groups
+        .into_iter()
+        .map(|e| {
+            (e.group_id, e.group.map(|g| g.members.into_iter().map(|m| m.member_id).collect()).unwrap_or_default())
+        })
+        .collect()
+}
+
+/// A broker loads the groups it coordinates when it becomes their coordinator (here: when it
+/// starts again after a crash), as Kafka loads a coordinator partition's groups at its election:
+/// the stored members of a classic, a KIP-848 and a share group whose clients died with the
+/// broker are removed once their sessions lapse, though nobody uses the groups again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_broker_takes_its_groups_over_and_their_dead_members_expire_unused() {
+    let c = Cluster::start(3, Options::default()).await;
+    let groups = "\n[groups]\ninitial_rebalance_delay_ms = 0\nmin_session_timeout_ms = 1000\n\
+                  consumer_session_timeout_ms = 3000\nshare_session_timeout_ms = 3000\n";
+    let options = BrokerOptions { kafka: true, kafka_toml: groups.to_string(), ..BrokerOptions::default() };
+    let mut a = BrokerProc::start(&c, "a", &TestStorage::Local(c.path("objects")), &options).await;
+    let addr = a.kafka_addr.clone().unwrap();
+    let mut broker = a.client().await;
+    create_topic_via(&mut broker, "taken-over", 2).await;
+    let s = |v: &str| StrBytes::from_string(v.to_string());
+
+    // A classic member, joined and synced (its group stored with it).
+    let join = |member: &str| {
+        JoinGroupRequest::default()
+            .with_group_id(GroupId(s("classic-unused")))
+            .with_member_id(s(member))
+            .with_session_timeout_ms(3_000)
+            .with_rebalance_timeout_ms(3_000)
+            .with_protocol_type(s("consumer"))
+            .with_protocols(vec![join_group_request::JoinGroupRequestProtocol::default().with_name(s("range"))])
+    };
+    let first: JoinGroupResponse = kafka_call(&addr, ApiKey::JoinGroup, 5, &join("")).await;
+    assert_eq!(first.error_code, 79, "MEMBER_ID_REQUIRED: {first:?}");
+    let joined: JoinGroupResponse = kafka_call(&addr, ApiKey::JoinGroup, 5, &join(&first.member_id)).await;
+    assert_eq!(joined.error_code, 0, "{joined:?}");
+    let sync = SyncGroupRequest::default()
+        .with_group_id(GroupId(s("classic-unused")))
+        .with_generation_id(joined.generation_id)
+        .with_member_id(joined.member_id.clone())
+        .with_assignments(vec![sync_group_request::SyncGroupRequestAssignment::default()
+            .with_member_id(joined.member_id.clone())
+            .with_assignment(bytes::Bytes::from_static(b"\0\0\0\0\0\0\0\0"))]);
+    let synced: SyncGroupResponse = kafka_call(&addr, ApiKey::SyncGroup, 3, &sync).await;
+    assert_eq!(synced.error_code, 0, "{synced:?}");
+
+    // A KIP-848 member and a share member, each after one heartbeat.
+    let heartbeat = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(s("consumer-unused")))
+        .with_member_id(s("kip848-member"))
+        .with_member_epoch(0)
+        .with_rebalance_timeout_ms(3_000)
+        .with_subscribed_topic_names(Some(vec![TopicName(s("taken-over"))]))
+        .with_topic_partitions(Some(vec![]));
+    let r: ConsumerGroupHeartbeatResponse = kafka_call(&addr, ApiKey::ConsumerGroupHeartbeat, 1, &heartbeat).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let heartbeat = ShareGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(s("share-unused")))
+        .with_member_id(s("share-member"))
+        .with_member_epoch(0)
+        .with_subscribed_topic_names(Some(vec![TopicName(s("taken-over"))]));
+    let r: ShareGroupHeartbeatResponse = kafka_call(&addr, ApiKey::ShareGroupHeartbeat, 1, &heartbeat).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+
+    let stored = stored_members(&c).await;
+    for group in ["classic-unused", "consumer-unused", "share-unused"] {
+        assert_eq!(stored.get(group).map(Vec::len), Some(1), "{group} stored with its member: {stored:?}");
+    }
+
+    // The broker crashes with its clients; it comes back, and nobody names the groups again.
+    a.kill();
+    a.restart().await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let stored = stored_members(&c).await;
+        let left: Vec<_> = ["classic-unused", "consumer-unused", "share-unused"]
+            .into_iter()
+            .filter(|g| stored.get(*g).is_some_and(|m| !m.is_empty()))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "dead members still stored in {left:?}: {stored:?}\n{}", a.log_tail());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}

@@ -136,9 +136,10 @@ impl GroupCoordinator {
     fn store_failed(&self, group_id: &str, e: &StoreError) -> ErrorCode {
         tracing::info!(group = group_id, error = %e, "storing a group failed; its view is dropped");
         self.lock().remove(group_id);
-        match e.code() {
-            Some(ErrorCode::IllegalGeneration) => ErrorCode::NotCoordinator,
-            _ => ErrorCode::CoordinatorNotAvailable,
+        if e.is(ErrorCode::IllegalGeneration) {
+            ErrorCode::NotCoordinator
+        } else {
+            ErrorCode::CoordinatorNotAvailable
         }
     }
 
@@ -236,7 +237,13 @@ impl GroupCoordinator {
     fn synced(&self, group_id: &str, generation: i32, stored: Result<(), StoreError>) {
         let mut groups = self.lock();
         let Some(g) = groups.get_mut(group_id) else { return };
-        let code = stored.as_ref().map(|_| ()).map_err(|e| e.code().unwrap_or(ErrorCode::CoordinatorNotAvailable));
+        let code = stored.as_ref().map(|_| ()).map_err(|e| {
+            if e.is(ErrorCode::IllegalGeneration) {
+                ErrorCode::IllegalGeneration
+            } else {
+                ErrorCode::CoordinatorNotAvailable
+            }
+        });
         let outcome = g.synced(generation, code, Instant::now());
         if let (Err(e), Synced::Rebalancing | Synced::Deposed) = (&stored, &outcome) {
             tracing::warn!(group = group_id, error = %e, "storing the generation failed; rebalancing");
@@ -311,6 +318,12 @@ impl GroupCoordinator {
         if groups.get(group_id).is_some_and(|g| !g.has_members()) {
             groups.remove(group_id);
         }
+    }
+
+    /// Loads `group_id` now (this broker coordinates it since a moment): its members' sessions
+    /// start, so members that died while nobody coordinated it are removed when they lapse.
+    pub async fn take_over(&self, group_id: &str) -> Result<(), ErrorCode> {
+        self.ensure_loaded(group_id).await
     }
 
     /// Drops a group from memory whatever its state (another broker coordinates it now): waiting

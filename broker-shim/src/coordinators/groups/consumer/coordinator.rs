@@ -256,6 +256,13 @@ impl ConsumerGroups {
         self.runtime.held()
     }
 
+    /// Loads `group_id` now (this broker coordinates it since a moment): its stored members'
+    /// sessions start, so members that died while nobody coordinated it are removed when they
+    /// lapse. A group held here already is left as it is.
+    pub async fn take_over(&self, group_id: &str) -> Result<(), crate::error::KafkaError> {
+        self.runtime.read(&group_id.to_string(), |_, _| ()).await
+    }
+
     /// Drops a group from memory (another broker coordinates it now).
     pub fn release(&self, group_id: &str) {
         self.runtime.release(&group_id.to_string());

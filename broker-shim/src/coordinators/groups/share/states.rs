@@ -24,7 +24,7 @@ use futures_util::future::BoxFuture;
 
 use super::partition::SharePartition;
 use crate::cluster::ClusterClient;
-use crate::coordinators::groups::store::StoreError;
+use crate::coordinators::cluster_error::StoreError;
 use crate::coordinators::runtime::{self, Runtime, Settings};
 
 /// Where share-partition states are kept: the coordinator cluster, faked in tests.
@@ -46,13 +46,6 @@ pub trait ShareStateStore: Send + Sync + 'static {
 
 const TIMEOUT_MS: i32 = 10_000;
 
-fn refused(code: i32, message: Option<String>) -> Result<(), StoreError> {
-    match code {
-        0 => Ok(()),
-        code => Err(StoreError::Refused { code: ErrorCode::from_wire(code), message: message.unwrap_or_default() }),
-    }
-}
-
 impl ShareStateStore for ClusterClient {
     fn load<'a>(
         &'a self,
@@ -72,8 +65,8 @@ impl ShareStateStore for ClusterClient {
                     async move { c.read_share_states(req).await }
                 })
                 .await
-                .map_err(|s| StoreError::Unavailable(s.message().to_string()))?;
-            refused(r.error_code, r.error_message)?;
+                .map_err(|s| StoreError::unavailable(&s))?;
+            StoreError::check(r.error_code, r.error_message)?;
             Ok(r.states)
         })
     }
@@ -97,8 +90,8 @@ impl ShareStateStore for ClusterClient {
                     async move { c.store_share_state(req).await }
                 })
                 .await
-                .map_err(|s| StoreError::Unavailable(s.message().to_string()))?;
-            refused(r.error_code, r.error_message)?;
+                .map_err(|s| StoreError::unavailable(&s))?;
+            StoreError::check(r.error_code, r.error_message)?;
             r.state.ok_or_else(|| StoreError::Unavailable("StoreShareState answered no state".into()))
         })
     }
@@ -116,8 +109,8 @@ impl ShareStateStore for ClusterClient {
                     async move { c.delete_share_states(req).await }
                 })
                 .await
-                .map_err(|s| StoreError::Unavailable(s.message().to_string()))?;
-            refused(r.error_code, r.error_message)
+                .map_err(|s| StoreError::unavailable(&s))?;
+            StoreError::check(r.error_code, r.error_message)
         })
     }
 }
