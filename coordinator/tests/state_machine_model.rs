@@ -212,6 +212,15 @@ enum TOp {
         id: u8,
         stale: u8,
     },
+    /// Consolidation: the stored batches of a partition picked by `picks` (as the model holds
+    /// them), copied into a new object; `twist` % 8: 0 a batch read with another id, 1 with
+    /// another size, 2 the last replace sent again, 3 a fenced key, 4 out of order, else as read.
+    Replace {
+        topic: u8,
+        partition: i32,
+        picks: Vec<u8>,
+        twist: u8,
+    },
 }
 
 /// A broker lease: mostly valid, sometimes out of bounds.
@@ -386,6 +395,8 @@ fn top() -> impl Strategy<Value = TOp> {
         3 => (0u8..3, 0u8..8, 0u8..4, prop_oneof![6 => Just(0u8), 1 => 1u8..3])
             .prop_map(|(id, state, number, stale)| TOp::StoreTxn { id, state, number, stale }),
         1 => (0u8..3, prop_oneof![4 => Just(0u8), 1 => 1u8..3]).prop_map(|(id, stale)| TOp::ExpireTxn { id, stale }),
+        5 => (prop_oneof![6 => 1..=2u8, 1 => 0..=TOPICS], prop_oneof![6 => 0..3i32, 1 => -1..MAX_PARTITIONS_USED], prop::collection::vec(any::<u8>(), 1..6), any::<u8>())
+            .prop_map(|(topic, partition, picks, twist)| TOp::Replace { topic, partition, picks, twist }),
     ]
 }
 
@@ -413,6 +424,8 @@ struct Driver {
     num_mps: u32,
     /// The last commits sent (with their transactional flags), for repeats.
     sent: Vec<FileToCommit>,
+    /// The last replace sent, for its repeat.
+    replaced: Option<ReplaceBatches>,
 }
 
 impl Driver {
@@ -655,6 +668,70 @@ impl Driver {
                 budget: *budget,
             },
             TOp::AllocateProducerIds { count } => Op::AllocateProducerIds { broker_id: 1, count: *count },
+            TOp::Replace { topic, partition, picks, twist } => {
+                if twist % 8 == 2 {
+                    return self.replaced.clone().map(|r| Command { now_ms: now, op: Op::ReplaceBatches(r) });
+                }
+                let t = tp(*topic, *partition);
+                let stored = model.stored_batches(&t);
+                let mut chosen: Vec<BatchRecord> = if stored.is_empty() {
+                    // A partition with nothing stored: a batch that never was.
+                    vec![BatchRecord {
+                        batch_id: 1,
+                        object_key: "wal/none".into(),
+                        magic: 2,
+                        byte_offset: 0,
+                        byte_size: 100,
+                        base_offset: 0,
+                        last_offset: 0,
+                        log_append_time: 0,
+                        batch_max_timestamp: 0,
+                        timestamp_type: 0,
+                    }]
+                } else {
+                    picks.iter().map(|&p| stored[usize::from(p) % stored.len()].clone()).collect()
+                };
+                chosen.sort_by_key(|b| b.last_offset);
+                chosen.dedup_by_key(|b| b.last_offset);
+                let mut at = 0i32;
+                let mut batches: Vec<ReplacedBatch> = chosen
+                    .iter()
+                    .map(|b| {
+                        // A marker has no bytes: copied as if it had some (it is never replaced).
+                        let byte_size = b.byte_size.max(1);
+                        let r = ReplacedBatch {
+                            last_offset: b.last_offset,
+                            batch_id: b.batch_id,
+                            byte_offset: at,
+                            byte_size,
+                        };
+                        at += byte_size;
+                        r
+                    })
+                    .collect();
+                let i = usize::from(*twist) % batches.len();
+                match twist % 8 {
+                    0 => batches[i].batch_id += 1,
+                    1 => batches[i].byte_size += 1,
+                    4 if batches.len() > 1 => batches.swap(0, 1),
+                    _ => {}
+                }
+                let object_key = if twist % 8 == 3 {
+                    model.fenced_keys().first().cloned().unwrap_or_else(|| self.fresh_key())
+                } else {
+                    self.fresh_key()
+                };
+                let r = ReplaceBatches {
+                    object_key,
+                    object_format: 1,
+                    file_size: i64::from(at) + 1,
+                    uploader_broker_id: 1,
+                    tp: t,
+                    batches,
+                };
+                self.replaced = Some(r.clone());
+                Op::ReplaceBatches(r)
+            }
             TOp::StoreGroup { group, generation, members, coordinator, versioned } => {
                 let group_id = GROUP_IDS[usize::from(*group)];
                 let stored = model.groups.groups.get(group_id).map_or(0, |g| g.version);
@@ -893,6 +970,7 @@ fn blank(o: Outcome) -> Outcome {
         }
         Outcome::Txn(r) => Outcome::Txn(r.map_err(|f| Failure::new(f.code, ""))),
         Outcome::TxnExpired(r) => Outcome::TxnExpired(r.map_err(|f| Failure::new(f.code, ""))),
+        Outcome::ReplaceBatches(r) => Outcome::ReplaceBatches(r.map_err(|f| Failure::new(f.code, ""))),
         other => other,
     }
 }
@@ -1050,6 +1128,8 @@ static PRODUCERS_EXPIRED: AtomicUsize = AtomicUsize::new(0);
 /// Fence answers by kind (live, released, fenced, refused) and tombstones forgotten.
 static FENCES: std::sync::Mutex<[usize; 4]> = std::sync::Mutex::new([0; 4]);
 static FENCED_FORGOTTEN: AtomicUsize = AtomicUsize::new(0);
+/// Replaced batches: [moved, changed meanwhile, requests refused].
+static REPLACES: std::sync::Mutex<[usize; 3]> = std::sync::Mutex::new([0; 3]);
 /// Offset commits by Kafka error code, and offsets expired.
 static OFFSET_CODES: std::sync::Mutex<BTreeMap<i16, usize>> = std::sync::Mutex::new(BTreeMap::new());
 /// Broker registry answers by Kafka error code (0 = done).
@@ -1103,6 +1183,16 @@ fn count(outcome: &Outcome) {
         PRODUCERS_EXPIRED.fetch_add(r.producers_expired as usize, Ordering::Relaxed);
         FENCED_FORGOTTEN.fetch_add(r.fenced_forgotten as usize, Ordering::Relaxed);
     }
+    if let Outcome::ReplaceBatches(r) = outcome {
+        let mut m = REPLACES.lock().unwrap();
+        match r {
+            Ok(v) => {
+                m[0] += v.iter().filter(|x| **x == Replaced::Replaced).count();
+                m[1] += v.iter().filter(|x| **x == Replaced::Changed).count();
+            }
+            Err(_) => m[2] += 1,
+        }
+    }
     if let Outcome::FenceObjects(v) = outcome {
         let mut f = FENCES.lock().unwrap();
         for (_, r) in v {
@@ -1146,7 +1236,16 @@ fn run_case(ops: &[(TOp, u64)], mp: u32, num_mps: u32) {
     // Commands not yet applied by `batched`, with the model's answers.
     let mut run: Vec<(Command, Outcome)> = vec![];
     let mut model = Model::new(mp, num_mps);
-    let mut driver = Driver { now: 1_000_000, next_key: 0, epochs: [0; 3], numbers: [1; 3], mp, num_mps, sent: vec![] };
+    let mut driver = Driver {
+        now: 1_000_000,
+        next_key: 0,
+        epochs: [0; 3],
+        numbers: [1; 3],
+        mp,
+        num_mps,
+        sent: vec![],
+        replaced: None,
+    };
     // Every sequence starts with two topics, so most operations find something to act on.
     let setup = (1..=2).map(|topic| {
         (
@@ -1222,7 +1321,10 @@ fn state_machine_matches_the_model_and_replicas_agree_byte_for_byte() {
     let expired = *TXN_EXPIRED.lock().unwrap();
     println!("transactional id expirations [expired, fenced, refused]: {expired:?}");
     println!("transaction state stores [stored, fenced, refused]: {stores:?}");
+    let replaces = *REPLACES.lock().unwrap();
+    println!("replaced batches [moved, changed meanwhile, requests refused]: {replaces:?}");
     if cases >= 30 {
+        assert!(replaces.iter().all(|&n| n > 0), "replaces {replaces:?}");
         assert!(markers.iter().all(|&n| n > 0), "markers {markers:?}");
         assert!(stores.iter().all(|&n| n > 0), "transaction state stores {stores:?}");
         assert!(expired.iter().all(|&n| n > 0), "transactional id expirations {expired:?}");

@@ -17,6 +17,7 @@ use super::acls::{AclBinding, AclFilter};
 pub use super::failure::{ErrorCode, Failure};
 use super::keys::TopicPartition;
 use super::records::{GroupRecord, ShareStateRecord, TxnRecord};
+use super::replace_batches::{ReplaceBatches, Replaced};
 use super::topic_settings::{SettingChange, TopicSettings};
 
 /// A command, stamped by the proposer.
@@ -107,6 +108,9 @@ pub enum Op {
     /// A share group's states of these topics (all when empty) are deleted
     /// (DeleteShareGroupOffsets).
     DeleteShareStates { group_id: String, topic_ids: Vec<Uuid> },
+    /// Object consolidation's atomic replace: committed batches of one partition, copied into a
+    /// new object, move there, offsets and all else kept (see `replace_batches`).
+    ReplaceBatches(ReplaceBatches),
 }
 
 /// A file's commit whose batches may be transactional.
@@ -315,6 +319,8 @@ pub enum Outcome {
     ShareState(Result<ShareStateRecord, Failure>),
     /// DeleteShareStates.
     ShareStatesDeleted(Result<(), Failure>),
+    /// ReplaceBatches: per batch, in request order, whether it moved; or why nothing did.
+    ReplaceBatches(Result<Vec<Replaced>, Failure>),
 }
 
 /// Producer ids `[first, first + len)`, for one broker to hand out.
@@ -392,6 +398,16 @@ impl std::fmt::Display for Command {
                 return write!(f, "StoreShareState({group_id}, {tp}) at {}", self.now_ms)
             }
             Op::DeleteShareStates { .. } => "DeleteShareStates",
+            Op::ReplaceBatches(r) => {
+                return write!(
+                    f,
+                    "ReplaceBatches({}, {}, {} batches) at {}",
+                    r.object_key,
+                    r.tp,
+                    r.batches.len(),
+                    self.now_ms
+                )
+            }
             Op::CommitOffsets(c) => {
                 return write!(f, "CommitOffsets({}, {} offsets) at {}", c.group_id, c.offsets.len(), self.now_ms)
             }

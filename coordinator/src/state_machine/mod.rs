@@ -31,6 +31,7 @@ mod producer_ids;
 mod producer_state;
 mod purge;
 mod registry;
+pub mod replace_batches;
 mod retention;
 pub mod share_states;
 mod tables;
@@ -64,6 +65,8 @@ mod queries_test;
 #[cfg(test)]
 mod registry_test;
 #[cfg(test)]
+mod replace_batches_test;
+#[cfg(test)]
 mod retention_test;
 #[cfg(test)]
 mod share_states_test;
@@ -89,6 +92,7 @@ pub use records::{BatchRecord, MarkerRecord};
 pub use records::{BrokerRecord, GroupRecord, MemberRecord, OffsetRecord, PendingOffset, TxnRecord, TxnState};
 pub use records::{ShareRange, ShareStateRecord};
 pub use registry::{MAX_BROKER_LEASE_MS, REGISTRY_AUTHORITY};
+pub use replace_batches::{ReplaceBatches, Replaced, ReplacedBatch, MAX_REPLACED_BATCHES};
 pub use time_index::FANOUT as TIME_INDEX_FANOUT;
 pub use topic_settings::{SettingChange, TopicSettings};
 
@@ -184,6 +188,7 @@ impl StateMachine {
             Op::DeleteShareStates { group_id, topic_ids } => {
                 Outcome::ShareStatesDeleted(share_states::delete(self, txn, group_id, topic_ids)?)
             }
+            Op::ReplaceBatches(r) => Outcome::ReplaceBatches(replace_batches::apply(self, txn, now, r)?),
             Op::DeleteRecords { partitions, budget } => {
                 Outcome::DeleteRecords(delete_records::apply(self, txn, now, partitions, *budget)?)
             }

@@ -70,8 +70,9 @@ struct File {
     marked: Option<i64>,
     committed_at: i64,
     /// The commit that recorded the file (its deadline cleared, with its transactional flags, none
-    /// when no batch was) and what it answered per batch (`Err` keeps only the code), for repeats.
-    first: (CommitFile, Vec<bool>, Vec<u64>),
+    /// when no batch was) and what it answered per batch (`Err` keeps only the code), for repeats;
+    /// `None`: a replace recorded it (no commit of it is a repeat).
+    first: Option<(CommitFile, Vec<bool>, Vec<u64>)>,
     answers: Vec<Result<CommittedBatch, ErrorCode>>,
 }
 
@@ -247,7 +248,100 @@ impl Model {
             Op::UnregisterBroker { broker_id, incarnation } => {
                 Outcome::Broker(self.registry.unregister(self.metadata_partition == 0, now, *broker_id, *incarnation))
             }
+            Op::ReplaceBatches(r) => Outcome::ReplaceBatches(self.replace(now, r)),
         }
+    }
+
+    /// Every stored batch of `tp` (below the log start too, until purged), in offset order.
+    pub fn stored_batches(&self, tp: &TopicPartition) -> Vec<BatchRecord> {
+        self.parts.get(tp).map(|p| p.batches.clone()).unwrap_or_default()
+    }
+
+    /// ReplaceBatches: the batches still as read (same id and size, in another object, not a
+    /// marker, not below the log start) move to the new object; the old objects lose their bytes;
+    /// the new object is a file with the moved bytes live (none: marked at once).
+    fn replace(&mut self, now: i64, r: &ReplaceBatches) -> Result<Vec<Replaced>, Failure> {
+        let ordered = r.batches.windows(2).all(|w| w[0].last_offset < w[1].last_offset);
+        let ranges_ok = r.batches.iter().all(|b| {
+            b.last_offset >= 0
+                && b.byte_offset >= 0
+                && b.byte_size > 0
+                && i64::from(b.byte_offset) + i64::from(b.byte_size) <= r.file_size
+        });
+        if r.object_key.is_empty()
+            || r.object_key.len() > 1024
+            || r.object_format != 1
+            || r.file_size < 0
+            || r.batches.is_empty()
+            || r.batches.len() > MAX_REPLACED_BATCHES
+            || !ordered
+            || !ranges_ok
+        {
+            return fail(ErrorCode::InvalidRequest);
+        }
+        if self.fenced.contains_key(&r.object_key) {
+            return fail(ErrorCode::KafkaStorageError);
+        }
+        let at = |m: &Model, b: &ReplacedBatch| -> Option<BatchRecord> {
+            m.parts.get(&r.tp)?.batches.iter().find(|s| s.last_offset == b.last_offset).cloned()
+        };
+        if self.files.contains_key(&r.object_key) {
+            return Ok(r
+                .batches
+                .iter()
+                .map(|b| match at(self, b) {
+                    Some(s)
+                        if s.batch_id == b.batch_id
+                            && s.object_key == r.object_key
+                            && s.byte_offset == b.byte_offset =>
+                    {
+                        Replaced::Replaced
+                    }
+                    _ => Replaced::Changed,
+                })
+                .collect());
+        }
+        let lso = self.live(&r.tp).map(|p| p.lso);
+        let mut out = vec![];
+        let mut live = 0;
+        for b in &r.batches {
+            let moved = match (lso, at(self, b)) {
+                (Some(lso), Some(s))
+                    if s.batch_id == b.batch_id
+                        && !s.object_key.is_empty()
+                        && s.byte_size == b.byte_size
+                        && s.object_key != r.object_key
+                        && s.last_offset >= lso =>
+                {
+                    Some(s)
+                }
+                _ => None,
+            };
+            let Some(s) = moved else {
+                out.push(Replaced::Changed);
+                continue;
+            };
+            self.release(&s.object_key, i64::from(s.byte_size), now);
+            let part = self.parts.get_mut(&r.tp).expect("found above");
+            let stored = part.batches.iter_mut().find(|x| x.last_offset == b.last_offset).expect("found above");
+            stored.object_key = r.object_key.clone();
+            stored.byte_offset = b.byte_offset;
+            live += i64::from(b.byte_size);
+            out.push(Replaced::Replaced);
+        }
+        self.files.insert(
+            r.object_key.clone(),
+            File {
+                size: r.file_size,
+                owners: vec![self.metadata_partition as i32],
+                live,
+                marked: (live == 0).then_some(now),
+                committed_at: now,
+                first: None,
+                answers: vec![],
+            },
+        );
+        Ok(out)
     }
 
     /// One counter in metadata partition 0; blocks of 1 to a million ids.
@@ -746,7 +840,7 @@ impl Model {
         let mut same = (c.clone(), if flags.contains(&true) { flags.to_vec() } else { vec![] }, numbered);
         same.0.deadline_ms = None;
         if let Some(f) = self.files.get(&c.object_key) {
-            if f.first != same {
+            if f.first.as_ref() != Some(&same) {
                 return c.batches.iter().map(|_| fail(ErrorCode::InvalidRequest)).collect();
             }
             // A repeat: the first answers; offsets and times as first given, the log start as now.
@@ -783,7 +877,7 @@ impl Model {
                 live,
                 marked: (live == 0).then_some(now),
                 committed_at: now,
-                first: same,
+                first: Some(same),
                 answers: out.iter().map(|r| r.clone().map_err(|f| f.code)).collect(),
             },
         );
