@@ -81,8 +81,18 @@ pub async fn all_batches(
     partition: i32,
     min: Vec<AppliedIndex>,
 ) -> Result<Vec<find_batches_response::BatchInfo>, String> {
+    batches_from(client, topic, partition, 0, min).await
+}
+
+/// Every batch of a partition from `offset` to its high watermark, through FindBatches.
+pub async fn batches_from(
+    client: &mut Client,
+    topic: &[u8],
+    partition: i32,
+    mut offset: i64,
+    min: Vec<AppliedIndex>,
+) -> Result<Vec<find_batches_response::BatchInfo>, String> {
     let mut out = vec![];
-    let mut offset = 0;
     loop {
         let r = client
             .find_batches(FindBatchesRequest {

@@ -31,6 +31,7 @@
 //! | `transactions` | EndTransaction |
 //! | `transaction_state` | StoreTransaction, DescribeTransactions, ListTransactions |
 //! | `share_states` | StoreShareState, ReadShareStates, DeleteShareStates (KIP-932 share groups) |
+//! | `replace` | ReplaceBatches (KIP-1165 object consolidation's atomic replace) |
 //! | `watch` | WatchPartitions (this node's replica's changes, streamed; never forwarded) |
 //!
 //! This module must not decide where a part runs (that is `node::route`) nor apply rules of the
@@ -46,6 +47,7 @@ mod find_batches;
 mod offsets;
 mod producer_ids;
 mod producers;
+mod replace;
 mod request;
 mod share_states;
 mod topics;
@@ -126,6 +128,13 @@ impl CoordinatorService for CoordinatorApi {
         r: Request<DescribeTransactionsRequest>,
     ) -> Result<Response<DescribeTransactionsResponse>, Status> {
         self.serve_describe_transactions(r).await
+    }
+
+    async fn replace_batches(
+        &self,
+        r: Request<ReplaceBatchesRequest>,
+    ) -> Result<Response<ReplaceBatchesResponse>, Status> {
+        self.serve_replace_batches(r).await
     }
 
     async fn store_share_state(

@@ -6,3 +6,4 @@ mod t12_topic_convergence;
 mod t13_forwarding;
 mod t14_acls;
 mod t15_end_transaction;
+mod t16_replace_batches;
