@@ -59,6 +59,7 @@ impl ClusterClient {
                         marker: None,
                         transactional: Some(b.is_transactional),
                     },
+                    at.index,
                 );
             }
             self.marks.observe(topic_id, b.partition_index, Some(hwm), None, at.index);

@@ -5,11 +5,17 @@
 //! trusted high watermark and log start) and whose batches from its offset are here is served
 //! without asking the coordinator cluster (`fetch`).
 //!
-//! Entries are facts that never change: a batch's coordinates are fixed when it is appended, and a
-//! diskless log is only ever cut at its start. What makes a cached batch unservable is its
-//! partition's log start passing it (DeleteRecords, retention) or its topic's deletion — which the
-//! caller checks against the trusted marks before serving; entries below a learned log start and
-//! those of a deleted topic are dropped. Bounded by entries (the oldest inserted go first), with a
+//! A batch's offsets are fixed when it is appended, and a diskless log is only ever cut at its
+//! start; its object and byte offset change only when a replace (object consolidation) moves it,
+//! which the watch streams announce and the entries follow (`moved`). Every coordinate is learned
+//! with the Raft index it was true at: one known at an index below a replace announced on its
+//! partition is not kept (it may name the object the batch left), and a watch stream that reset
+//! or started afresh drops its metadata partition's entries (announcements may have been missed).
+//! The old object of a moved batch is deleted only after the cleaner's grace, so a fetch that
+//! read its coordinates just before still finds its bytes. What makes a cached batch unservable is
+//! its partition's log start passing it (DeleteRecords, retention) or its topic's deletion — which
+//! the caller checks against the trusted marks before serving; entries below a learned log start
+//! and those of a deleted topic are dropped. Bounded by entries (the oldest inserted go first), with a
 //! gauge. Hostile input (a coordinate no batch can have) is not kept. A `read_committed` fetch is
 //! served only batches known not to be transactional (this broker's own, or announced so by a
 //! watch: FindBatches does not say), and only while its partition has no transaction open (the
@@ -131,6 +137,9 @@ struct Inner {
 struct Partition {
     batches: BTreeMap<i64, Coordinate>,
     floor: i64,
+    /// The index of the last replace announced on the partition: a coordinate known at an
+    /// earlier index may be stale.
+    moved_at: u64,
 }
 
 pub struct Coordinates {
@@ -152,16 +161,18 @@ impl Coordinates {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Learns a batch of `topic_id`/`partition`. A batch overlapping one already known, below the
-    /// partition's known log start, or with impossible coordinates is not kept.
-    pub fn insert(&self, topic_id: [u8; 16], partition: i32, c: Coordinate) {
+    /// Learns a batch of `topic_id`/`partition`, as true at Raft index `known_at` of its
+    /// metadata partition. A batch overlapping one already known, below the partition's known log
+    /// start, known before a replace announced on the partition, or with impossible coordinates
+    /// is not kept.
+    pub fn insert(&self, topic_id: [u8; 16], partition: i32, c: Coordinate, known_at: u64) {
         if !self.enabled() || partition < 0 || !c.plausible() {
             return;
         }
         let tp = (topic_id, partition);
         let mut g = self.inner();
         let p = g.parts.entry(tp).or_default();
-        if c.last_offset < p.floor {
+        if c.last_offset < p.floor || known_at < p.moved_at {
             return;
         }
         let before = p.batches.range(..=c.base_offset).next_back();
@@ -226,6 +237,41 @@ impl Coordinates {
         Some(out)
     }
 
+    /// A replace at Raft index `index` moved these batches of `topic_id`/`partition` (by last
+    /// offset) into `object_key`, at these byte offsets: the entries follow them, and coordinates
+    /// known before `index` are not learned any more.
+    pub fn moved(&self, topic_id: [u8; 16], partition: i32, index: u64, object_key: &Arc<str>, moves: &[(i64, i64)]) {
+        if !self.enabled() || partition < 0 {
+            return;
+        }
+        let mut g = self.inner();
+        let p = g.parts.entry((topic_id, partition)).or_default();
+        p.moved_at = p.moved_at.max(index);
+        for &(last_offset, byte_offset) in moves {
+            let entry = p.batches.range_mut(..=last_offset).next_back().map(|(_, c)| c);
+            if let Some(c) = entry.filter(|c| c.last_offset == last_offset && c.marker.is_none()) {
+                c.object_key = object_key.clone();
+                c.byte_offset = byte_offset;
+            }
+        }
+    }
+
+    /// Drops the entries of the partitions `which` names (their metadata partition's watch reset:
+    /// a replace may have been missed).
+    pub fn forget(&self, which: impl Fn(&[u8; 16], i32) -> bool) {
+        let mut g = self.inner();
+        let mut dropped = 0;
+        g.parts.retain(|(t, p), part| {
+            let drop = which(t, *p);
+            if drop {
+                dropped += part.batches.len();
+            }
+            !drop
+        });
+        g.entries -= dropped;
+        crate::metrics::get().coordinate_cache_entries.set(g.entries as i64);
+    }
+
     /// `topic_id`/`partition` starts at `log_start` now: its batches wholly below go.
     pub fn truncate_below(&self, topic_id: [u8; 16], partition: i32, log_start: i64) {
         if !self.enabled() || partition < 0 {
@@ -271,7 +317,7 @@ impl Inner {
         if p.batches.remove(&base).is_some() {
             self.entries -= 1;
         }
-        if p.batches.is_empty() && p.floor <= 0 {
+        if p.batches.is_empty() && p.floor <= 0 && p.moved_at == 0 {
             self.parts.remove(tp);
         }
     }
@@ -307,7 +353,7 @@ mod tests {
     fn a_fetch_is_served_the_batches_back_to_back_from_its_offset_up_to_the_high_watermark_and_a_gap() {
         let c = Coordinates::new(100);
         for (b, l) in [(0, 4), (5, 9), (10, 10), (11, 19), (25, 30)] {
-            c.insert(T, 0, batch(b, l, 100));
+            c.insert(T, 0, batch(b, l, 100), 0);
         }
         // From inside a batch: the whole batch, as Kafka serves it.
         assert_eq!(bases(c.serve(T, 0, 7, 31, 1 << 20, false)), Some(vec![5, 10, 11]), "stops at the gap 20..25");
@@ -336,11 +382,16 @@ mod tests {
     fn a_transaction_marker_is_kept_and_served_though_it_has_no_bytes() {
         let c = Coordinates::new(100);
         let marker = TxnMarker { producer_id: 3, producer_epoch: 1, commit: true, coordinator_epoch: 0 };
-        c.insert(T, 0, batch(0, 4, 100));
-        c.insert(T, 0, Coordinate { object_key: Arc::from(""), byte_size: 0, marker: Some(marker), ..batch(5, 5, 0) });
+        c.insert(T, 0, batch(0, 4, 100), 0);
+        c.insert(
+            T,
+            0,
+            Coordinate { object_key: Arc::from(""), byte_size: 0, marker: Some(marker), ..batch(5, 5, 0) },
+            0,
+        );
         // Without a marker, no bytes is no batch; a marker spans one offset.
-        c.insert(T, 0, batch(6, 6, 0));
-        c.insert(T, 0, Coordinate { marker: Some(marker), ..batch(7, 8, 0) });
+        c.insert(T, 0, batch(6, 6, 0), 0);
+        c.insert(T, 0, Coordinate { marker: Some(marker), ..batch(7, 8, 0) }, 0);
         assert_eq!(c.entries(), 2);
         let s = c.serve(T, 0, 0, 6, 1 << 20, false).unwrap();
         assert_eq!((s.batches.len(), s.bytes), (2, 100));
@@ -351,12 +402,12 @@ mod tests {
     fn a_read_committed_fetch_is_served_only_batches_known_not_to_be_transactional() {
         let c = Coordinates::new(100);
         let marker = TxnMarker { producer_id: 3, producer_epoch: 1, commit: false, coordinator_epoch: 0 };
-        c.insert(T, 0, batch(0, 4, 100));
-        c.insert(T, 0, Coordinate { transactional: None, ..batch(5, 6, 100) }); // from FindBatches
-        c.insert(T, 0, batch(7, 7, 100));
-        c.insert(T, 0, Coordinate { transactional: Some(true), ..batch(8, 9, 100) });
-        c.insert(T, 0, Coordinate { object_key: Arc::from(""), marker: Some(marker), ..batch(10, 10, 0) });
-        c.insert(T, 0, batch(11, 12, 100));
+        c.insert(T, 0, batch(0, 4, 100), 0);
+        c.insert(T, 0, Coordinate { transactional: None, ..batch(5, 6, 100) }, 0); // from FindBatches
+        c.insert(T, 0, batch(7, 7, 100), 0);
+        c.insert(T, 0, Coordinate { transactional: Some(true), ..batch(8, 9, 100) }, 0);
+        c.insert(T, 0, Coordinate { object_key: Arc::from(""), marker: Some(marker), ..batch(10, 10, 0) }, 0);
+        c.insert(T, 0, batch(11, 12, 100), 0);
         assert_eq!(bases(c.serve(T, 0, 0, 13, 1 << 20, false)), Some(vec![0, 5, 7, 8, 10, 11]));
         assert_eq!(bases(c.serve(T, 0, 0, 13, 1 << 20, true)), Some(vec![0]), "up to what FindBatches told");
         assert_eq!(c.serve(T, 0, 5, 13, 1 << 20, true), None);
@@ -369,19 +420,19 @@ mod tests {
     #[test]
     fn overlapping_and_impossible_coordinates_are_not_kept() {
         let c = Coordinates::new(100);
-        c.insert(T, 0, batch(10, 19, 100));
-        c.insert(T, 0, batch(15, 25, 100)); // starts inside
-        c.insert(T, 0, batch(5, 12, 100)); // ends inside
-        c.insert(T, 0, batch(0, 40, 100)); // spans it
-        c.insert(T, 0, batch(10, 19, 100)); // the same again
+        c.insert(T, 0, batch(10, 19, 100), 0);
+        c.insert(T, 0, batch(15, 25, 100), 0); // starts inside
+        c.insert(T, 0, batch(5, 12, 100), 0); // ends inside
+        c.insert(T, 0, batch(0, 40, 100), 0); // spans it
+        c.insert(T, 0, batch(10, 19, 100), 0); // the same again
         assert_eq!(c.entries(), 1);
         for bad in [batch(30, 29, 100), batch(-1, 3, 100), batch(40, 41, 0), batch(50, i64::MAX, 10)] {
-            c.insert(T, 0, bad);
+            c.insert(T, 0, bad, 0);
         }
         let mut negative = batch(60, 61, 10);
         negative.byte_offset = -5;
-        c.insert(T, 0, negative);
-        c.insert(T, -1, batch(0, 1, 10));
+        c.insert(T, 0, negative, 0);
+        c.insert(T, -1, batch(0, 1, 10), 0);
         assert_eq!(c.entries(), 1);
         assert_eq!(bases(c.serve(T, 0, 10, 100, 1 << 20, false)), Some(vec![10]));
     }
@@ -390,8 +441,8 @@ mod tests {
     fn a_moved_log_start_and_a_deleted_topic_drop_their_batches_and_keep_them_out() {
         let c = Coordinates::new(100);
         for (b, l) in [(0, 4), (5, 9), (10, 14)] {
-            c.insert(T, 0, batch(b, l, 100));
-            c.insert(T, 1, batch(b, l, 100));
+            c.insert(T, 0, batch(b, l, 100), 0);
+            c.insert(T, 1, batch(b, l, 100), 0);
         }
         c.truncate_below(T, 0, 7);
         assert_eq!(c.entries(), 5, "the batch 0..4 went; 5..9 holds the new log start");
@@ -399,7 +450,7 @@ mod tests {
         assert_eq!(c.serve(T, 0, 6, 15, 1 << 20, false), None, "below the log start, though its batch is kept");
         assert_eq!(bases(c.serve(T, 0, 7, 15, 1 << 20, false)), Some(vec![5, 10]));
         // A late announcement of a batch below the log start is not kept.
-        c.insert(T, 0, batch(0, 4, 100));
+        c.insert(T, 0, batch(0, 4, 100), 0);
         assert_eq!(c.serve(T, 0, 0, 15, 1 << 20, false), None);
         c.topic_deleted(T);
         assert_eq!(c.entries(), 0);
@@ -410,7 +461,7 @@ mod tests {
     fn the_cache_is_bounded_and_the_oldest_inserted_go_first() {
         let c = Coordinates::new(10);
         for i in 0..25 {
-            c.insert(T, 0, batch(i * 2, i * 2 + 1, 10));
+            c.insert(T, 0, batch(i * 2, i * 2 + 1, 10), 0);
         }
         assert_eq!(c.entries(), 10);
         assert_eq!(c.serve(T, 0, 0, 100, 1 << 20, false), None);
@@ -418,14 +469,35 @@ mod tests {
         // Many entries dropped by log starts, then many inserted: the order queue stays bounded.
         for round in 0..50i64 {
             for i in 0..10 {
-                c.insert(T, 1, batch(round * 20 + i * 2, round * 20 + i * 2 + 1, 10));
+                c.insert(T, 1, batch(round * 20 + i * 2, round * 20 + i * 2 + 1, 10), 0);
             }
             c.truncate_below(T, 1, round * 20 + 20);
         }
         assert!(c.inner().order.len() <= 2 * 1024 + 1);
         assert!(c.entries() <= 10);
         let off = Coordinates::new(0);
-        off.insert(T, 0, batch(0, 1, 10));
+        off.insert(T, 0, batch(0, 1, 10), 0);
         assert_eq!((off.entries(), off.enabled()), (0, false));
+    }
+
+    #[test]
+    fn a_moved_batch_is_served_from_its_new_object_and_older_coordinates_are_not_learned() {
+        let c = Coordinates::new(100);
+        c.insert(T, 0, batch(0, 4, 100), 10);
+        c.insert(T, 0, batch(5, 9, 100), 11);
+        let merged: Arc<str> = Arc::from("merged");
+        c.moved(T, 0, 20, &merged, &[(4, 0), (7, 100)]);
+        let s = c.serve(T, 0, 0, 10, 1_000, false).expect("served");
+        let got: Vec<(&str, i64)> = s.batches.iter().map(|b| (b.object_key.as_str(), b.byte_offset)).collect();
+        assert_eq!(got, vec![("merged", 0), ("wal/a", 50)], "only the batch whose last offset moved follows");
+        // A FindBatches answer read before the replace names the old object: not kept.
+        c.insert(T, 0, batch(10, 14, 100), 19);
+        assert!(c.serve(T, 0, 10, 15, 1_000, false).is_none());
+        c.insert(T, 0, batch(10, 14, 100), 20);
+        assert!(c.serve(T, 0, 10, 15, 1_000, false).is_some());
+        // A reset of the partition's watch: its entries go.
+        c.forget(|t, p| *t == T && p == 0);
+        assert_eq!(c.entries(), 0);
+        assert!(c.serve(T, 0, 0, 15, 1_000, false).is_none());
     }
 }

@@ -67,6 +67,14 @@ impl ClusterClient {
         }
     }
 
+    /// Drops the cached coordinates of metadata partition `g`'s partitions: its changes (a replace
+    /// among them) may have been missed.
+    fn forget_coordinates(&self, g: u32) {
+        let n = self.num_metadata_partitions();
+        self.coordinates
+            .forget(|topic_id, partition| diskless_proto::metadata_partition_for(topic_id, partition, n) == g);
+    }
+
     /// Follows one stream until it ends; returns why.
     async fn follow(
         &self,
@@ -98,6 +106,7 @@ impl ClusterClient {
             if msg.reset {
                 m.watch_resets.inc();
                 self.marks.reset(g, msg.index);
+                self.forget_coordinates(g);
                 self.marks.stream_started(g, msg.index);
             }
             if msg.log_starts_moved {
@@ -111,8 +120,17 @@ impl ClusterClient {
                     if b.is_transactional || b.marker.is_some() {
                         self.marks.observe_transactional(topic_id, b.partition_index, a.index);
                     }
-                    self.coordinates.insert(topic_id, b.partition_index, Coordinate::from_appended(b, key.clone()));
+                    let c = Coordinate::from_appended(b, key.clone());
+                    self.coordinates.insert(topic_id, b.partition_index, c, a.index);
                 }
+            }
+            // Batches a replace moved: their entries follow them.
+            for mv in &msg.moved {
+                let Ok(topic_id) = <[u8; 16]>::try_from(mv.topic_id.as_slice()) else { continue };
+                let key: Arc<str> = Arc::from(mv.object_key.as_str());
+                let moves: Vec<(i64, i64)> =
+                    mv.last_offsets.iter().copied().zip(mv.byte_offsets.iter().copied()).collect();
+                self.coordinates.moved(topic_id, mv.partition_index, mv.index, &key, &moves);
             }
             for c in &msg.changes {
                 let Ok(topic_id) = <[u8; 16]>::try_from(c.topic_id.as_slice()) else { continue };
@@ -137,6 +155,7 @@ impl ClusterClient {
                     // A fresh stream (none before, or one that had not got a message): changes
                     // before it were not watched.
                     self.marks.reset(g, msg.index);
+                    self.forget_coordinates(g);
                 }
                 if !msg.reset {
                     // Every change after the cursor asked from (or, fresh, this first index).

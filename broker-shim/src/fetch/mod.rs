@@ -324,16 +324,19 @@ impl Fetcher {
                 p.partition.max(0),
                 self.cluster.num_metadata_partitions(),
             );
+            let at = r.applied.iter().find(|x| x.metadata_partition == g);
             if coordinates.enabled() {
                 if a.log_start_offset >= 0 {
                     coordinates.truncate_below(p.topic_id, p.partition, a.log_start_offset);
                 }
-                for b in &a.batches {
+                // Kept only with the index the answer was true at (a replace may move them).
+                for b in a.batches.iter().filter(|_| at.is_some()) {
                     let key = keys.entry(b.object_key.as_str()).or_insert_with(|| Arc::from(b.object_key.as_str()));
-                    coordinates.insert(p.topic_id, p.partition, Coordinate::from_batch_info(b, key.clone()));
+                    let c = Coordinate::from_batch_info(b, key.clone());
+                    coordinates.insert(p.topic_id, p.partition, c, at.map_or(0, |x| x.index));
                 }
             }
-            if let Some(at) = r.applied.iter().find(|x| x.metadata_partition == g) {
+            if let Some(at) = at {
                 marks.observe_read(
                     p.topic_id,
                     p.partition,

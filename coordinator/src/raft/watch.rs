@@ -131,6 +131,7 @@ mod tests {
             }],
             log_starts_moved: false,
             batches: vec![],
+            moved: vec![],
         }
     }
 

@@ -1,7 +1,8 @@
 //! What an applied command changed that a watcher of partitions cares about: high watermarks, log
-//! start offsets, deleted topics, whether retention moved log starts, and the coordinates of the
+//! start offsets, deleted topics, whether retention moved log starts, the coordinates of the
 //! batches appended (what FindBatches would answer for them, so a watcher can serve reads of them
-//! without asking: the broker's batch-coordinate cache). Derived from the command
+//! without asking: the broker's batch-coordinate cache), and the batches a replace moved to another
+//! object (so such a cache follows them). Derived from the command
 //! and its outcome alone (pure, like the rest of the state machine), so every replica derives the
 //! same changes for the same entry; `raft::watch` keeps them for `WatchPartitions`.
 //!
@@ -13,6 +14,7 @@ use std::sync::Arc;
 use super::command::{Command, CommitFile, CommittedBatch, Failure, Op, Outcome, MAGIC_V2, TIMESTAMP_CREATE_TIME};
 use super::keys::TopicPartition;
 use super::records::MarkerRecord;
+use super::replace_batches::Replaced;
 
 /// A change to one partition (or, `deleted`, to a whole topic: `partition` is then -1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +50,16 @@ pub struct AppendedBatch {
     pub transactional: bool,
 }
 
+/// A batch a replace moved: its partition and last offset, and where it is now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MovedBatch {
+    pub tp: TopicPartition,
+    pub last_offset: i64,
+    /// Shared by the batches of one replace.
+    pub object_key: Arc<str>,
+    pub byte_offset: i32,
+}
+
 /// What one entry changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Changes {
@@ -57,17 +69,19 @@ pub struct Changes {
     pub log_starts_moved: bool,
     /// The batches appended, in the order they were applied.
     pub batches: Vec<AppendedBatch>,
+    /// The batches a replace moved to another object.
+    pub moved: Vec<MovedBatch>,
 }
 
 impl Changes {
     pub fn is_empty(&self) -> bool {
-        self.partitions.is_empty() && !self.log_starts_moved && self.batches.is_empty()
+        self.partitions.is_empty() && !self.log_starts_moved && self.batches.is_empty() && self.moved.is_empty()
     }
 
     /// What the entry costs a bounded history, in partition changes (a batch's coordinates weigh
     /// about two).
     pub fn weight(&self) -> usize {
-        self.partitions.len() + 2 * self.batches.len()
+        self.partitions.len() + 2 * self.batches.len() + self.moved.len()
     }
 }
 
@@ -76,7 +90,21 @@ pub fn changes(cmd: &Command, outcome: &Outcome) -> Changes {
     let mut by_tp: BTreeMap<TopicPartition, PartitionChange> = BTreeMap::new();
     let mut log_starts_moved = false;
     let mut batches = vec![];
+    let mut moved = vec![];
     match (&cmd.op, outcome) {
+        (Op::ReplaceBatches(r), Outcome::ReplaceBatches(Ok(results))) => {
+            let key: Arc<str> = Arc::from(r.object_key.as_str());
+            for (b, result) in r.batches.iter().zip(results) {
+                if *result == Replaced::Replaced {
+                    moved.push(MovedBatch {
+                        tp: r.tp,
+                        last_offset: b.last_offset,
+                        object_key: key.clone(),
+                        byte_offset: b.byte_offset,
+                    });
+                }
+            }
+        }
         (Op::CommitFile(file), Outcome::CommitFile(results)) => committed(&mut by_tp, &mut batches, file, &[], results),
         (Op::CommitFiles(files), Outcome::CommitFiles(per_file)) => {
             for (file, results) in files.iter().zip(per_file) {
@@ -130,7 +158,7 @@ pub fn changes(cmd: &Command, outcome: &Outcome) -> Changes {
         }
         _ => {}
     }
-    Changes { partitions: by_tp.into_values().collect(), log_starts_moved, batches }
+    Changes { partitions: by_tp.into_values().collect(), log_starts_moved, batches, moved }
 }
 
 fn entry(by_tp: &mut BTreeMap<TopicPartition, PartitionChange>, tp: TopicPartition) -> &mut PartitionChange {
@@ -285,6 +313,31 @@ mod tests {
         assert_eq!((b.base_offset, b.last_offset, b.byte_size, &*b.object_key, b.log_append_time), (12, 12, 0, "", 77));
         let m = b.marker.expect("the marker");
         assert_eq!((m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch), (9, 2, true, 4));
+    }
+
+    #[test]
+    fn a_replace_announces_the_batches_it_moved_and_nothing_else() {
+        use crate::state_machine::replace_batches::{ReplaceBatches, ReplacedBatch};
+        let moved = |last_offset, byte_offset| ReplacedBatch { last_offset, batch_id: 1, byte_offset, byte_size: 100 };
+        let cmd = Command {
+            now_ms: 5,
+            op: Op::ReplaceBatches(ReplaceBatches {
+                object_key: "merged".into(),
+                object_format: 1,
+                file_size: 300,
+                uploader_broker_id: 1,
+                tp: tp(3),
+                batches: vec![moved(4, 0), moved(9, 100), moved(12, 200)],
+            }),
+        };
+        let outcome = Outcome::ReplaceBatches(Ok(vec![Replaced::Replaced, Replaced::Changed, Replaced::Replaced]));
+        let c = changes(&cmd, &outcome);
+        let got: Vec<(i64, i32, &str)> =
+            c.moved.iter().map(|m| (m.last_offset, m.byte_offset, &*m.object_key)).collect();
+        assert_eq!(got, vec![(4, 0, "merged"), (12, 200, "merged")]);
+        assert!(c.partitions.is_empty() && c.batches.is_empty(), "no offset moves");
+        let refused = Outcome::ReplaceBatches(Err(Failure::new(ErrorCode::KafkaStorageError, "")));
+        assert!(changes(&cmd, &refused).is_empty());
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! with UNAVAILABLE and the caller resumes through another node.
 //!
 //! With `with_batches`, a message also carries the coordinates of the batches its entries appended
-//! (the broker's batch-coordinate cache is fed from them).
+//! and of those a replace moved (the broker's batch-coordinate cache is fed from them).
 //!
 //! Owns the wire form and the pacing; what a change is belongs to `state_machine::changes`.
 
@@ -108,6 +108,7 @@ fn message(index: u64, reset: bool, entries: Vec<(u64, Changes)>, with_batches: 
     let mut log_starts_moved = false;
     let mut changes = vec![];
     let mut appended: Vec<AppendedBatches> = vec![];
+    let mut moved: Vec<MovedBatches> = vec![];
     for (at, c) in entries {
         log_starts_moved |= c.log_starts_moved;
         for p in c.partitions {
@@ -122,6 +123,27 @@ fn message(index: u64, reset: bool, entries: Vec<(u64, Changes)>, with_batches: 
         }
         if !with_batches {
             continue;
+        }
+        for b in c.moved {
+            match moved.last_mut() {
+                Some(m)
+                    if m.index == at
+                        && *m.object_key == *b.object_key
+                        && m.topic_id == b.tp.topic_id.as_bytes()
+                        && m.partition_index == b.tp.partition =>
+                {
+                    m.last_offsets.push(b.last_offset);
+                    m.byte_offsets.push(i64::from(b.byte_offset));
+                }
+                _ => moved.push(MovedBatches {
+                    object_key: b.object_key.to_string(),
+                    index: at,
+                    topic_id: b.tp.topic_id.as_bytes().to_vec(),
+                    partition_index: b.tp.partition,
+                    last_offsets: vec![b.last_offset],
+                    byte_offsets: vec![i64::from(b.byte_offset)],
+                }),
+            }
         }
         for b in c.batches {
             let batch = AppendedBatch {
@@ -148,5 +170,5 @@ fn message(index: u64, reset: bool, entries: Vec<(u64, Changes)>, with_batches: 
             }
         }
     }
-    WatchPartitionsResponse { index, reset, changes, log_starts_moved, appended }
+    WatchPartitionsResponse { index, reset, changes, log_starts_moved, appended, moved }
 }

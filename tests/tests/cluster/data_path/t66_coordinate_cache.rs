@@ -4,7 +4,10 @@
 //! `read_uncommitted` and `read_committed` fetches alike while no transaction is open. The cache
 //! never serves what DeleteRecords or a topic deletion removed: after A's DeleteRecords, a fetch
 //! below the new log start is out of range through A at once and through B as soon as its watch
-//! tells it; after the topic's deletion, neither broker serves it.
+//! tells it; after the topic's deletion, neither broker serves it. A replace (object
+//! consolidation) moves the cached coordinates with their batches: after the WAL objects it left
+//! are deleted, both brokers still serve every record (from the new object; without the watch's
+//! announcement followed, the fetch fails with KAFKA_STORAGE_ERROR).
 
 use std::time::{Duration, Instant};
 
@@ -135,5 +138,101 @@ async fn a_tail_consumer_reads_another_brokers_batches_without_find_batches_and_
             assert!(start.elapsed() < Duration::from_secs(20), "{name} still serves a deleted topic: {f:?}");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+}
+
+/// Object consolidation's replace seen by the brokers' caches: both brokers read a partition
+/// (each then holds its batches' coordinates); the batches are copied into one new object and
+/// replaced (as a consolidating broker would); the cleaner deletes the WAL objects they left after
+/// its grace; both brokers then serve every record again, from the new object, with the same
+/// offsets and bytes — their cached coordinates followed the replace through the watch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_coordinates_follow_a_replace_and_no_read_hits_a_deleted_object() {
+    use diskless_proto::v1::*;
+    const MOVED: &str = "moved";
+    let c = Cluster::start(3, Options::default()).await;
+    // No cache of object bytes: every fetch reads the object its coordinates name.
+    let options = BrokerOptions {
+        kafka: true,
+        commit_interval_ms: 50,
+        kafka_toml: "\n[fetch]\ncache_bytes = 0\n".into(),
+        ..BrokerOptions::default()
+    };
+    let storage = TestStorage::Local(c.path("objects"));
+    let a = BrokerProc::start(&c, "a", &storage, &options).await;
+    let b = BrokerProc::start(&c, "b", &storage, &options).await;
+    create_topic_via(&mut a.client().await, MOVED, 1).await;
+    let mut producer = KafkaClient::connect(a.kafka_addr.as_deref().unwrap()).await.unwrap();
+    const RECORDS: i64 = 8;
+    for i in 0..RECORDS {
+        let batch = bytes::Bytes::from(batch_of(&[format!("m-{i}")]));
+        let (code, base) = producer.produce(MOVED, 0, batch).await.expect("produce");
+        assert_eq!((code, base), (0, i));
+    }
+    let want: Vec<(i64, String)> = (0..RECORDS).map(|i| (i, format!("m-{i}"))).collect();
+    let mut readers = vec![];
+    for broker in [&a, &b] {
+        let mut k = KafkaClient::connect(broker.kafka_addr.as_deref().unwrap()).await.unwrap();
+        let f = k.fetch(MOVED, 0, 0).await.unwrap();
+        assert_eq!(values(&f), want, "before the replace");
+        readers.push(k);
+    }
+
+    // The consolidator's part: copy the batches' bytes into one object, then replace.
+    let mut cluster = c.client(1).await;
+    let topics = cluster.list_topics(ListTopicsRequest { names: vec![MOVED.into()], timeout_ms: 10_000 }).await;
+    let topic_id = topics.unwrap().into_inner().topics[0].topic_id.clone();
+    let batches = all_batches(&mut cluster, &topic_id, 0, vec![]).await.unwrap();
+    let wal: std::collections::BTreeSet<String> = batches.iter().map(|b| b.object_key.clone()).collect();
+    let objects = storage.open();
+    let mut merged = vec![];
+    let mut moves = vec![];
+    for bi in &batches {
+        let range = bi.byte_offset as u64..(bi.byte_offset + bi.byte_size) as u64;
+        let bytes = objects.get_ranges(&bi.object_key, &[range]).await.expect("read a WAL object");
+        moves.push(replace_batches_request::Batch {
+            last_offset: bi.last_offset,
+            batch_id: bi.batch_id,
+            byte_offset: merged.len() as i32,
+            byte_size: bi.byte_size as i32,
+        });
+        merged.extend_from_slice(&bytes[0]);
+    }
+    let key = "wal/consolidated-0001";
+    let size = merged.len() as i64;
+    objects.put_new(key, bytes::Bytes::from(merged)).await.unwrap();
+    let r = cluster
+        .replace_batches(ReplaceBatchesRequest {
+            object_key: key.into(),
+            object_format: 1,
+            file_size: size,
+            uploader_broker_id: 99,
+            topic_id,
+            partition_index: 0,
+            batches: moves,
+            timeout_ms: 10_000,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((r.error_code, r.replaced.len()), (0, RECORDS as usize), "{r:?}");
+    assert!(r.replaced.iter().all(|x| *x), "{r:?}");
+
+    // The cleaner deletes the WAL objects after the grace.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left: Vec<String> = objects.list("wal/").await.unwrap().into_iter().map(|o| o.key).collect();
+        if wal.iter().all(|k| !left.contains(k)) {
+            assert!(left.contains(&key.to_string()), "the new object stays: {left:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the WAL objects are not deleted: {left:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Both brokers serve every record from the new object.
+    for (name, k) in ["a", "b"].iter().zip(readers.iter_mut()) {
+        let f = k.fetch(MOVED, 0, 0).await.unwrap();
+        assert_eq!(f.error_code, 0, "through {name}: {f:?}");
+        assert_eq!(values(&f), want, "through {name}, after the replace");
     }
 }

@@ -88,7 +88,7 @@ async fn replaced_batches_keep_their_offsets_on_every_replica_and_release_their_
     let request = replace_request("merged/p0", &topic, 0, &before);
     let r = c.client(3).await.replace_batches(request.clone()).await.unwrap().into_inner();
     assert_eq!((r.error_code, r.replaced.clone()), (0, vec![false, true, true]), "{r:?}");
-    let applied = vec![r.applied.clone().expect("the applied index")];
+    let applied = vec![r.applied.expect("the applied index")];
 
     // Every replica answers the new coordinates, offsets and times unchanged.
     for node in c.ids() {
