@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::cleanup::CleanupConfig;
+use crate::consolidate::ConsolidationConfig;
 use crate::coordinators::groups::GroupConfig;
 use crate::coordinators::transactions::TxnConfig;
 use crate::fetch::FetchConfig;
@@ -52,6 +53,9 @@ pub struct ShimConfig {
     pub fetch: FetchConfig,
     #[serde(default)]
     pub cleanup: CleanupConfig,
+    /// Object consolidation (`[consolidation]`).
+    #[serde(default)]
+    pub consolidation: ConsolidationConfig,
     /// Where to serve Prometheus metrics over HTTP (`GET /metrics`), `host:port`; none when unset.
     #[serde(default)]
     pub metrics_addr: Option<String>,
@@ -93,6 +97,7 @@ impl ShimConfig {
             produce: self.produce.clone(),
             fetch: self.fetch.clone(),
             cleanup: self.cleanup.clone(),
+            consolidation: self.consolidation.clone(),
             groups: self.groups.clone(),
             registry: self.registry.clone(),
             transactions: self.transactions.clone(),
@@ -110,6 +115,7 @@ impl ShimConfig {
             k.validate()?;
         }
         self.cleanup.validate();
+        self.consolidation.validate()?;
         Ok(())
     }
 }

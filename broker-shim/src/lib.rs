@@ -4,8 +4,9 @@
 //! `fetch`: a Kafka client's record batches are validated (`validate`), laid out in WAL segments
 //! (`wal`), uploaded to object storage (`storage`), committed to the coordinator cluster in order
 //! (`produce`, through `cluster`, the broker's client of the coordinator cluster), and read back by
-//! byte ranges with offsets injected (`fetch`). `cleanup` deletes the objects the cluster released
-//! and the orphans it never knew.
+//! byte ranges with offsets injected (`fetch`). `consolidate` rewrites old batches out of the mixed
+//! WAL objects into one object per partition (KIP-1165); `cleanup` deletes the objects the cluster
+//! released and the orphans it never knew.
 //!
 //! Beside the data path, `coordinators` holds what the broker coordinates: groups (classic,
 //! KIP-848, share) and transactional ids, on one coordinator runtime's rule (state held per key,
@@ -26,6 +27,7 @@ pub mod cleanup;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod consolidate;
 pub mod coordinators;
 pub mod error;
 pub mod fetch;

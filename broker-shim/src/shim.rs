@@ -27,6 +27,7 @@ pub struct ShimSettings {
     pub produce: ProduceConfig,
     pub fetch: FetchConfig,
     pub cleanup: CleanupConfig,
+    pub consolidation: crate::consolidate::ConsolidationConfig,
     pub groups: GroupConfig,
     pub registry: RegistryConfig,
     pub transactions: TxnConfig,
@@ -131,6 +132,18 @@ impl Shim {
         );
         tokio::spawn(share_group_timers(share_groups.clone(), share_states.clone(), cluster.clone(), stop_rx.clone()));
         let registry = registry::Registry::new(cluster.clone(), config.registry.clone(), &me);
+        // Object consolidation of the partitions this broker owns among the live ones (it takes
+        // part only when it registers, i.e. has a Kafka listener).
+        if config.advertised && config.consolidation.enabled {
+            let consolidator = Arc::new(crate::consolidate::Consolidator::new(
+                config.consolidation.clone(),
+                storage.clone(),
+                cluster.clone(),
+                config.produce.key_prefix.clone(),
+                config.broker_id,
+            ));
+            tokio::spawn(consolidator.run(registry.clone(), stop_rx.clone()));
+        }
         // Expired transactions and ends left prepared, of the ids this broker coordinates.
         if config.advertised {
             let r = registry.clone();
@@ -179,8 +192,9 @@ impl Shim {
         let consumer_groups = self.consumer_groups.clone();
         let share_groups = self.share_groups.clone();
         let (held, cluster, registry) = (self.held.clone(), self.cluster.clone(), self.registry.clone());
-        // One takeover at a time; each lists the groups again.
-        let taking_over = Arc::new(tokio::sync::Mutex::new(()));
+        // One takeover at a time, once per change of the live brokers (the registry's generation;
+        // `moved` runs at every refresh): each lists the groups again.
+        let taking_over: Arc<tokio::sync::Mutex<Option<i32>>> = Arc::default();
         let moved = move |r: &registry::Registry| {
             for id in share_groups.held() {
                 if !r.owns_group(&id) {
@@ -205,10 +219,17 @@ impl Shim {
             let (held, cluster, registry, taking_over) =
                 (held.clone(), cluster.clone(), registry.clone(), taking_over.clone());
             tokio::spawn(async move {
-                let _one_at_a_time = taking_over.lock().await;
+                let mut done_at = taking_over.lock().await;
+                let generation = registry.leader_epoch();
+                if *done_at == Some(generation) {
+                    return;
+                }
                 let owns = |id: &str| registry.owns_group(id);
                 match held.take_over(cluster.as_ref(), &owns).await {
-                    Ok(n) => tracing::debug!(groups = n, "groups this broker coordinates are loaded"),
+                    Ok(n) => {
+                        *done_at = Some(generation);
+                        tracing::debug!(groups = n, generation, "groups this broker coordinates are loaded");
+                    }
                     Err(e) => {
                         tracing::info!(error = %e, "listing groups to take over failed; each loads at its next use")
                     }

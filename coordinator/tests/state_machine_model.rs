@@ -694,14 +694,23 @@ impl Driver {
                 chosen.sort_by_key(|b| b.last_offset);
                 chosen.dedup_by_key(|b| b.last_offset);
                 let mut at = 0i32;
+                let mut sources: Vec<String> = vec![];
                 let mut batches: Vec<ReplacedBatch> = chosen
                     .iter()
                     .map(|b| {
-                        // A marker has no bytes: copied as if it had some (it is never replaced).
+                        // A marker has no bytes nor object: copied as if it had some (it is never
+                        // replaced).
+                        let from =
+                            if b.object_key.is_empty() { "wal/marker".to_string() } else { b.object_key.clone() };
+                        let source = sources.iter().position(|s| *s == from).unwrap_or_else(|| {
+                            sources.push(from);
+                            sources.len() - 1
+                        }) as u32;
                         let byte_size = b.byte_size.max(1);
                         let r = ReplacedBatch {
                             last_offset: b.last_offset,
                             batch_id: b.batch_id,
+                            source,
                             byte_offset: at,
                             byte_size,
                         };
@@ -714,6 +723,11 @@ impl Driver {
                     0 => batches[i].batch_id += 1,
                     1 => batches[i].byte_size += 1,
                     4 if batches.len() > 1 => batches.swap(0, 1),
+                    // Copied from another object than the one it is in (another replace moved it).
+                    5 => {
+                        sources.push("wal/elsewhere".into());
+                        batches[i].source = (sources.len() - 1) as u32;
+                    }
                     _ => {}
                 }
                 let object_key = if twist % 8 == 3 {
@@ -727,6 +741,7 @@ impl Driver {
                     file_size: i64::from(at) + 1,
                     uploader_broker_id: 1,
                     tp: t,
+                    sources,
                     batches,
                 };
                 self.replaced = Some(r.clone());

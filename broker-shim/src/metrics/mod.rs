@@ -95,6 +95,10 @@ pub struct Metrics {
     pub cleaner_files_deleted: Counter,
     pub cleaner_orphans_deleted: Counter,
     pub cleaner_backlog_files: Gauge,
+    // Consolidation.
+    pub consolidated_batches: Counter,
+    pub consolidated_bytes: Counter,
+    pub consolidation_failures: Counter,
     // Consumer groups.
     pub offset_commit_seconds: Histogram,
     // The Kafka listener.
@@ -285,6 +289,21 @@ impl Metrics {
             cleaner_failures: reg!(
                 "diskless_broker_cleaner_failures",
                 "Cleaner passes (released files or orphan scan) that failed",
+                Counter::default()
+            ),
+            consolidated_batches: reg!(
+                "diskless_broker_consolidated_batches",
+                "Batches moved into consolidated objects (ReplaceBatches)",
+                Counter::default()
+            ),
+            consolidated_bytes: reg!(
+                "diskless_broker_consolidated_bytes",
+                "Bytes written into consolidated objects",
+                Counter::default()
+            ),
+            consolidation_failures: reg!(
+                "diskless_broker_consolidation_failures",
+                "Consolidation jobs that failed (retried next round)",
                 Counter::default()
             ),
             cleaner_files_deleted: reg!(

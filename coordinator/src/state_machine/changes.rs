@@ -318,7 +318,13 @@ mod tests {
     #[test]
     fn a_replace_announces_the_batches_it_moved_and_nothing_else() {
         use crate::state_machine::replace_batches::{ReplaceBatches, ReplacedBatch};
-        let moved = |last_offset, byte_offset| ReplacedBatch { last_offset, batch_id: 1, byte_offset, byte_size: 100 };
+        let moved = |last_offset, byte_offset| ReplacedBatch {
+            last_offset,
+            batch_id: 1,
+            source: 0,
+            byte_offset,
+            byte_size: 100,
+        };
         let cmd = Command {
             now_ms: 5,
             op: Op::ReplaceBatches(ReplaceBatches {
@@ -327,6 +333,7 @@ mod tests {
                 file_size: 300,
                 uploader_broker_id: 1,
                 tp: tp(3),
+                sources: vec!["wal".into()],
                 batches: vec![moved(4, 0), moved(9, 100), moved(12, 200)],
             }),
         };

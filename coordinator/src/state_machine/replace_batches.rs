@@ -3,11 +3,11 @@
 //! coordinates (object key, byte offset) there in one log entry, keeping everything else of them:
 //! offsets, sizes, timestamps, batch ids, producer state, transaction markers, the time index.
 //!
-//! Each batch is named by its key (its last offset) and the batch id the broker read; it is
-//! replaced only if it is still that batch, in its old object, with the same size, and not below
-//! the log start (deleted, waiting to be purged): a batch that changed meanwhile (retention,
-//! DeleteRecords, topic deletion, another replace) keeps its coordinates and is answered
-//! `Changed`. The old objects lose the replaced bytes through `tables::release_file_bytes`, so an
+//! Each batch is named by its key (its last offset), the batch id the broker read and the object
+//! it copied the bytes from; it is replaced only if it is still that batch, in that object, with
+//! the same size, and not below the log start (deleted, waiting to be purged): a batch that changed
+//! meanwhile (retention, DeleteRecords, topic deletion, another replace) keeps its coordinates and
+//! is answered `Changed`. The old objects lose the replaced bytes through `tables::release_file_bytes`, so an
 //! object left without live bytes is marked for deletion and deleted by the existing fence-then-
 //! delete path after its grace (a fetch that read the old coordinates still finds its bytes).
 //!
@@ -40,6 +40,8 @@ pub struct ReplaceBatches {
     pub file_size: i64,
     pub uploader_broker_id: i32,
     pub tp: TopicPartition,
+    /// The objects the batches were copied from (each batch names one by its index).
+    pub sources: Vec<String>,
     /// In increasing offset order.
     pub batches: Vec<ReplacedBatch>,
 }
@@ -51,6 +53,8 @@ pub struct ReplacedBatch {
     pub last_offset: i64,
     /// The batch id the broker read: the stored batch must still be this one.
     pub batch_id: i64,
+    /// The object it was copied from (an index into `sources`): the batch must still be there.
+    pub source: u32,
     /// Where it is in the new object; its size must be the stored one.
     pub byte_offset: i32,
     pub byte_size: i32,
@@ -106,11 +110,12 @@ pub fn apply(
         };
         let key = keys.batch(&r.tp, b.last_offset);
         let stored: Option<BatchRecord> = tables::get(txn, &key)?;
+        let source = &r.sources[b.source as usize];
         let Some(mut stored) = stored.filter(|s| {
             s.batch_id == b.batch_id
                 && !s.is_marker()
                 && s.byte_size == b.byte_size
-                && s.object_key != r.object_key
+                && s.object_key == *source
                 && s.last_offset >= part.log_start_offset
         }) else {
             out.push(Replaced::Changed);
@@ -153,12 +158,26 @@ fn validate(r: &ReplaceBatches) -> Result<(), Failure> {
     if r.batches.is_empty() || r.batches.len() > MAX_REPLACED_BATCHES {
         return bad(format!("a replace names 1 to {MAX_REPLACED_BATCHES} batches, not {}", r.batches.len()));
     }
+    if r.sources.is_empty() || r.sources.len() > r.batches.len() {
+        return bad(format!("{} source objects for {} batches", r.sources.len(), r.batches.len()));
+    }
+    if let Some(s) = r.sources.iter().find(|s| s.is_empty() || s.len() > MAX_OBJECT_KEY_LEN || **s == r.object_key) {
+        return bad(format!("source object key {s:?} is empty, too long or the new object's"));
+    }
     let mut previous: Option<i64> = None;
     for b in &r.batches {
         if previous.is_some_and(|p| b.last_offset <= p) || b.last_offset < 0 {
             return bad(format!("batch last offsets must increase and not be negative ({})", b.last_offset));
         }
         previous = Some(b.last_offset);
+        if b.source as usize >= r.sources.len() {
+            return bad(format!(
+                "batch ending at offset {} names source {} of {}",
+                b.last_offset,
+                b.source,
+                r.sources.len()
+            ));
+        }
         let end = i64::from(b.byte_offset) + i64::from(b.byte_size);
         if b.byte_offset < 0 || b.byte_size <= 0 || end > r.file_size {
             return bad(format!(

@@ -7,12 +7,21 @@ use super::replace_batches::{ReplaceBatches, Replaced, ReplacedBatch};
 /// A replace of `batches` (as found) into `key`, laid out back to back.
 fn replace_of(key: &str, tp: TopicPartition, batches: &[BatchRecord]) -> ReplaceBatches {
     let mut at = 0;
+    let mut sources: Vec<String> = vec![];
     let batches: Vec<ReplacedBatch> = batches
         .iter()
         .map(|b| {
+            let source = match sources.iter().position(|s| *s == b.object_key) {
+                Some(i) => i,
+                None => {
+                    sources.push(b.object_key.clone());
+                    sources.len() - 1
+                }
+            } as u32;
             let r = ReplacedBatch {
                 last_offset: b.last_offset,
                 batch_id: b.batch_id,
+                source,
                 byte_offset: at,
                 byte_size: b.byte_size,
             };
@@ -26,6 +35,7 @@ fn replace_of(key: &str, tp: TopicPartition, batches: &[BatchRecord]) -> Replace
         file_size: i64::from(at),
         uploader_broker_id: 7,
         tp,
+        sources,
         batches,
     }
 }
@@ -132,6 +142,9 @@ fn markers_are_never_replaced_and_a_fenced_or_malformed_request_changes_nothing(
     assert_eq!(read.len(), 2);
     assert!(read[1].is_marker());
     let mut r = replace_of("merged/6", tp(1, 0), &read);
+    // The marker (no object) named as if copied from the batch's object.
+    r.sources.retain(|s| !s.is_empty());
+    r.batches[1].source = 0;
     r.batches[1].byte_size = 100;
     r.file_size = 200;
     assert_eq!(replace(&mut f, r), Ok(vec![Replaced::Replaced, Replaced::Changed]));
@@ -144,4 +157,16 @@ fn markers_are_never_replaced_and_a_fenced_or_malformed_request_changes_nothing(
     bad.file_size = 10;
     assert_eq!(replace(&mut f, bad), Err(ErrorCode::InvalidRequest));
     assert!(!f.describe("merged/7").known);
+}
+
+#[test]
+fn a_batch_another_replace_moved_first_is_not_moved_again() {
+    let mut f = Fixture::new();
+    three_mixed_objects(&mut f);
+    let read = f.find(tp(1, 0), 0, i32::MAX).batches;
+    // Two consolidators copied the same batches; the first replace wins.
+    assert_eq!(replace(&mut f, replace_of("merged/a", tp(1, 0), &read)), Ok(vec![Replaced::Replaced; 3]));
+    assert_eq!(replace(&mut f, replace_of("merged/b", tp(1, 0), &read)), Ok(vec![Replaced::Changed; 3]));
+    assert!(f.find(tp(1, 0), 0, i32::MAX).batches.iter().all(|b| b.object_key == "merged/a"));
+    assert!(f.to_delete().iter().any(|d| d.object_key == "merged/b"), "the loser's object goes");
 }

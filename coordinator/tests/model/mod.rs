@@ -262,8 +262,12 @@ impl Model {
     /// the new object is a file with the moved bytes live (none: marked at once).
     fn replace(&mut self, now: i64, r: &ReplaceBatches) -> Result<Vec<Replaced>, Failure> {
         let ordered = r.batches.windows(2).all(|w| w[0].last_offset < w[1].last_offset);
+        let sources_ok = !r.sources.is_empty()
+            && r.sources.len() <= r.batches.len()
+            && r.sources.iter().all(|s| !s.is_empty() && s.len() <= 1024 && *s != r.object_key);
         let ranges_ok = r.batches.iter().all(|b| {
-            b.last_offset >= 0
+            (b.source as usize) < r.sources.len()
+                && b.last_offset >= 0
                 && b.byte_offset >= 0
                 && b.byte_size > 0
                 && i64::from(b.byte_offset) + i64::from(b.byte_size) <= r.file_size
@@ -275,6 +279,7 @@ impl Model {
             || r.batches.is_empty()
             || r.batches.len() > MAX_REPLACED_BATCHES
             || !ordered
+            || !sources_ok
             || !ranges_ok
         {
             return fail(ErrorCode::InvalidRequest);
@@ -310,7 +315,7 @@ impl Model {
                     if s.batch_id == b.batch_id
                         && !s.object_key.is_empty()
                         && s.byte_size == b.byte_size
-                        && s.object_key != r.object_key
+                        && s.object_key == r.sources[b.source as usize]
                         && s.last_offset >= lso =>
                 {
                     Some(s)

@@ -94,10 +94,13 @@ impl System {
                 broker_id: number as i32 + 1,
                 coordinators: Some(proxies.values().map(|p| p.addr.clone()).collect()),
                 // Transactions the stopped workload left open are aborted soon after their timeout.
+                // Consolidation runs as background work under every fault: batches a few seconds
+                // old are rewritten, so readers and the checker see moved batches throughout.
                 extra_toml: format!(
                     "coordinator_address_map = {{ {} }}\nallow_fault_injection = true\n\n[transactions]\n\
                      abort_check_interval_ms = 1000\n\n[groups]\nshare_record_lock_duration_ms = 5000\n\
-                     share_auto_offset_reset = \"earliest\"\n",
+                     share_auto_offset_reset = \"earliest\"\n\n[consolidation]\nenabled = true\n\
+                     interval_ms = 2000\nmin_age_ms = 4000\nmin_batches = 2\nexpiry_margin_ms = 0\n",
                     map.join(", ")
                 ),
                 commit_interval_ms: 50,

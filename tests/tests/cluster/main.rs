@@ -3,11 +3,12 @@
 //! quorum (bootstrap, wiped nodes, topics, forwarding), `t2x` leaders and clocks, `t3x` restarts
 //! and snapshots, `t4x` follower reads, `t5x` membership, `t6x` the broker's data path, `t7x` Kafka
 //! clients, groups and the registry, `t8x` operations, security and hostile input, `t9x` the fault
-//! suite. Each test starts real node and broker processes on loopback ports (`diskless_cluster_tests`).
+//! suite and the brokers' background rewrites (consolidation). Each test starts real node and broker processes on loopback ports (`diskless_cluster_tests`).
 //!
 //! Run one area or one test: `cargo test -p diskless-cluster-tests --test cluster t20_` or
 //! `tests/run.sh --test cluster t88_hostile_input::`.
 
+mod consolidation;
 mod data_path;
 mod faults;
 mod kafka;

@@ -20,12 +20,14 @@ fn replace_of(req: &ReplaceBatchesRequest) -> Result<ReplaceBatches, Failure> {
         file_size: req.file_size,
         uploader_broker_id: req.uploader_broker_id,
         tp: convert::tp(&req.topic_id, req.partition_index)?,
+        sources: req.sources.clone(),
         batches: req
             .batches
             .iter()
             .map(|b| ReplacedBatch {
                 last_offset: b.last_offset,
                 batch_id: b.batch_id,
+                source: b.source,
                 byte_offset: b.byte_offset,
                 byte_size: b.byte_size,
             })

@@ -187,6 +187,7 @@ async fn cached_coordinates_follow_a_replace_and_no_read_hits_a_deleted_object()
     let objects = storage.open();
     let mut merged = vec![];
     let mut moves = vec![];
+    let sources: Vec<String> = wal.iter().cloned().collect();
     for bi in &batches {
         let range = bi.byte_offset as u64..(bi.byte_offset + bi.byte_size) as u64;
         let bytes = objects.get_ranges(&bi.object_key, &[range]).await.expect("read a WAL object");
@@ -195,6 +196,7 @@ async fn cached_coordinates_follow_a_replace_and_no_read_hits_a_deleted_object()
             batch_id: bi.batch_id,
             byte_offset: merged.len() as i32,
             byte_size: bi.byte_size as i32,
+            source: sources.iter().position(|s| *s == bi.object_key).unwrap() as u32,
         });
         merged.extend_from_slice(&bytes[0]);
     }
@@ -211,6 +213,7 @@ async fn cached_coordinates_follow_a_replace_and_no_read_hits_a_deleted_object()
             partition_index: 0,
             batches: moves,
             timeout_ms: 10_000,
+            sources,
         })
         .await
         .unwrap()

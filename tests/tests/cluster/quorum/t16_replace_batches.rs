@@ -18,14 +18,23 @@ fn replace_request(
     batches: &[find_batches_response::BatchInfo],
 ) -> ReplaceBatchesRequest {
     let mut at = 0;
+    let mut sources: Vec<String> = vec![];
     let batches: Vec<_> = batches
         .iter()
         .map(|b| {
+            let source = match sources.iter().position(|s| *s == b.object_key) {
+                Some(i) => i,
+                None => {
+                    sources.push(b.object_key.clone());
+                    sources.len() - 1
+                }
+            } as u32;
             let r = replace_batches_request::Batch {
                 last_offset: b.last_offset,
                 batch_id: b.batch_id,
                 byte_offset: at,
                 byte_size: b.byte_size as i32,
+                source,
             };
             at += b.byte_size as i32;
             r
@@ -40,6 +49,7 @@ fn replace_request(
         partition_index: partition,
         batches,
         timeout_ms: 10_000,
+        sources,
     }
 }
 
