@@ -7,6 +7,8 @@
 
 use diskless_proto::ErrorCode;
 
+use super::runtime;
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
     /// The cluster refused it with this Kafka error code (e.g. a compare-and-set on a version
@@ -30,6 +32,17 @@ impl StoreError {
     /// A transport failure: no answer.
     pub fn unavailable(status: &tonic::Status) -> StoreError {
         StoreError::Unavailable(status.message().to_string())
+    }
+
+    /// As the runtime reads it: a refusal with `fenced` (the kind's code for "another version is
+    /// stored": ILLEGAL_GENERATION, FENCED_STATE_EPOCH, TRANSACTION_COORDINATOR_FENCED) is a fence,
+    /// another refusal stands, no answer is an unknown outcome.
+    pub fn for_runtime(self, fenced: ErrorCode) -> runtime::StoreError {
+        match self {
+            StoreError::Refused { code, message } if code == fenced => runtime::StoreError::Fenced(message),
+            StoreError::Refused { code, message } => runtime::StoreError::Refused { code, message },
+            StoreError::Unavailable(message) => runtime::StoreError::Unknown(message),
+        }
     }
 
     /// Whether the cluster refused it with `code`.

@@ -52,6 +52,17 @@ pub struct Fetched {
     pub aborted: Vec<(i64, i64)>,
 }
 
+impl Fetched {
+    /// The records' offsets and values (as text), in order; panics when they do not decode.
+    pub fn values(&self) -> Vec<(i64, String)> {
+        diskless_broker_shim::records::decode(self.records.clone())
+            .expect("the records decode")
+            .into_iter()
+            .map(|m| (m.offset, String::from_utf8_lossy(m.value.as_deref().unwrap_or_default()).into_owned()))
+            .collect()
+    }
+}
+
 fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
 }

@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::kinds::{self, GroupKind};
-use super::store::{GroupStore, StoreError};
+use super::store::GroupStore;
 use crate::coordinators::runtime::{self, Runtime, Settings};
 use crate::error::KafkaError;
 use crate::incarnation::Incarnation;
@@ -149,18 +149,14 @@ pub fn runtime<G: ModernGroup, V: Clone + Send + 'static>(
     Runtime::new(records, settings, on_load)
 }
 
-fn store_error(e: StoreError) -> runtime::StoreError {
-    match e {
-        StoreError::Refused { code: ErrorCode::IllegalGeneration, message } => runtime::StoreError::Fenced(message),
-        StoreError::Refused { code, message } => runtime::StoreError::Refused { code, message },
-        StoreError::Unavailable(m) => runtime::StoreError::Unknown(m),
-    }
-}
-
 impl<G: ModernGroup> runtime::Store<String, G> for Records<G> {
     fn load<'a>(&'a self, group_id: &'a String) -> BoxFuture<'a, Result<Option<(G, u64)>, runtime::StoreError>> {
         Box::pin(async move {
-            let Some(record) = self.store.load(group_id).await.map_err(store_error)? else { return Ok(None) };
+            let Some(record) =
+                self.store.load(group_id).await.map_err(|e| e.for_runtime(ErrorCode::IllegalGeneration))?
+            else {
+                return Ok(None);
+            };
             let group = decode_group::<G>(group_id, &record)
                 .map_err(|e| runtime::StoreError::Refused { code: e.code, message: e.message })?;
             Ok(Some((group, record.version)))
@@ -175,7 +171,7 @@ impl<G: ModernGroup> runtime::Store<String, G> for Records<G> {
     ) -> BoxFuture<'a, Result<u64, runtime::StoreError>> {
         Box::pin(async move {
             let record = encode(G::KIND, group.epoch(), group.members().values(), &self.identity, self.session_ms);
-            self.store.store(group_id, record, expected).await.map_err(store_error)
+            self.store.store(group_id, record, expected).await.map_err(|e| e.for_runtime(ErrorCode::IllegalGeneration))
         })
     }
 }

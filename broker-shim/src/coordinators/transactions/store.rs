@@ -65,20 +65,10 @@ pub(super) struct Records {
     pub identity: String,
 }
 
-fn runtime_error(e: StoreError) -> runtime::StoreError {
-    match e {
-        StoreError::Refused { code: ErrorCode::TransactionCoordinatorFenced, message } => {
-            runtime::StoreError::Fenced(message)
-        }
-        StoreError::Refused { code, message } => runtime::StoreError::Refused { code, message },
-        StoreError::Unavailable(message) => runtime::StoreError::Unknown(message),
-    }
-}
-
 impl runtime::Store<String, Transaction> for Records {
     fn load<'a>(&'a self, id: &'a String) -> BoxFuture<'a, Result<Option<(Transaction, u64)>, runtime::StoreError>> {
         Box::pin(async move {
-            let t = self.store.load(id).await.map_err(runtime_error)?;
+            let t = self.store.load(id).await.map_err(|e| e.for_runtime(ErrorCode::TransactionCoordinatorFenced))?;
             Ok(t.map(|t| {
                 let version = t.version;
                 (t, version)
@@ -94,7 +84,11 @@ impl runtime::Store<String, Transaction> for Records {
     ) -> BoxFuture<'a, Result<u64, runtime::StoreError>> {
         Box::pin(async move {
             let t = Transaction { owner: self.identity.clone(), ..t.clone() };
-            self.store.store(id, t, expected).await.map(|stored| stored.version).map_err(runtime_error)
+            self.store
+                .store(id, t, expected)
+                .await
+                .map(|stored| stored.version)
+                .map_err(|e| e.for_runtime(ErrorCode::TransactionCoordinatorFenced))
         })
     }
 }

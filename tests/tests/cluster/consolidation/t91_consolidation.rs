@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use diskless_cluster_tests::nemesis::kafka_client::{Fetched, KafkaClient};
+use diskless_cluster_tests::nemesis::kafka_client::KafkaClient;
 use diskless_cluster_tests::*;
 use diskless_proto::v1::ListTopicsRequest;
 
@@ -21,14 +21,6 @@ fn batch_now(value: &str) -> bytes::Bytes {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
     let recs = vec![(Some(bytes::Bytes::from(format!("k{value}"))), Some(bytes::Bytes::from(value.to_string())))];
     kafka_records::encode(&recs, now, Compression::None, NOT_IDEMPOTENT).expect("encode")
-}
-
-fn values(f: &Fetched) -> Vec<(i64, String)> {
-    diskless_broker_shim::records::decode(f.records.clone())
-        .expect("the records decode")
-        .into_iter()
-        .map(|m| (m.offset, String::from_utf8_lossy(m.value.as_deref().unwrap_or_default()).into_owned()))
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -104,6 +96,6 @@ async fn old_batches_move_into_per_partition_objects_and_read_back_exactly() {
         let f = k.fetch(TOPIC, p, 0).await.unwrap();
         assert_eq!(f.error_code, 0, "{f:?}");
         let want: Vec<(i64, String)> = (0..RECORDS).map(|i| (i, format!("p{p}-{i}"))).collect();
-        assert_eq!(values(&f), want, "partition {p}");
+        assert_eq!(f.values(), want, "partition {p}");
     }
 }

@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use diskless_cluster_tests::nemesis::kafka_client::{Fetched, KafkaClient};
+use diskless_cluster_tests::nemesis::kafka_client::KafkaClient;
 use diskless_cluster_tests::*;
 use diskless_proto::broker::{DeleteRecordsRequest, DeleteTopicRequest};
 
@@ -29,15 +29,6 @@ async fn produce_one(producer: &mut KafkaClient, value: &str) -> i64 {
         assert!(retriable(i32::from(code)) && Instant::now() < deadline, "produce: error {code}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// The values of the records a fetch returned, with their offsets.
-fn values(f: &Fetched) -> Vec<(i64, String)> {
-    diskless_broker_shim::records::decode(f.records.clone())
-        .expect("the records decode")
-        .into_iter()
-        .map(|m| (m.offset, String::from_utf8_lossy(m.value.as_deref().unwrap_or_default()).into_owned()))
-        .collect()
 }
 
 /// Fetches at `offset` through `client` until the answer's error is `code` (at most 10 s).
@@ -70,7 +61,7 @@ async fn a_tail_consumer_reads_another_brokers_batches_without_find_batches_and_
     loop {
         let f = consumer.fetch(TOPIC, 0, 0).await.unwrap();
         if f.error_code == 0 && !f.records.is_empty() {
-            assert_eq!(values(&f), vec![(0, "r-0".to_string())]);
+            assert_eq!(f.values(), vec![(0, "r-0".to_string())]);
             break;
         }
         assert!(Instant::now() < deadline, "b never served the first record: {f:?}");
@@ -94,14 +85,14 @@ async fn a_tail_consumer_reads_another_brokers_batches_without_find_batches_and_
         assert_eq!(produce_one(&mut producer, &format!("r-{i}")).await, i);
         let f = tail.await.unwrap();
         assert_eq!(f.error_code, 0, "{f:?}");
-        assert_eq!(values(&f), vec![(i, format!("r-{i}"))], "the tail read of record {i}");
+        assert_eq!(f.values(), vec![(i, format!("r-{i}"))], "the tail read of record {i}");
         assert_eq!(f.high_watermark, i + 1);
         next = i + 1;
     }
     // And a read from the start: every record, in order, from the cached coordinates.
     let f = consumer.fetch(TOPIC, 0, 0).await.unwrap();
     let want: Vec<(i64, String)> = (0..=RECORDS).map(|i| (i, format!("r-{i}"))).collect();
-    assert_eq!(values(&f), want);
+    assert_eq!(f.values(), want);
     let asked = find_batches_served(&c).await - before;
     eprintln!("FIGURE FindBatches for {RECORDS} tail reads and a re-read on the other broker: {asked}");
     assert!(asked <= 3.0, "the tail consumer asked FindBatches {asked} times for {RECORDS} records");
@@ -122,7 +113,7 @@ async fn a_tail_consumer_reads_another_brokers_batches_without_find_batches_and_
     eprintln!("FIGURE b refused the deleted range {} ms after the DeleteRecords answer", took.as_millis());
     let f = consumer.fetch(TOPIC, 0, 10).await.unwrap();
     assert_eq!((f.error_code, f.log_start_offset), (0, 10), "{f:?}");
-    assert_eq!(values(&f).first(), Some(&(10, "r-10".to_string())));
+    assert_eq!(f.values().first(), Some(&(10, "r-10".to_string())));
 
     // The topic deleted: neither broker serves it.
     let r = a_client.delete_topic(DeleteTopicRequest { name: TOPIC.into() }).await.expect("delete topic").into_inner();
@@ -174,7 +165,7 @@ async fn cached_coordinates_follow_a_replace_and_no_read_hits_a_deleted_object()
     for broker in [&a, &b] {
         let mut k = KafkaClient::connect(broker.kafka_addr.as_deref().unwrap()).await.unwrap();
         let f = k.fetch(MOVED, 0, 0).await.unwrap();
-        assert_eq!(values(&f), want, "before the replace");
+        assert_eq!(f.values(), want, "before the replace");
         readers.push(k);
     }
 
@@ -236,6 +227,6 @@ async fn cached_coordinates_follow_a_replace_and_no_read_hits_a_deleted_object()
     for (name, k) in ["a", "b"].iter().zip(readers.iter_mut()) {
         let f = k.fetch(MOVED, 0, 0).await.unwrap();
         assert_eq!(f.error_code, 0, "through {name}: {f:?}");
-        assert_eq!(values(&f), want, "through {name}, after the replace");
+        assert_eq!(f.values(), want, "through {name}, after the replace");
     }
 }

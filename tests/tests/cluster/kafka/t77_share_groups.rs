@@ -125,6 +125,30 @@ async fn t77_group_figures() {
     println!("{out}");
 }
 
+/// A broker for raw share-fetch tests: commits every 20 ms, share groups from the earliest offset.
+async fn raw_share_broker(c: &Cluster) -> BrokerProc {
+    let options = BrokerOptions {
+        kafka: true,
+        commit_interval_ms: 20,
+        kafka_toml: "\n[groups]\nshare_auto_offset_reset = \"earliest\"\n".to_string(),
+        ..BrokerOptions::default()
+    };
+    BrokerProc::start(c, "a", &TestStorage::Local(c.path("objects")), &options).await
+}
+
+/// A topic's id, from Metadata.
+async fn topic_id_of(k: &mut KafkaClient, topic: &'static str) -> uuid::Uuid {
+    let md = k
+        .call(
+            &MetadataRequest::default().with_topics(Some(vec![metadata_request::MetadataRequestTopic::default()
+                .with_name(Some(TopicName(StrBytes::from_static_str(topic))))])),
+            12,
+        )
+        .await
+        .unwrap();
+    md.topics[0].topic_id
+}
+
 /// A ShareFetch carrying the acknowledgements of what the member acquired before is one store:
 /// the partition's stored state moves one version for the acknowledgements and the new
 /// acquisition together (it moved two, a write each, before). The acknowledged records move the
@@ -133,14 +157,7 @@ async fn t77_group_figures() {
 async fn t77_an_acknowledged_share_fetch_is_one_store() {
     const ACKED: &str = "acked-polls";
     let c = Cluster::start(3, Options::default()).await;
-    let options = BrokerOptions {
-        kafka: true,
-        commit_interval_ms: 20,
-        kafka_toml: "\n[groups]\nshare_auto_offset_reset = \"earliest\"\n".to_string(),
-        ..BrokerOptions::default()
-    };
-    let storage = TestStorage::Local(c.path("objects"));
-    let a = BrokerProc::start(&c, "a", &storage, &options).await;
+    let a = raw_share_broker(&c).await;
     let mut broker = a.client().await;
     create_topic_via(&mut broker, ACKED, 1).await;
     for i in 0..3 {
@@ -148,15 +165,7 @@ async fn t77_an_acknowledged_share_fetch_is_one_store() {
         produce_retrying(&mut broker, ACKED, 0, batch_of(&values)).await;
     }
     let mut k = KafkaClient::connect(a.kafka_addr.as_deref().unwrap()).await.unwrap();
-    let md = k
-        .call(
-            &MetadataRequest::default().with_topics(Some(vec![metadata_request::MetadataRequestTopic::default()
-                .with_name(Some(TopicName(StrBytes::from_static_str(ACKED))))])),
-            12,
-        )
-        .await
-        .unwrap();
-    let topic_id = md.topics[0].topic_id;
+    let topic_id = topic_id_of(&mut k, ACKED).await;
     let fetch = |epoch: i32, acked: Option<(i64, i64)>| {
         let mut p = share_fetch_request::FetchPartition::default().with_partition_index(0);
         if let Some((first, last)) = acked {
@@ -228,14 +237,7 @@ async fn t77_an_acknowledged_share_fetch_is_one_store() {
 async fn t77_a_share_fetch_shares_its_records_over_its_partitions_and_fills_from_the_busy_one() {
     const SPREAD: &str = "spread-polls";
     let c = Cluster::start(3, Options::default()).await;
-    let options = BrokerOptions {
-        kafka: true,
-        commit_interval_ms: 20,
-        kafka_toml: "\n[groups]\nshare_auto_offset_reset = \"earliest\"\n".to_string(),
-        ..BrokerOptions::default()
-    };
-    let storage = TestStorage::Local(c.path("objects"));
-    let a = BrokerProc::start(&c, "a", &storage, &options).await;
+    let a = raw_share_broker(&c).await;
     let mut broker = a.client().await;
     create_topic_via(&mut broker, SPREAD, 2).await;
     // Partition 0: six batches of 10 records; partition 1: one.
@@ -246,15 +248,7 @@ async fn t77_a_share_fetch_shares_its_records_over_its_partitions_and_fills_from
         }
     }
     let mut k = KafkaClient::connect(a.kafka_addr.as_deref().unwrap()).await.unwrap();
-    let md = k
-        .call(
-            &MetadataRequest::default().with_topics(Some(vec![metadata_request::MetadataRequestTopic::default()
-                .with_name(Some(TopicName(StrBytes::from_static_str(SPREAD))))])),
-            12,
-        )
-        .await
-        .unwrap();
-    let topic_id = md.topics[0].topic_id;
+    let topic_id = topic_id_of(&mut k, SPREAD).await;
     let fetch = |member: &'static str| {
         ShareFetchRequest::default()
             .with_group_id(Some(GroupId(StrBytes::from_static_str("spread-group"))))

@@ -133,18 +133,14 @@ struct PartitionStore {
     identity: String,
 }
 
-fn store_error(e: StoreError) -> runtime::StoreError {
-    match e {
-        StoreError::Refused { code: ErrorCode::FencedStateEpoch, message } => runtime::StoreError::Fenced(message),
-        StoreError::Refused { code, message } => runtime::StoreError::Refused { code, message },
-        StoreError::Unavailable(m) => runtime::StoreError::Unknown(m),
-    }
-}
-
 impl runtime::Store<Key, SharePartition> for PartitionStore {
     fn load<'a>(&'a self, key: &'a Key) -> BoxFuture<'a, Result<Option<(SharePartition, u64)>, runtime::StoreError>> {
         Box::pin(async move {
-            let all = self.store.load(&key.0, Some((key.1, key.2))).await.map_err(store_error)?;
+            let all = self
+                .store
+                .load(&key.0, Some((key.1, key.2)))
+                .await
+                .map_err(|e| e.for_runtime(ErrorCode::FencedStateEpoch))?;
             let Some(s) = all.into_iter().find(|s| s.topic_id == key.1 && s.partition_index == key.2) else {
                 return Ok(None);
             };
@@ -165,7 +161,11 @@ impl runtime::Store<Key, SharePartition> for PartitionStore {
         Box::pin(async move {
             let mut stored = state.to_stored(key.1, key.2);
             stored.owner = self.identity.clone();
-            let s = self.store.store(&key.0, stored, expected).await.map_err(store_error)?;
+            let s = self
+                .store
+                .store(&key.0, stored, expected)
+                .await
+                .map_err(|e| e.for_runtime(ErrorCode::FencedStateEpoch))?;
             Ok(s.version)
         })
     }
