@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConsolidationConfig {
-    /// Whether this broker consolidates at all (off by default until the fault suite runs it).
+    /// Whether this broker consolidates at all (off by default until its benchmark figures and
+    /// crash tests are in).
     pub enabled: bool,
     /// How often the partitions this broker consolidates are looked at.
     pub interval_ms: u64,
